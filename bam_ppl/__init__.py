@@ -1,0 +1,29 @@
+"""bam_ppl: Bayesian allocation models for count, binary and categorical data on NumPyro.
+
+Declare a model as a DAG of index variables, run any registered backend through
+:func:`infer`, and compare structures by their evidence with :func:`log_evidence` and
+:func:`compare`.
+"""
+
+__version__ = "0.1.0"
+
+from . import models  # noqa: E402
+from .dag import DAG  # noqa: E402
+from .data import CountTensor  # noqa: E402
+from .evidence import EvidenceEstimate, compare, log_evidence, register_evidence  # noqa: E402
+from .infer.registry import infer, methods, register  # noqa: E402
+from .models.allocation import AllocationModel  # noqa: E402
+
+__all__ = [
+    "DAG",
+    "AllocationModel",
+    "CountTensor",
+    "EvidenceEstimate",
+    "compare",
+    "infer",
+    "log_evidence",
+    "methods",
+    "models",
+    "register",
+    "register_evidence",
+]

@@ -1,0 +1,157 @@
+"""The single converter from backend results to ArviZ InferenceData (DESIGN §5).
+
+Backends hand over plain arrays; this module names them, attaches dims and coords, and builds the
+ArviZ object for the installed ArviZ: ``arviz.InferenceData`` for 0.x (Python 3.11) and
+``xarray.DataTree`` for ArviZ ≥ 1 (Python ≥ 3.12). Nothing else in bam_ppl imports ArviZ's
+constructors.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+import xarray as xr
+
+from . import __version__
+
+SAMPLE_GROUPS = ("posterior", "sample_stats", "prior", "posterior_predictive", "log_likelihood")
+DENSE_OBSERVED_LIMIT = 10_000_000
+
+
+def import_arviz():
+    """Import ArviZ, silencing only its 0.23 'undergoing a major refactor' FutureWarning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning
+        )
+        import arviz as az
+    return az
+
+
+def _arviz_major() -> int:
+    return int(import_arviz().__version__.split(".")[0])
+
+
+def _dataset(variables: Mapping, coords: Mapping, group: str) -> xr.Dataset:
+    data_vars = {}
+    for name, spec in variables.items():
+        dims, values = spec
+        values = np.asarray(values)
+        dims = tuple(dims)
+        if len(dims) != values.ndim:
+            raise ValueError(f"{group}.{name}: {values.ndim}-d array with dims {dims}")
+        data_vars[name] = (dims, values)
+    ds = xr.Dataset(data_vars)
+    used = {d: ds.sizes[d] for d in ds.dims}
+    ds = ds.assign_coords({d: np.asarray(c) for d, c in coords.items() if d in used and len(c) == used[d]})
+    missing = {d: np.arange(n) for d, n in used.items() if d not in ds.coords}
+    return ds.assign_coords(missing)
+
+
+def to_inference_data(groups: Mapping[str, Mapping], coords: Mapping | None = None,
+                      attrs: Mapping | None = None):
+    """Build InferenceData from ``{group: {name: (dims, array)}}``.
+
+    Sample groups must lead with ``("chain", "draw")`` except variables that carry their own
+    dims (a per-chain statistic has dims ``("chain",)``, a trace ``("chain", "iteration")``).
+    """
+    coords = dict(coords or {})
+    attrs = {
+        "inference_library": "bam_ppl",
+        "inference_library_version": __version__,
+        **{k: _attr(v) for k, v in (attrs or {}).items()},
+    }
+    datasets = {g: _dataset(v, coords, g) for g, v in groups.items() if v}
+    for ds in datasets.values():
+        ds.attrs.update(attrs)
+    az = import_arviz()
+    if _arviz_major() >= 1:
+        tree = xr.DataTree.from_dict({"/": xr.Dataset(attrs=attrs), **datasets})
+        return tree
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not.*supported.*group", category=UserWarning)
+        idata = az.InferenceData(**datasets)
+    idata.attrs = attrs if hasattr(idata, "attrs") else None
+    return idata
+
+
+def _attr(value):
+    """Attribute values must be netCDF-serialisable scalars or strings."""
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, float, str, np.integer, np.floating)):
+        return value
+    return str(value)
+
+
+def observed_variables(data, names) -> tuple[dict, dict]:
+    """``observed_data`` variables and coords of a CountTensor whose axes are ``names``."""
+    coords = {}
+    if data.dims:
+        for name, dim in zip(names, data.dims):
+            if dim in data.coords:
+                coords[name] = data.coords[dim]
+    if not data.has_missing and np.prod(data.shape, dtype=float) <= DENSE_OBSERVED_LIMIT:
+        return {"X": (tuple(names), data.to_dense())}, coords
+    return {
+        "X_indices": (("cell", "axis"), data.indices),
+        "X_counts": (("cell",), data.counts),
+    }, {**coords, "axis": list(names)}
+
+
+def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, method: str,
+                              sample_stats: Mapping | None = None, extra_groups: Mapping | None = None,
+                              attrs: Mapping | None = None):
+    """InferenceData for an allocation model.
+
+    ``theta`` maps table names to draws of shape ``(chain, draw, *parents, child)``; they become
+    ``theta_<table>`` with dims named after the nodes. ``total_rate`` has shape ``(chain, draw)``.
+    ``sample_stats`` maps names to ``(dims, array)``.
+    """
+    posterior = {}
+    for table in bound.tables:
+        if table.name in theta:
+            posterior[f"theta_{table.name}"] = (("chain", "draw", *table.dims), theta[table.name])
+    if total_rate is not None:
+        posterior["total_rate"] = (("chain", "draw"), total_rate)
+    observed, coords = observed_variables(data, bound.visible)
+    for n in bound.latent:
+        coords.setdefault(n, np.arange(bound.sizes[n]))
+    groups = {"posterior": posterior, "sample_stats": dict(sample_stats or {}), "observed_data": observed}
+    groups.update(extra_groups or {})
+    model = bound.model
+    base_attrs = {
+        "method": method,
+        "structure": str(model.dag),
+        "latent": str(model.latent),
+        "observed": ",".join(bound.visible),
+        "a": bound.a,
+        "b": bound.b,
+        "total_tokens": bound.total,
+    }
+    if model.priors:
+        base_attrs["priors"] = str(model.priors)
+    if model.tie:
+        base_attrs["tie"] = str([list(g) for g in model.tie])
+    if model.condition_on:
+        base_attrs["condition_on"] = ",".join(model.condition_on)
+    base_attrs.update(attrs or {})
+    return to_inference_data(groups, coords=coords, attrs=base_attrs)
+
+
+def group(idata, name: str) -> xr.Dataset:
+    """A group of InferenceData (0.x) or DataTree (1.x) as an ``xarray.Dataset``."""
+    if isinstance(idata, xr.DataTree):
+        return idata[name].to_dataset()
+    return getattr(idata, name)
+
+
+def attrs_of(idata) -> dict:
+    """Root attributes for both ArviZ generations."""
+    if isinstance(idata, xr.DataTree):
+        return dict(idata.attrs)
+    return dict(idata.attrs or {})

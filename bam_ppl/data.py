@@ -1,0 +1,302 @@
+"""Count data: dense or sparse tensors of nonnegative integers, and samples with missing entries.
+
+Every backend reads data through :class:`CountTensor`, a COO representation (unique cells and
+their counts), so costs scale with the number of nonzero cells or tokens, never with the dense
+size. A cell index of ``-1`` on an axis means that coordinate is missing for those tokens
+(categorical samples with missing values, papers/001).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+MISSING = -1
+
+
+def _as_int_array(values, name: str) -> np.ndarray:
+    """Validate that ``values`` holds nonnegative integers (any numeric dtype) and return int64."""
+    try:
+        arr = np.asarray(values)
+    except Exception as err:  # ragged lists and the like
+        raise TypeError(f"{name} must be array-like of numbers: {err}") from None
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise TypeError(f"{name} must hold numbers (nonnegative integer counts), got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must hold real nonnegative integer counts, got complex values")
+    if np.issubdtype(arr.dtype, np.floating):
+        if np.isnan(arr).any():
+            raise ValueError(f"{name} contains NaN; counts must be nonnegative integers")
+        if np.isinf(arr).any():
+            raise ValueError(f"{name} contains inf; counts must be finite nonnegative integers")
+        if (arr != np.round(arr)).any():
+            raise ValueError(f"{name} contains non-integer values; counts must be nonnegative integers")
+    if (arr < 0).any():
+        raise ValueError(f"{name} contains negative values; counts must be nonnegative integers")
+    return arr.astype(np.int64)
+
+
+class CountTensor:
+    """A count tensor stored as unique cells and their counts (COO).
+
+    Parameters
+    ----------
+    indices : array of int, shape (nnz, ndim)
+        Cell coordinates; ``-1`` marks a missing coordinate (that token's value on that axis is
+        unobserved). Duplicate rows are merged.
+    counts : array of int, shape (nnz,)
+        Positive counts of each cell (zeros are dropped).
+    shape : tuple of int
+        Sizes of the axes.
+    dims : sequence of str, optional
+        Axis names (used as xarray dims in InferenceData).
+    coords : dict, optional
+        Labels per named axis.
+
+    Use the constructors :meth:`from_dense`, :meth:`from_tokens`, :meth:`from_dataframe`,
+    :meth:`from_sparse` and :meth:`from_samples` rather than this initialiser.
+    """
+
+    def __init__(self, indices, counts, shape, dims=None, coords=None):
+        shape = tuple(int(s) for s in shape)
+        if not shape:
+            raise ValueError("shape must have at least one axis")
+        if any(s < 1 for s in shape):
+            raise ValueError(f"shape must have positive sizes, got {shape}")
+        indices = self._indices(indices, shape)
+        counts = _as_int_array(counts, "counts").reshape(-1)
+        if counts.shape[0] != indices.shape[0]:
+            raise ValueError(
+                f"counts has {counts.shape[0]} entries but indices has {indices.shape[0]} rows"
+            )
+        keep = counts > 0
+        indices, counts = indices[keep], counts[keep]
+        if indices.shape[0]:
+            uniq, inverse = np.unique(indices, axis=0, return_inverse=True)
+            summed = np.zeros(uniq.shape[0], dtype=np.int64)
+            np.add.at(summed, inverse.reshape(-1), counts)
+            indices, counts = uniq, summed
+        self.indices = indices
+        self.counts = counts
+        self.shape = shape
+        self.dims = self._check_dims(dims, len(shape))
+        self.coords = self._check_coords(coords, self.dims, shape)
+
+    @staticmethod
+    def _indices(indices, shape) -> np.ndarray:
+        arr = np.asarray(indices)
+        if arr.size == 0:
+            return np.zeros((0, len(shape)), dtype=np.int64)
+        if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+            raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
+        if np.issubdtype(arr.dtype, np.floating):
+            if np.isnan(arr).any() or (arr != np.round(arr)).any():
+                raise ValueError("indices must be integers (use -1 for a missing coordinate)")
+        arr = arr.astype(np.int64)
+        if arr.ndim != 2 or arr.shape[1] != len(shape):
+            raise ValueError(
+                f"indices must have shape (n, {len(shape)}) for a {len(shape)}-way tensor, got {arr.shape}"
+            )
+        sizes = np.asarray(shape)
+        bad = (arr < MISSING) | (arr >= sizes)
+        if bad.any():
+            row, axis = np.argwhere(bad)[0]
+            raise ValueError(
+                f"index {arr[row, axis]} on axis {axis} is out of range [0, {shape[axis]}) "
+                "(-1 marks a missing entry)"
+            )
+        return arr
+
+    @staticmethod
+    def _check_dims(dims, ndim):
+        if dims is None:
+            return None
+        dims = tuple(str(d) for d in dims)
+        if len(dims) != ndim:
+            raise ValueError(f"dims has {len(dims)} names but the tensor has {ndim} axes")
+        if len(set(dims)) != ndim:
+            raise ValueError(f"dims must be distinct, got {dims}")
+        return dims
+
+    @staticmethod
+    def _check_coords(coords, dims, shape):
+        if not coords:
+            return {}
+        if dims is None:
+            raise ValueError("coords need dims (axis names) to attach to")
+        out = {}
+        for name, labels in coords.items():
+            if name not in dims:
+                raise ValueError(f"coords given for {name!r}, which is not one of dims {dims}")
+            labels = list(labels)
+            size = shape[dims.index(name)]
+            if len(labels) != size:
+                raise ValueError(f"coords[{name!r}] has {len(labels)} labels for an axis of size {size}")
+            out[name] = labels
+        return out
+
+    # -- constructors --------------------------------------------------------------------------
+    @classmethod
+    def from_dense(cls, array, dims=None, coords=None) -> CountTensor:
+        """From a dense array of nonnegative integers (any numeric dtype holding whole numbers)."""
+        arr = _as_int_array(array, "X")
+        if arr.ndim == 0:
+            raise ValueError("X must have at least one axis, got a scalar")
+        if arr.size == 0:
+            raise ValueError(f"X is empty (shape {arr.shape}); expected a tensor of counts")
+        idx = np.argwhere(arr > 0)
+        return cls(idx, arr[tuple(idx.T)], arr.shape, dims=dims, coords=coords)
+
+    @classmethod
+    def from_tokens(cls, tokens, shape, dims=None, coords=None) -> CountTensor:
+        """From a ``(T, ndim)`` array of token coordinates (one row per token)."""
+        tok = np.asarray(tokens)
+        if tok.ndim == 1 and len(shape) == 1:
+            tok = tok[:, None]
+        return cls(tok, np.ones(len(tok), dtype=np.int64), shape, dims=dims, coords=coords)
+
+    @classmethod
+    def from_dataframe(cls, df, dims, count: str | None = "Freq") -> CountTensor:
+        """From a long table: one column per axis and a count column.
+
+        Category labels become coords: for a pandas Categorical column its categories (in order),
+        otherwise the sorted unique values. With ``count=None`` each row is one token.
+        """
+        import pandas as pd
+
+        if not isinstance(df, pd.DataFrame):
+            raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+        dims = [dims] if isinstance(dims, str) else list(dims)
+        missing = [d for d in dims + ([count] if count else []) if d not in df.columns]
+        if missing:
+            raise ValueError(f"df has no column(s) {missing}; columns are {list(df.columns)}")
+        idx, shape, coords = [], [], {}
+        for d in dims:
+            col = df[d]
+            cat = col.astype("category") if not isinstance(col.dtype, pd.CategoricalDtype) else col
+            labels = list(cat.cat.categories)
+            codes = cat.cat.codes.to_numpy()
+            if (codes < 0).any():
+                raise ValueError(f"column {d!r} has missing labels; use from_samples for missing data")
+            idx.append(codes)
+            shape.append(len(labels))
+            coords[d] = labels
+        counts = np.ones(len(df), dtype=np.int64) if count is None else _as_int_array(df[count].to_numpy(), count)
+        return cls(np.stack(idx, axis=1), counts, shape, dims=dims, coords=coords)
+
+    @classmethod
+    def from_sparse(cls, matrix, dims=None, coords=None) -> CountTensor:
+        """From a ``scipy.sparse`` matrix or array of counts."""
+        import scipy.sparse as sp
+
+        if not sp.issparse(matrix):
+            raise TypeError(f"from_sparse expects a scipy.sparse matrix, got {type(matrix).__name__}")
+        coo = sp.coo_matrix(matrix)
+        data = _as_int_array(coo.data, "X")
+        return cls(np.stack([coo.row, coo.col], axis=1), data, coo.shape, dims=dims, coords=coords)
+
+    @classmethod
+    def from_samples(cls, samples, shape=None, dims=None, coords=None) -> CountTensor:
+        """From a ``(T, N)`` array of categorical samples; ``-1`` or NaN marks a missing entry.
+
+        ``shape`` defaults to one more than the largest category seen on each axis. Rows whose
+        entries are all missing carry no information and are rejected.
+        """
+        arr = np.asarray(samples)
+        if arr.ndim != 2:
+            raise ValueError(f"samples must be a 2-D (T, N) array, got shape {arr.shape}")
+        if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+            raise TypeError(f"samples must be numeric category codes, got dtype {arr.dtype}")
+        if np.issubdtype(arr.dtype, np.floating):
+            nan = np.isnan(arr)
+            arr = np.where(nan, MISSING, arr)
+            if (arr != np.round(arr)).any():
+                raise ValueError("samples must hold integer category codes (-1 or NaN for missing)")
+        arr = arr.astype(np.int64)
+        if (arr < MISSING).any():
+            raise ValueError("samples contain negative codes other than -1 (the missing marker)")
+        all_missing = (arr == MISSING).all(axis=1)
+        if all_missing.any():
+            raise ValueError(f"samples has {int(all_missing.sum())} row(s) with every entry missing (e.g. row {int(np.argmax(all_missing))})")
+        if shape is None:
+            shape = tuple(int(max(arr[:, n].max(), 0)) + 1 for n in range(arr.shape[1]))
+        return cls(arr, np.ones(len(arr), dtype=np.int64), shape, dims=dims, coords=coords)
+
+    # -- views ---------------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        """Number of distinct observed cells (patterns) with a positive count."""
+        return int(self.counts.shape[0])
+
+    @property
+    def total(self) -> int:
+        """Total number of tokens T."""
+        return int(self.counts.sum())
+
+    @property
+    def has_missing(self) -> bool:
+        return bool((self.indices == MISSING).any())
+
+    def to_dense(self) -> np.ndarray:
+        if self.has_missing:
+            raise ValueError("a tensor with missing coordinates has no dense form")
+        out = np.zeros(self.shape, dtype=np.int64)
+        out[tuple(self.indices.T)] = self.counts
+        return out
+
+    def tokens(self) -> np.ndarray:
+        """One row per token, ``(T, ndim)`` (cells repeated by their counts)."""
+        return np.repeat(self.indices, self.counts, axis=0)
+
+    def with_dims(self, dims) -> CountTensor:
+        out = CountTensor.__new__(CountTensor)
+        out.indices, out.counts, out.shape = self.indices, self.counts, self.shape
+        out.dims = self._check_dims(dims, self.ndim)
+        out.coords = {d: c for d, c in (self.coords or {}).items() if d in (out.dims or ())}
+        if self.dims and out.dims:
+            out.coords = {out.dims[i]: self.coords[d] for i, d in enumerate(self.dims) if d in self.coords}
+        return out
+
+    def __repr__(self) -> str:
+        dims = f", dims={self.dims}" if self.dims else ""
+        return f"CountTensor(shape={self.shape}, nnz={self.nnz}, total={self.total}{dims})"
+
+
+def as_count_tensor(data, name: str = "X") -> CountTensor:
+    """Accept a :class:`CountTensor`, a dense array-like of counts, or a scipy sparse matrix."""
+    if isinstance(data, CountTensor):
+        return data
+    if data is None:
+        raise TypeError(f"{name} is None; expected a count tensor (array of nonnegative integers)")
+    try:
+        import scipy.sparse as sp
+
+        if sp.issparse(data):
+            return CountTensor.from_sparse(data)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import pandas as pd
+
+        if isinstance(data, (pd.DataFrame, pd.Series)):
+            raise TypeError(
+                f"{name}: a pandas object is ambiguous; use CountTensor.from_dataframe(df, dims=..., "
+                "count=...) for a long count table or CountTensor.from_samples for samples"
+            )
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(data, (Mapping, str, bytes)):
+        raise TypeError(f"{name} must be an array of counts, got {type(data).__name__}")
+    if isinstance(data, Sequence) or hasattr(data, "__array__"):
+        try:
+            return CountTensor.from_dense(data)
+        except (TypeError, ValueError) as err:
+            raise type(err)(str(err).replace("X ", f"{name} ", 1)) from None
+    raise TypeError(f"{name} must be an array of nonnegative integer counts, got {type(data).__name__}")

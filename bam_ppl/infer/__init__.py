@@ -1,0 +1,4 @@
+"""Inference backends; importing this package registers all of them."""
+
+from . import exact, numpyro_backends  # noqa: F401
+from .registry import infer, methods, register  # noqa: F401

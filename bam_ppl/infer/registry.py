@@ -1,0 +1,103 @@
+"""One registry for every inference backend (DESIGN §4).
+
+A backend is ``fn(model, data, *, rng_key, **options) -> InferenceData`` registered under a
+method name for the model types it accepts. The same name may serve several model families
+(``"gibbs"`` for allocation models and for NBMF), dispatched on the model's type.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..types import KeyLike
+
+
+class Backend(NamedTuple):
+    name: str
+    models: tuple[type, ...]
+    fn: object
+    description: str
+
+
+_BACKENDS: dict[str, list[Backend]] = {}
+
+
+def register(name: str, models: tuple[type, ...] = (object,), description: str | None = None):
+    """Decorator registering an inference backend.
+
+    Examples
+    --------
+    >>> @register("my_method", models=(AllocationModel,))  # doctest: +SKIP
+    ... def my_method(model, data, *, rng_key, **options):
+    ...     return idata
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("register: name must be a non-empty string")
+    models = tuple(models)
+    if not all(isinstance(m, type) for m in models):
+        raise TypeError("register: models must be a tuple of classes")
+
+    def deco(fn):
+        doc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        entries = _BACKENDS.setdefault(name, [])
+        entries[:] = [b for b in entries if b.models != models]
+        entries.append(Backend(name, models, fn, doc))
+        return fn
+
+    return deco
+
+
+def _ensure_loaded() -> None:
+    from .. import infer  # noqa: F401
+
+
+def find(name: str, model) -> Backend:
+    _ensure_loaded()
+    if not isinstance(name, str):
+        raise TypeError(f"method must be a string, got {type(name).__name__}")
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown method {name!r}; registered methods: {sorted(_BACKENDS)}")
+    for backend in reversed(_BACKENDS[name]):
+        if isinstance(model, backend.models):
+            return backend
+    ok = sorted({m.__name__ for b in _BACKENDS[name] for m in b.models})
+    fits = sorted(n for n, bs in _BACKENDS.items() if any(isinstance(model, b.models) for b in bs))
+    raise TypeError(
+        f"method {name!r} accepts models of type {ok}, not {type(model).__name__}; "
+        f"methods for {type(model).__name__}: {fits}"
+    )
+
+
+def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **options):
+    """Run inference and return ArviZ InferenceData.
+
+    Parameters
+    ----------
+    model : a bam_ppl model (AllocationModel, NBMF, ...)
+    data : the data (array-like, CountTensor, binary matrix ...)
+    method : str, optional
+        A registered method (see :func:`methods`); default: the model's ``default_method``.
+    rng_key : int or JAX key
+        Randomness; the same key gives the same result.
+    **options
+        Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...).
+    """
+    if method is None:
+        method = getattr(model, "default_method", None)
+        if method is None:
+            raise ValueError("method is required for this model; see bam_ppl.methods()")
+    backend = find(method, model)
+    return backend.fn(model, data, rng_key=rng_key, **options)
+
+
+def methods():
+    """Registered backends as a pandas DataFrame (method, models, description)."""
+    import pandas as pd
+
+    _ensure_loaded()
+    rows = [
+        dict(method=b.name, models=", ".join(m.__name__ for m in b.models), description=b.description)
+        for name in sorted(_BACKENDS)
+        for b in _BACKENDS[name]
+    ]
+    return pd.DataFrame(rows, columns=["method", "models", "description"])

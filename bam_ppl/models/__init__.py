@@ -1,0 +1,18 @@
+"""Model families: the allocation model, its named presets, and other families."""
+
+from .allocation import AllocationModel, BoundModel, CellLayout, Table
+from .zoo import complete_graph, cp, independence, lda, nmf, symmetric_nmf, tucker
+
+__all__ = [
+    "AllocationModel",
+    "BoundModel",
+    "CellLayout",
+    "Table",
+    "complete_graph",
+    "cp",
+    "independence",
+    "lda",
+    "nmf",
+    "symmetric_nmf",
+    "tucker",
+]
