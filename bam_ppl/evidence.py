@@ -100,9 +100,11 @@ def log_evidence(model, data, method: str = "exact", rng_key: KeyLike = 0, **opt
         raise TypeError(f"method must be a string, got {type(method).__name__}")
     if method not in _EVIDENCE:
         raise ValueError(f"unknown evidence method {method!r}; registered: {sorted(_EVIDENCE)}")
-    for types, fn in reversed(_EVIDENCE[method]):
-        if isinstance(model, types):
-            return fn(model, data, rng_key=rng_key, **options)
+    from .infer.registry import most_specific
+
+    fn = most_specific(model, _EVIDENCE[method])
+    if fn is not None:
+        return fn(model, data, rng_key=rng_key, **options)
     accepted = [t.__name__ for types, _ in _EVIDENCE[method] for t in types]
     raise TypeError(f"evidence method {method!r} accepts {accepted}, not {type(model).__name__}")
 

@@ -47,6 +47,21 @@ def register(name: str, models: tuple[type, ...] = (object,), description: str |
     return deco
 
 
+def most_specific(model, entries):
+    """The entry whose accepted type is nearest to ``type(model)`` in its MRO (None if none fits).
+
+    A backend registered for a subclass (e.g. the Dirichlet-Tucker preset) wins over one
+    registered for :class:`AllocationModel`, whatever the registration order.
+    """
+    mro = type(model).__mro__
+    ranked = [
+        (min(mro.index(t) for t in types if isinstance(model, t)), -k, value)
+        for k, (types, value) in enumerate(entries)
+        if isinstance(model, types)
+    ]
+    return min(ranked, key=lambda r: r[:2])[2] if ranked else None
+
+
 def _ensure_loaded() -> None:
     from .. import infer  # noqa: F401
 
@@ -57,9 +72,9 @@ def find(name: str, model) -> Backend:
         raise TypeError(f"method must be a string, got {type(name).__name__}")
     if name not in _BACKENDS:
         raise ValueError(f"unknown method {name!r}; registered methods: {sorted(_BACKENDS)}")
-    for backend in reversed(_BACKENDS[name]):
-        if isinstance(model, backend.models):
-            return backend
+    best = most_specific(model, [(b.models, b) for b in _BACKENDS[name]])
+    if best is not None:
+        return best
     ok = sorted({m.__name__ for b in _BACKENDS[name] for m in b.models})
     fits = sorted(n for n, bs in _BACKENDS.items() if any(isinstance(model, b.models) for b in bs))
     raise TypeError(
