@@ -402,12 +402,12 @@ class AllocationModel:
             npar = {len(self.dag.parents[n]) for n in group}
             if len(npar) > 1:
                 raise ValueError(f"tie: nodes {group} have different numbers of parents")
+            # Sizes of visible nodes are known only at bind time, where families are compared again.
             sizes = [self.latent.get(n) for n in group]
-            known = {s for s in sizes if s is not None}
-            if len(known) > 1 or (known and None in sizes):
+            if len({s for s in sizes if s is not None}) > 1:
                 raise ValueError(f"tie: tied nodes {group} have different sizes {sizes}")
             for k in range(npar.pop()):
-                psizes = {self.latent.get(self.dag.parents[n][k], -1) for n in group}
+                psizes = {self.latent.get(self.dag.parents[n][k]) for n in group} - {None}
                 if len(psizes) > 1:
                     raise ValueError(f"tie: tied nodes {group} have parents of different sizes")
             vals = {self.priors.get(n) for n in group}
@@ -487,9 +487,9 @@ class AllocationModel:
         and no ``b`` on the model, b = a / S_+.
         """
         S = np.asarray(S)
-        vis_shape = tuple(S.shape[self.dag.nodes.index(n)] for n in self.observed)
         if S.ndim != len(self.dag.nodes):
             raise ValueError(f"S must have {len(self.dag.nodes)} axes {self.dag.nodes}, got {S.ndim}")
+        vis_shape = tuple(S.shape[self.dag.nodes.index(n)] for n in self.observed)
         model = self if b is None else self.replace(b=b)
         bound = model.bind(shape=vis_shape, total=int(np.asarray(S).sum()))
         return bound.log_prob_allocation(S)

@@ -1,0 +1,65 @@
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from bam_ppl import CountTensor
+from bam_ppl.data import as_count_tensor
+
+
+def test_dense_roundtrip_and_views():
+    X = np.array([[2, 0, 1], [0, 0, 3]])
+    t = CountTensor.from_dense(X)
+    assert t.shape == (2, 3) and t.nnz == 3 and t.total == 6
+    np.testing.assert_array_equal(t.to_dense(), X)
+    assert sorted(map(tuple, t.tokens())) == sorted([(0, 0)] * 2 + [(0, 2)] + [(1, 2)] * 3)
+    assert as_count_tensor(X.astype(float)).total == 6
+
+
+def test_tokens_sparse_dataframe():
+    tok = np.array([[0, 1], [0, 1], [1, 0]])
+    t = CountTensor.from_tokens(tok, (2, 2))
+    np.testing.assert_array_equal(t.to_dense(), [[0, 2], [1, 0]])
+    s = CountTensor.from_sparse(sp.csr_matrix(np.array([[0, 2], [1, 0]])))
+    np.testing.assert_array_equal(s.to_dense(), [[0, 2], [1, 0]])
+    df = pd.DataFrame({"hair": ["Black", "Red", "Red"], "sex": ["M", "F", "M"], "Freq": [3, 1, 2]})
+    d = CountTensor.from_dataframe(df, dims=["hair", "sex"], count="Freq")
+    assert d.coords == {"hair": ["Black", "Red"], "sex": ["F", "M"]}
+    assert d.to_dense().tolist() == [[0, 3], [1, 2]]
+
+
+def test_samples_with_missing():
+    samples = np.array([[0, 1], [0, -1], [1, np.nan], [0, 1]], dtype=float)
+    t = CountTensor.from_samples(samples)
+    assert t.has_missing and t.total == 4 and t.shape == (2, 2)
+    assert {tuple(r): c for r, c in zip(t.indices, t.counts)} == {(0, 1): 2, (0, -1): 1, (1, -1): 1}
+    with pytest.raises(ValueError, match="every entry missing"):
+        CountTensor.from_samples(np.array([[0, 1], [-1, -1]]))
+
+
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (np.array([[1, -1]]), ValueError, "negative"),
+        (np.array([[1.5, 1]]), ValueError, "non-integer"),
+        (np.array([[np.nan, 1]]), ValueError, "NaN"),
+        (np.zeros((0, 3)), ValueError, "empty"),
+        (np.array([["a", "b"]]), TypeError, "numbers"),
+        ({"a": 1}, TypeError, "array of counts"),
+        (None, TypeError, "None"),
+        (pd.DataFrame({"a": [1]}), TypeError, "ambiguous"),
+        (np.array(3), ValueError, "at least one axis"),
+    ],
+)
+def test_bad_counts(bad, err, match):
+    with pytest.raises(err, match=match):
+        as_count_tensor(bad)
+
+
+def test_bad_indices():
+    with pytest.raises(ValueError, match="out of range"):
+        CountTensor([[0, 5]], [1], (2, 2))
+    with pytest.raises(ValueError, match="shape"):
+        CountTensor([[0, 1, 1]], [1], (2, 2))
+    with pytest.raises(ValueError, match="coords"):
+        CountTensor([[0, 1]], [1], (2, 2), dims=("a", "b"), coords={"a": ["x"]})
