@@ -37,7 +37,7 @@ def test_tied_nodes_must_match():
         bam.AllocationModel("r -> i; s -> j; r -> s", latent={"r": 2, "i": 3, "s": 2},
                             tie=[("i", "j")]).bind(np.ones(2, int))
     with pytest.raises(ValueError, match="different sizes"):
-        bam.AllocationModel("r -> i; r -> j", latent={"r": 2, "i": 3, "j": 4}, tie=[("i", "j")])
+        bam.AllocationModel("r -> i; r -> j; r -> v", latent={"r": 2, "i": 3, "j": 4}, tie=[("i", "j")])
     with pytest.raises(ValueError, match="families of different sizes"):
         bam.models.symmetric_nmf(2).bind(np.ones((3, 4), int))
 
