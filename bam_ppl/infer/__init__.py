@@ -1,4 +1,5 @@
 """Inference backends; importing this package registers all of them."""
 
 from . import exact, numpyro_backends  # noqa: F401
+from . import cvb, vb  # noqa: F401
 from .registry import infer, methods, register  # noqa: F401
