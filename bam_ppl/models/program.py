@@ -72,7 +72,7 @@ def make_program(model):
             n_cell = jnp.asarray(n[group])
             numpyro.sample("X", dist.Poisson(n_cell * p), obs=counts)
             # Poisson(n_c p) on the nonzero cells -> multinomial(n_c, p) given each group's total.
-            correction = (n_cell * p).sum() + jnp.sum(gammaln(n + 1.0) - n * jnp.log(n) - n)
+            correction = (n_cell * p).sum() + jnp.sum(gammaln(n + 1.0) - n * jnp.log(n))
             numpyro.factor("X_multinomial_correction", correction)
         return None
 

@@ -1,0 +1,120 @@
+"""The NumPyro program of an allocation model under NUTS, SVI, Predictive and render_model."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from numpyro.infer import Predictive
+
+import bam_ppl as bam
+from bam_ppl.convert import attrs_of, group, import_arviz
+from bam_ppl.data import CountTensor
+from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
+from bam_ppl.models.program import _all_cells
+
+az = import_arviz()
+
+
+def _cell_probs_from_draws(idata, X_shape):
+    post = group(idata, "posterior")
+    tk, ti, tj = (post[f"theta_{n}"].values for n in ("k", "i", "j"))
+    return np.einsum("cdk,cdki,cdkj->cdij", tk, ti, tj)
+
+
+def test_nuts_cell_probabilities_match_enumeration():
+    X = np.array([[2, 1], [0, 2]])
+    model = bam.models.nmf(2, a=4.0)
+    bound = model.bind(X)
+    grid = bound.cell_layout(_all_cells(X.shape))
+    exact = exact_posterior_mean(model, X, lambda c: expected_cell_probabilities(bound, c, grid))
+    idata = bam.infer(model, X, method="nuts", rng_key=1, num_warmup=500, num_samples=1000, num_chains=2)
+    p = _cell_probs_from_draws(idata, X.shape).reshape(2, 1000, -1)
+    for cell in range(p.shape[-1]):
+        draws = p[..., cell]
+        mcse = draws.std() / np.sqrt(float(az.ess(draws)))
+        assert abs(draws.mean() - exact[cell]) < 4 * mcse + 1e-3, (cell, draws.mean(), exact[cell], mcse)
+    assert attrs_of(idata)["method"] == "nuts"
+    assert int(group(idata, "sample_stats")["diverging"].sum()) < 20
+
+
+def test_nuts_latent_free_matches_conjugate_posterior():
+    X = np.array([[3, 0, 1], [1, 4, 2]])
+    model = bam.AllocationModel("i -> j", a=3.0)
+    idata = bam.infer(model, X, method="nuts", rng_key=0, num_warmup=300, num_samples=800, num_chains=2)
+    post = group(idata, "posterior")
+    conc = {t.name: t.concentration for t in model.bind(X).tables}
+    counts = {"i": X.sum(1), "j": X}
+    for name in ("i", "j"):
+        alpha = conc[name] + counts[name]
+        expected = alpha / alpha.sum(-1, keepdims=True)
+        draws = post[f"theta_{name}"].values
+        sd = draws.std(axis=(0, 1))
+        ess = np.asarray(az.ess(post[f"theta_{name}"])[f"theta_{name}"])
+        np.testing.assert_array_less(np.abs(draws.mean((0, 1)) - expected), 4 * sd / np.sqrt(ess) + 1e-3)
+    # the total rate: Gamma(a + T, b + 1)
+    T, a = X.sum(), 3.0
+    rate = post["total_rate"].values
+    assert abs(rate.mean() - (a + T) / (a / T + 1)) < 4 * rate.std() / np.sqrt(float(az.ess(rate)))
+
+
+@pytest.mark.parametrize("guide", ["normal", "delta"])
+def test_svi_runs_and_fits(guide):
+    X = np.array([[5, 0, 1], [0, 6, 2], [1, 0, 4]])
+    idata = bam.infer(bam.models.nmf(2, a=2.0), X, method="svi", rng_key=0, guide=guide,
+                      num_steps=1500, learning_rate=0.05, num_samples=200)
+    loss = group(idata, "sample_stats")["loss"].values[0]
+    assert loss[-100:].mean() < loss[:100].mean()
+    post = group(idata, "posterior")
+    p = np.einsum("cdk,cdki,cdkj->cdij", *(post[f"theta_{n}"].values for n in "kij")).mean((0, 1))
+    # the fitted cell probabilities follow the data's proportions
+    assert np.corrcoef(p.ravel(), (X / X.sum()).ravel())[0, 1] > 0.8
+
+
+def test_program_with_predictive_and_render():
+    model = bam.models.nmf(2, a=2.0, b=0.2)
+    program = model.numpyro_model()
+    prior = Predictive(program, num_samples=7)(jax.random.PRNGKey(0), shape=(3, 4))
+    assert prior["X"].shape == (7, 3, 4)
+    assert prior["theta_i"].shape == (7, 2, 3)
+    np.testing.assert_allclose(prior["theta_i"].sum(-1), 1.0, rtol=1e-5)
+    X = np.array([[1, 0, 2, 0], [0, 3, 0, 1], [2, 0, 0, 1]])
+    idata = bam.infer(model, X, method="svi", rng_key=0, num_steps=200, num_samples=50)
+    post = {k: group(idata, "posterior")[k].values[0] for k in ("theta_k", "theta_i", "theta_j", "total_rate")}
+    ppc = Predictive(program, posterior_samples=post)(jax.random.PRNGKey(1), shape=X.shape)
+    assert ppc["X"].shape == (50, 3, 4)
+    pytest.importorskip("graphviz")
+    import numpyro
+
+    graph = numpyro.render_model(functools.partial(program, X), render_distributions=True)
+    assert "theta_k" in graph.source and "Dirichlet" in graph.source
+
+
+def test_conditioned_program_is_multinomial():
+    # Under condition_on, the program's log density equals the multinomial of each document.
+    import jax.numpy as jnp
+    from numpyro.infer.util import log_density
+    from scipy.stats import multinomial
+
+    model = bam.models.lda(2, a=2.0)
+    X = np.array([[2, 1, 0], [0, 1, 3]])
+    program = model.numpyro_model()
+    theta = {"theta_k": jnp.array([[0.3, 0.7], [0.6, 0.4]]),
+             "theta_w": jnp.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])}
+    ld, trace = log_density(program, (X,), {}, theta)
+    prior = sum(float(site["fn"].log_prob(site["value"]).sum()) for name, site in trace.items()
+                if name.startswith("theta"))
+    p = np.asarray(theta["theta_k"]) @ np.asarray(theta["theta_w"])
+    expected = sum(multinomial.logpmf(X[d], X[d].sum(), p[d]) for d in range(2))
+    assert float(ld) - prior == pytest.approx(expected, rel=1e-5)
+
+
+def test_observed_as_count_tensor_with_coords():
+    X = CountTensor.from_dense(np.array([[1, 2], [3, 0]]), dims=("a", "b"),
+                               coords={"a": ["x", "y"], "b": ["u", "v"]})
+    model = bam.AllocationModel("a -> b", a=1.0)
+    idata = bam.infer(model, X, method="svi", rng_key=0, num_steps=50, num_samples=10)
+    obs = group(idata, "observed_data")["X"]
+    assert obs.dims == ("a", "b") and list(obs.coords["a"].values) == ["x", "y"]
+    post = group(idata, "posterior")["theta_b"]
+    assert post.dims == ("chain", "draw", "a", "b")
