@@ -2,4 +2,5 @@
 
 from . import exact, numpyro_backends  # noqa: F401
 from . import cvb, vb  # noqa: F401
+from . import smc  # noqa: F401
 from .registry import infer, methods, register  # noqa: F401

@@ -1,0 +1,492 @@
+"""Pólya-urn sequential Monte Carlo for any allocation model (papers/000 §4.1–4.2, Algorithms 1–3).
+
+The Bayesian allocation model integrated over its tables and total rate is a Pólya urn
+(eq. 4.1): token τ lands in the full cell c with probability
+
+    p_τ(c | S^{τ−1}) = ∏_m Ŝ_fa(m)(c) / Ŝ_pa(m)(c),   Ŝ = α + S^{τ−1},
+
+a product over the table members m (tied members of one table also see the increments of the
+same token's earlier members, papers/000 App. E). The SMC visits the T observed tokens in one
+random order shared by all particles (exchangeability makes every order equally likely, so a
+fixed order only removes the visible part of the proposal's variance; see the digest's
+implementation notes). For each token it draws the free indices — latent nodes, and visible
+nodes missing in that token — from their exact conditional given the visible ones, which makes
+the incremental weight (eq. 4.11)
+
+    u^τ = p_{τ,V}(c_V | S^{τ−1}) = Σ_l valid(c_V, l) ∏_m Ŝ_fa(m) / Ŝ_pa(m)
+
+independent of the draw (up to the constant (T − τ + 1)/(X − S_V)(c_V), folded into the
+multinomial coefficient below). Since u^τ is known before the draw, particles are resampled
+*before* the latent draw (a fully adapted filter). The estimate of the evidence is
+
+    log L_X = log Pr(T) + log T! − Σ_u lnΓ(X_u + 1) + Σ_epochs log mean_p W_p
+
+(eq. 4.9; Algorithm 3 with Z started at 1 and the final un-resampled weights included), where
+log Pr(T) + log T! = :meth:`BoundModel.log_total_term`. Under ``condition_on`` the total term
+is replaced by Σ_c lnΓ(n_c + 1) over the conditioned cells (the multinomial given their totals).
+
+The core is functional: :class:`SMCState`, :func:`init`, :func:`step` and :func:`run_tokens`
+(a ``lax.scan`` of the step, jitted once per shapes and static settings). The leading axes of the
+state are ``(chain, particle)``; each particle carries only the concatenated table counts and
+their column sums (int32), so memory is O(chains × particles × Σ table sizes), independent of the
+dense size of X.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from scipy.special import gammaln
+
+from ..convert import allocation_inference_data
+from ..data import MISSING, CountTensor, as_count_tensor
+from ..evidence import EvidenceEstimate, register_evidence
+from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
+from ..types import Array, PRNGKey, as_key
+from .registry import register
+from .resampling import RESAMPLERS, effective_sample_size
+from .validation import check_choice, check_int, check_positive
+
+# Runs with more particle-token updates than this show a progress bar unless told otherwise.
+PROGRESS_BAR_MIN_UPDATES = 50_000_000
+# Tokens per jitted call when a progress bar is shown (the bar advances once per call).
+PROGRESS_CHUNK_TOKENS = 256
+
+
+class UrnTables(NamedTuple):
+    """The model's urn in flat form (see :class:`~bam_ppl.models.allocation.CellLayout`).
+
+    ``concentration`` and ``column_concentration`` are α of all tables, concatenated, and their
+    column sums; for member m, observed cell u and free configuration l the table entry is
+    ``cell_flat[m, u] + config_flat[m, l]`` and its column ``cell_col[m, u] + config_col[m, l]``.
+    ``valid`` (cells × configurations) is None unless the data have missing entries.
+    """
+
+    concentration: Array
+    column_concentration: Array
+    cell_flat: Array
+    config_flat: Array
+    cell_col: Array
+    config_col: Array
+    valid: Array | None
+
+
+class SMCState(NamedTuple):
+    """Particle system of ``num_chains`` independent runs.
+
+    Attributes
+    ----------
+    counts : int32 (chain, particle, table entries)
+        Family counts S_fa of every table, concatenated.
+    column_counts : int32 (chain, particle, table columns)
+        Their sums over each table's child axis.
+    log_weights : float64 (chain, particle)
+        Log weights accumulated since the last resampling.
+    log_evidence : float64 (chain,)
+        Σ over completed resampling epochs of log mean_p W_p.
+    key : (chain, 2) uint32
+        Each run's PRNG key.
+    """
+
+    counts: Array
+    column_counts: Array
+    log_weights: Array
+    log_evidence: Array
+    key: Array
+
+
+class SMCInfo(NamedTuple):
+    """Per-token diagnostics (BlackJAX-style): ESS before resampling and whether it resampled."""
+
+    ess: Array
+    resampled: Array
+
+
+def urn_tables(bound: BoundModel, layout: CellLayout) -> UrnTables:
+    """Device arrays of the urn for ``bound`` and the data's ``layout``."""
+    return UrnTables(
+        concentration=jnp.asarray(bound.flat_concentration, dtype=jnp.float64),
+        column_concentration=jnp.asarray(bound.flat_column_concentration, dtype=jnp.float64),
+        cell_flat=jnp.asarray(layout.cell_flat, dtype=jnp.int32),
+        config_flat=jnp.asarray(layout.config_flat, dtype=jnp.int32),
+        cell_col=jnp.asarray(layout.cell_col, dtype=jnp.int32),
+        config_col=jnp.asarray(layout.config_col, dtype=jnp.int32),
+        valid=None if layout.valid is None else jnp.asarray(layout.valid),
+    )
+
+
+def init(keys: PRNGKey, urn: UrnTables, num_particles: int) -> SMCState:
+    """Empty urns: every particle of every run starts from S = 0 with weight 1."""
+    num_chains = keys.shape[0]
+    return SMCState(
+        counts=jnp.zeros((num_chains, num_particles, urn.concentration.shape[0]), jnp.int32),
+        column_counts=jnp.zeros((num_chains, num_particles, urn.column_concentration.shape[0]), jnp.int32),
+        log_weights=jnp.zeros((num_chains, num_particles), jnp.float64),
+        log_evidence=jnp.zeros((num_chains,), jnp.float64),
+        key=keys,
+    )
+
+
+def _token_indices(urn: UrnTables, cell: Array, same_table_before):
+    """Table entries, columns and tie increments of one token, shared by all particles.
+
+    Returns ``(entry, column, prior, prior_column)``, each (members, configurations): the flat
+    entry/column indices and α at those indices plus the within-token increments of tied members
+    (an earlier member of the same table that used the same entry has already added one token).
+    """
+    entry = urn.cell_flat[:, cell][:, None] + urn.config_flat
+    column = urn.cell_col[:, cell][:, None] + urn.config_col
+    prior = urn.concentration[entry]
+    prior_column = urn.column_concentration[column]
+    rows, rows_col = [], []
+    for m, earlier in enumerate(same_table_before):
+        add = sum((entry[k] == entry[m]).astype(prior.dtype) for k in earlier) if earlier else 0.0
+        add_col = sum((column[k] == column[m]).astype(prior.dtype) for k in earlier) if earlier else 0.0
+        rows.append(prior[m] + add)
+        rows_col.append(prior_column[m] + add_col)
+    return entry, column, jnp.stack(rows), jnp.stack(rows_col)
+
+
+def _configuration_probabilities(counts, column_counts, entry, column, prior, prior_column, valid_row):
+    """Urn probabilities of every free configuration for one particle, in scaled linear space.
+
+    Returns ``(probabilities, log_scale)`` with p_τ(c_V, l | S) = probabilities[l] · exp(log_scale).
+    The product over members runs in linear space (one division per factor instead of a log);
+    after each member the vector is divided by its maximum so tiny concentrations cannot underflow.
+    """
+    num_members = entry.shape[0]
+    probabilities = jnp.ones(entry.shape[1], jnp.float64)
+    log_scale = jnp.zeros((), jnp.float64)
+    for m in range(num_members):
+        factor = (prior[m] + counts[entry[m]]) / (prior_column[m] + column_counts[column[m]])
+        probabilities = probabilities * factor
+        if valid_row is not None and m == 0:
+            probabilities = jnp.where(valid_row, probabilities, 0.0)
+        peak = jnp.max(probabilities)
+        probabilities = probabilities / peak
+        log_scale = log_scale + jnp.log(peak)
+    return probabilities, log_scale
+
+
+def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, resampling: str,
+         ess_threshold: float) -> tuple[SMCState, SMCInfo]:
+    """Add one observed token (per run, cell index ``cell`` of shape (chain,)) to every particle.
+
+    1. incremental weight u^τ = p_{τ,V}(c_V | S) of every particle (eq. 4.11);
+    2. if ESS < ``ess_threshold`` · P in a run: close its epoch (log mean W into the evidence)
+       and resample its particles with the chosen scheme;
+    3. draw the free configuration from its exact conditional p(l | c_V, S) (§4.2 proposal);
+    4. add the token to the drawn family counts.
+    """
+    num_particles = state.counts.shape[1]
+    keys = jax.vmap(lambda k: jax.random.split(k, 3))(state.key)
+    next_key, resample_key, draw_key = keys[:, 0], keys[:, 1], keys[:, 2]
+
+    def per_chain(counts, column_counts, cell):
+        entry, column, prior, prior_column = _token_indices(urn, cell, same_table_before)
+        valid_row = None if urn.valid is None else urn.valid[cell]
+        probs, log_scale = jax.vmap(
+            _configuration_probabilities, in_axes=(0, 0, None, None, None, None, None)
+        )(counts, column_counts, entry, column, prior, prior_column, valid_row)
+        return entry, column, probs, log_scale
+
+    entry, column, probs, log_scale = jax.vmap(per_chain)(state.counts, state.column_counts, cell)
+    log_increment = jnp.log(jnp.sum(probs, axis=-1)) + log_scale
+    log_weights = state.log_weights + log_increment
+
+    ess = effective_sample_size(log_weights)
+    resample = ess < ess_threshold * num_particles
+    epoch = jax.nn.logsumexp(log_weights, axis=-1) - math.log(num_particles)
+    log_evidence = jnp.where(resample, state.log_evidence + epoch, state.log_evidence)
+    resampler = RESAMPLERS[resampling]
+    drawn = jax.vmap(lambda k, w: resampler(k, w, num_particles))(resample_key, log_weights)
+    identity = jnp.arange(num_particles, dtype=jnp.int32)
+    ancestors = jnp.where(resample[:, None], drawn, identity[None, :])
+
+    def copy(operands):
+        take = jax.vmap(lambda x, a: x[a])
+        return tuple(take(x, ancestors) for x in operands)
+
+    # A real branch (the predicate is one scalar): the O(P × table size) copy only when some run resamples.
+    counts, column_counts, probs = lax.cond(
+        jnp.any(resample), copy, lambda operands: operands, (state.counts, state.column_counts, probs)
+    )
+    log_weights = jnp.where(resample[:, None], 0.0, log_weights)
+
+    # Inverse-CDF draw of each particle's free configuration from its (scaled) probabilities.
+    uniforms = jax.vmap(lambda k: jax.random.uniform(k, (num_particles,), jnp.float64))(draw_key)
+    cumulative = jnp.cumsum(probs, axis=-1)
+    chosen = jnp.argmax(cumulative > uniforms[..., None] * cumulative[..., -1:], axis=-1)
+
+    def add_token(counts, column_counts, entry, column, chosen):
+        return counts.at[entry[:, chosen]].add(1), column_counts.at[column[:, chosen]].add(1)
+
+    counts, column_counts = jax.vmap(jax.vmap(add_token, in_axes=(0, 0, None, None, 0)))(
+        counts, column_counts, entry, column, chosen
+    )
+    new_state = SMCState(counts, column_counts, log_weights, log_evidence, next_key)
+    return new_state, SMCInfo(ess=ess, resampled=resample)
+
+
+@partial(jax.jit, static_argnames=("same_table_before", "resampling"))
+def run_tokens(state: SMCState, cells: Array, active: Array, urn: UrnTables, ess_threshold: Array, *,
+               same_table_before, resampling: str) -> tuple[SMCState, SMCInfo]:
+    """``lax.scan`` of :func:`step` over a block of tokens.
+
+    ``cells`` is (tokens, chain): the observed cell of each token in each run's order. ``active``
+    (tokens,) is False for padding at the end of the last block, where the state is left as is.
+    """
+
+    def body(state, inputs):
+        cell, is_active = inputs
+        stepped = partial(step, urn=urn, same_table_before=same_table_before, resampling=resampling,
+                          ess_threshold=ess_threshold)
+        idle = lambda s, _: (s, SMCInfo(jnp.full(s.log_evidence.shape, jnp.nan, jnp.float64),
+                                        jnp.zeros(s.log_evidence.shape, bool)))
+        return lax.cond(is_active, stepped, idle, state, cell)
+
+    return lax.scan(body, state, (cells, active))
+
+
+def finish(state: SMCState) -> Array:
+    """Per-run log of the product of epoch means, including the last, un-resampled epoch."""
+    num_particles = state.log_weights.shape[1]
+    return state.log_evidence + jax.nn.logsumexp(state.log_weights, axis=-1) - math.log(num_particles)
+
+
+@jax.jit
+def _allocation_log_prob(counts, column_counts, concentration, column_concentration):
+    """log Pr of a particle's token sequence under the urn, up to a constant (exchangeability, §4.1)."""
+    return (jnp.sum(lax.lgamma(concentration + counts), -1)
+            - jnp.sum(lax.lgamma(column_concentration + column_counts), -1))
+
+
+class SMCResult(NamedTuple):
+    """Output of :func:`run_smc` (numpy arrays).
+
+    ``chain_log_evidence`` (chain,) is each run's full log L_X estimate; ``counts`` (chain,
+    particle, entries) the equally weighted particles after the final resampling;
+    ``best_counts`` (chain, entries) the particle whose allocation is most probable (the "most
+    likely decomposition" of papers/000 §5.2, Fig. 13); ``ess`` and ``resampled`` (chain, token)
+    the per-token diagnostics.
+    """
+
+    chain_log_evidence: np.ndarray
+    counts: np.ndarray
+    column_counts: np.ndarray
+    best_counts: np.ndarray
+    best_log_prob: np.ndarray
+    ess: np.ndarray
+    resampled: np.ndarray
+
+
+def log_evidence_constant(bound: BoundModel, data: CountTensor) -> float:
+    """The data-only part of log L_X: total term, conditioned-cell and multinomial coefficients."""
+    value = bound.log_total_term() - float(gammaln(data.counts + 1.0).sum())
+    if bound.conditioned:
+        pos = [bound.visible.index(c) for c in bound.conditioned]
+        _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
+        value += float(gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum())
+    return value
+
+
+def _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar):
+    check_int(num_particles, "num_particles", minimum=1)
+    check_int(num_chains, "num_chains", minimum=1)
+    check_positive(ess_threshold, "ess_threshold", upper=1.0, allow_zero=True)
+    if not isinstance(resampling, str):
+        raise TypeError(f"resampling must be a string, got {type(resampling).__name__}")
+    check_choice(resampling, "resampling", RESAMPLERS)
+    check_int(max_configs, "max_configs", minimum=1)
+    if progress_bar is not None and not isinstance(progress_bar, bool):
+        raise TypeError(f"progress_bar must be True, False or None (automatic), got {progress_bar!r}")
+
+
+def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS):
+    """Validate ``data`` for ``model`` and build (data, bound model, cell layout); no compilation."""
+    if not isinstance(model, AllocationModel):
+        raise TypeError(f"model must be an AllocationModel, got {type(model).__name__}")
+    data = as_count_tensor(data)
+    if data.total == 0:
+        raise ValueError("X has no tokens (T = 0); the SMC needs at least one observed token")
+    bound = model.bind(data)
+    if bound.conditioned:
+        pos = [bound.visible.index(c) for c in bound.conditioned]
+        if (data.indices[:, pos] == MISSING).any():
+            raise ValueError(
+                f"X has missing entries on the conditioned node(s) {bound.conditioned}; "
+                "conditioned totals must be fully observed"
+            )
+    layout = bound.cell_layout(data, max_configs=max_configs)
+    return data, bound, layout
+
+
+def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,
+            ess_threshold: float = 0.5, resampling: str = "systematic",
+            max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None) -> SMCResult:
+    """Run ``num_chains`` independent Pólya-urn SMC runs of ``num_particles`` particles.
+
+    Parameters
+    ----------
+    model : AllocationModel
+    data : array-like or CountTensor
+        Counts, or samples with missing entries (``CountTensor.from_samples``).
+    rng_key : int or JAX key
+    num_particles, num_chains : int
+    ess_threshold : float in [0, 1]
+        Resample a run when its ESS drops below ``ess_threshold · num_particles``; 0 gives plain
+        sequential importance sampling (never resampled, unbiased).
+    resampling : {"systematic", "stratified", "multinomial", "residual"}
+    max_configs : int
+        Largest number of joint free-node configurations to enumerate per token.
+    progress_bar : bool or None
+        tqdm bar over blocks of tokens; None shows it for long runs only.
+    """
+    _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
+    key = as_key(rng_key)
+    data, bound, layout = prepare(model, data, max_configs)
+    num_tokens = data.total
+    if progress_bar is None:
+        progress_bar = num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES
+    with jax.enable_x64(True):
+        urn = urn_tables(bound, layout)
+        order_key, run_key, final_key = jax.random.split(key, 3)
+        tokens = jnp.repeat(jnp.arange(data.nnz, dtype=jnp.int32), jnp.asarray(data.counts),
+                            total_repeat_length=num_tokens)
+        # One random order of the tokens per run, shared by that run's particles (§7 notes).
+        orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(jax.random.split(order_key, num_chains))
+        block = min(num_tokens, PROGRESS_CHUNK_TOKENS) if progress_bar else num_tokens
+        num_blocks = -(-num_tokens // block)
+        padded = num_blocks * block
+        cells = jnp.zeros((padded, num_chains), jnp.int32).at[:num_tokens].set(orders.T)
+        active = jnp.arange(padded) < num_tokens
+        state = init(jax.random.split(run_key, num_chains), urn, num_particles)
+        threshold = jnp.asarray(ess_threshold, jnp.float64)
+        infos = []
+        blocks = range(num_blocks)
+        if progress_bar:
+            from tqdm.auto import tqdm
+
+            blocks = tqdm(blocks, desc=f"SMC ({num_chains}×{num_particles})", unit="block")
+        for b in blocks:
+            rows = slice(b * block, (b + 1) * block)
+            state, info = run_tokens(state, cells[rows], active[rows], urn, threshold,
+                                     same_table_before=layout.same_table_before, resampling=resampling)
+            infos.append(info)
+        chain_log = finish(state) + log_evidence_constant(bound, data)
+        # Final resampling: equally weighted particles for the posterior (§4.2, Algorithm 3).
+        resampler = RESAMPLERS[resampling]
+        ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
+            jax.random.split(final_key, num_chains), state.log_weights)
+        counts = jax.vmap(lambda x, a: x[a])(state.counts, ancestors)
+        column_counts = jax.vmap(lambda x, a: x[a])(state.column_counts, ancestors)
+        log_prob = _allocation_log_prob(counts, column_counts, urn.concentration, urn.column_concentration)
+        best = jnp.argmax(log_prob, axis=-1)
+        chain_idx = jnp.arange(num_chains)
+        ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
+        resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
+        return SMCResult(
+            chain_log_evidence=np.asarray(chain_log),
+            counts=np.asarray(counts),
+            column_counts=np.asarray(column_counts),
+            best_counts=np.asarray(counts[chain_idx, best]),
+            best_log_prob=np.asarray(log_prob[chain_idx, best]),
+            ess=np.asarray(ess),
+            resampled=np.asarray(resampled),
+        )
+
+
+def pooled_log_evidence(chain_log_evidence) -> tuple[float, float]:
+    """Log-mean-exp over independent runs and its delta-method standard error.
+
+    Each run's exp(value) is an unbiased estimate of L_X, so their mean is too; the standard error
+    of log(mean) is sd(exp values) / (sqrt(C) · mean) (nan for a single run).
+    """
+    values = np.asarray(chain_log_evidence, dtype=np.float64)
+    peak = values.max()
+    scaled = np.exp(values - peak)
+    mean = scaled.mean()
+    value = float(peak + np.log(mean))
+    if values.size < 2:
+        return value, float("nan")
+    return value, float(scaled.std(ddof=1) / (np.sqrt(values.size) * mean))
+
+
+def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
+    """θ per particle from Dirichlet(α + S_fa) (eq. 3.10), and λ ~ Gamma(a + T, b + 1)."""
+    theta_key, rate_key = jax.random.split(key)
+    keys = jax.random.split(theta_key, len(bound.tables))
+    theta = {}
+    for k, (name, table_counts) in zip(keys, bound.split_flat(counts).items()):
+        table = next(t for t in bound.tables if t.name == name)
+        concentration = jnp.asarray(table.concentration + table_counts, jnp.float64)
+        # Log-space Gamma draws: small concentrations would underflow ordinary Gamma variates.
+        log_gamma = jax.random.loggamma(k, concentration, dtype=jnp.float64)
+        theta[name] = np.asarray(jax.nn.softmax(log_gamma, axis=-1))
+    rate = None
+    if bound.has_total_term:
+        shape = counts.shape[:2]
+        rate = np.asarray(jax.random.gamma(rate_key, bound.a + bound.total, shape, jnp.float64) / (bound.b + 1.0))
+    return theta, rate
+
+
+@register("smc", models=(AllocationModel,))
+def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
+        ess_threshold: float = 0.5, resampling: str = "systematic",
+        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None):
+    """Pólya-urn SMC (papers/000 §4.2): posterior particles and per-run evidence estimates.
+
+    Chains are independent SMC runs; draws are the equally weighted particles after a final
+    resampling, each with θ drawn from its Dirichlet posterior (eq. 3.10). ``sample_stats``
+    holds ``log_marginal_likelihood`` (chain), the ``ess`` trace and ``resampled`` flags (chain,
+    token), and ``best_particle_counts_<table>`` (chain, *table dims): the family counts of each
+    run's most probable final allocation (papers/000 §5.2, Fig. 13). See :func:`run_smc` for
+    the options.
+    """
+    result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
+                     ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
+                     progress_bar=progress_bar)
+    data = as_count_tensor(data)
+    bound = model.bind(data)
+    with jax.enable_x64(True):
+        posterior_key = jax.random.fold_in(as_key(rng_key), 1)
+        theta, rate = _draw_posterior(posterior_key, bound, result.counts)
+    stats = {
+        "log_marginal_likelihood": (("chain",), result.chain_log_evidence),
+        "ess": (("chain", "token"), result.ess),
+        "resampled": (("chain", "token"), result.resampled),
+        "best_particle_log_prob": (("chain",), result.best_log_prob),
+    }
+    for table in bound.tables:
+        stats[f"best_particle_counts_{table.name}"] = (
+            ("chain", *table.dims), bound.split_flat(result.best_counts)[table.name])
+    value, stderr = pooled_log_evidence(result.chain_log_evidence)
+    return allocation_inference_data(
+        bound, data, theta=theta, total_rate=rate, method="smc", sample_stats=stats,
+        attrs=dict(num_particles=num_particles, num_chains=num_chains, ess_threshold=ess_threshold,
+                   resampling=resampling, log_marginal_likelihood=value,
+                   log_marginal_likelihood_stderr=stderr),
+    )
+
+
+@register_evidence("smc", models=(AllocationModel,))
+def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
+                     ess_threshold: float = 0.5, resampling: str = "systematic",
+                     max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None):
+    """Unbiased SMC estimate of L_X, pooled over ``num_chains`` runs (log-mean-exp ± delta-method SE)."""
+    result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
+                     ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
+                     progress_bar=progress_bar)
+    value, stderr = pooled_log_evidence(result.chain_log_evidence)
+    return EvidenceEstimate(
+        value=value, stderr=stderr, method="smc", kind="estimate",
+        details=dict(chain_log_evidence=result.chain_log_evidence.tolist(), num_particles=num_particles,
+                     num_chains=num_chains, ess_threshold=ess_threshold, resampling=resampling,
+                     resampling_rate=float(result.resampled.mean())),
+    )

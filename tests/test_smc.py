@@ -1,0 +1,220 @@
+"""Pólya-urn SMC against exact enumeration, closed forms and known invariances (papers/000 §4.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bam_ppl as bam
+from bam_ppl.convert import attrs_of, group
+from bam_ppl.data import CountTensor
+from bam_ppl.infer import smc as smc_module
+from bam_ppl.infer.exact import exact_log_evidence, exact_posterior_mean
+
+# papers/000 §5.1.1 (notes/bam_digest.md §14).
+X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
+X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
+
+
+def smc_estimate(model, X, rng_key=0, **options):
+    options = {"num_particles": 2000, "num_chains": 8, **options}
+    return bam.log_evidence(model, X, method="smc", rng_key=rng_key, **options)
+
+
+def assert_matches_exact(estimate, exact):
+    tolerance = max(0.05, 3 * estimate.stderr)
+    assert abs(estimate.value - exact) <= tolerance, (estimate, exact)
+
+
+@pytest.mark.parametrize("name, X", [("X1", X1), ("X2", X2)])
+@pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
+def test_nmf_matches_exact_rank_two(name, X, a):
+    model = bam.models.nmf(2, a=a)
+    assert_matches_exact(smc_estimate(model, X), exact_log_evidence(model, X))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, X", [("X1", X1), ("X2", X2)])
+@pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_nmf_matches_exact_all_ranks(name, X, a, rank):
+    model = bam.models.nmf(rank, a=a)
+    assert_matches_exact(smc_estimate(model, X), exact_log_evidence(model, X))
+
+
+def test_reference_values_of_the_paper():
+    # Exact values of notes/bam_digest.md §14 (X(1), a = 1): the SMC reproduces them.
+    for rank, reference in [(2, -19.811), (3, -20.093)]:
+        estimate = smc_estimate(bam.models.nmf(rank, a=1.0), X1)
+        assert abs(estimate.value - reference) <= max(0.05, 3 * estimate.stderr)
+
+
+RNG = np.random.default_rng(7)
+OTHER_MODELS = {
+    "nmf_random": (bam.models.nmf(2, a=0.5), RNG.integers(0, 3, (3, 3))),
+    "cp_random": (bam.models.cp(2, a=1.0), RNG.integers(0, 2, (2, 3, 2))),
+    "tucker": (bam.models.tucker((2, 2), a=1.0), np.array([[2, 0, 1], [0, 1, 1]])),
+    "symmetric_nmf_tied": (bam.models.symmetric_nmf(2, a=0.5), np.array([[2, 1, 0], [1, 0, 1], [0, 1, 2]])),
+    "lda_conditioned": (bam.models.lda(2, a=1.0), np.array([[2, 1, 0], [0, 1, 2]])),
+    "explicit_priors": (
+        bam.AllocationModel("k -> i; k -> j", latent={"k": 2}, a=1.0, b=0.3, priors={"i": 0.7, "k": 0.2}),
+        np.array([[2, 1], [0, 3]]),
+    ),
+    "missing_entries": (
+        bam.models.cp(2, a=1.0),
+        CountTensor.from_samples(
+            np.array([[0, 1, 0], [1, -1, 0], [0, 0, -1], [1, 1, 1], [-1, 0, 1], [0, 1, 0]]), shape=(2, 2, 2)
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_MODELS))
+def test_other_models_match_exact(name):
+    model, X = OTHER_MODELS[name]
+    assert_matches_exact(smc_estimate(model, X), exact_log_evidence(model, X))
+
+
+@pytest.mark.parametrize("model", [bam.models.complete_graph(3, a=1.0), bam.models.independence(3, a=2.0)],
+                         ids=["complete", "independence"])
+def test_latent_free_models_equal_closed_form(model):
+    X = np.random.default_rng(3).integers(0, 5, (2, 3, 2))
+    estimate = smc_estimate(model, X, num_particles=10, num_chains=2)
+    assert abs(estimate.value - exact_log_evidence(model, X)) < 1e-8
+
+
+def test_markov_equivalent_structures_agree():
+    # k -> i; k -> j and i -> k -> j are Markov equivalent: same evidence under BDeu (Remark 3.2).
+    X = np.array([[3, 1, 0], [0, 2, 2]])
+    star = bam.AllocationModel("k -> i; k -> j", latent={"k": 3}, observed=("i", "j"), a=1.0)
+    chain = bam.AllocationModel("i -> k; k -> j", latent={"k": 3}, observed=("i", "j"), a=1.0)
+    assert exact_log_evidence(star, X) == pytest.approx(exact_log_evidence(chain, X), abs=1e-9)
+    first, second = smc_estimate(star, X, rng_key=1), smc_estimate(chain, X, rng_key=2)
+    combined = np.hypot(first.stderr, second.stderr)
+    assert abs(first.value - second.value) <= max(0.05, 3 * combined)
+
+
+def test_plain_sis_is_unbiased():
+    # Without resampling every run is an unbiased estimate of L_X: the natural-scale mean of many
+    # independent runs matches the exact evidence within its Monte Carlo error.
+    model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
+    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0)
+    assert not result.resampled.any()
+    ratios = np.exp(result.chain_log_evidence - exact_log_evidence(model, X))
+    assert abs(ratios.mean() - 1.0) <= 3 * ratios.std(ddof=1) / np.sqrt(ratios.size)
+
+
+def test_posterior_matches_exact_expected_counts():
+    # Label-invariant statistic: the visible node's marginal counts, which are random only through
+    # the missing entries (free visible indices).
+    model, X = OTHER_MODELS["missing_entries"]
+    bound = model.bind(X)
+    start = bound.table_starts[[t.name for t in bound.tables].index("i")]
+    table_i = next(t for t in bound.tables if t.name == "i")
+
+    def marginal(flat):
+        return flat[:, start:start + table_i.size].reshape(-1, *table_i.shape).sum(1)
+
+    exact = exact_posterior_mean(model, X, marginal)
+    result = smc_module.run_smc(model, X, 3, num_particles=2000, num_chains=8)
+    per_chain = marginal(result.counts.reshape(-1, result.counts.shape[-1])).reshape(8, 2000, -1).mean(1)
+    error = per_chain.std(0, ddof=1) / np.sqrt(8)
+    assert np.all(np.abs(per_chain.mean(0) - exact) <= np.maximum(4 * error, 0.02))
+
+
+def test_inference_data_layout():
+    model = bam.models.nmf(2, a=1.0)
+    idata = bam.infer(model, X1, method="smc", rng_key=0, num_particles=50, num_chains=3)
+    posterior, stats = group(idata, "posterior"), group(idata, "sample_stats")
+    assert posterior["theta_i"].dims == ("chain", "draw", "k", "i")
+    assert posterior["theta_i"].shape == (3, 50, 2, 3)
+    np.testing.assert_allclose(posterior["theta_j"].sum("j"), 1.0, rtol=1e-9)
+    assert (posterior["total_rate"] > 0).all()
+    assert stats["log_marginal_likelihood"].dims == ("chain",)
+    assert stats["ess"].dims == ("chain", "token") and stats["ess"].shape == (3, X1.sum())
+    assert stats["resampled"].dtype == bool
+    best_root = stats["best_particle_counts_k"]
+    assert best_root.dims == ("chain", "k") and (best_root.sum("k") == X1.sum()).all()
+    np.testing.assert_array_equal(stats["best_particle_counts_i"].sum("k"), np.tile(X1.sum(1), (3, 1)))
+    attrs = attrs_of(idata)
+    assert attrs["method"] == "smc" and attrs["num_particles"] == 50
+
+
+def test_same_key_same_result_and_no_retracing():
+    model = bam.models.nmf(2, a=1.0)
+    first = bam.log_evidence(model, X1, method="smc", rng_key=11, num_particles=64, num_chains=2)
+    traced = smc_module.run_tokens._cache_size()
+    again = bam.log_evidence(model, X1, method="smc", rng_key=11, num_particles=64, num_chains=2)
+    other_values = X1[::-1].copy()  # same shapes, other counts: no new compilation
+    bam.log_evidence(model, other_values, method="smc", rng_key=12, num_particles=64, num_chains=2)
+    assert smc_module.run_tokens._cache_size() == traced
+    assert again.details["chain_log_evidence"] == first.details["chain_log_evidence"]
+    import jax
+
+    with_jax_key = bam.log_evidence(model, X1, method="smc", rng_key=jax.random.key(11), num_particles=64,
+                                    num_chains=2)
+    assert with_jax_key.details["chain_log_evidence"] == first.details["chain_log_evidence"]
+
+
+def test_compare_table_ranks_models():
+    models = {f"K={k}": bam.models.nmf(k, a=1.0) for k in (1, 2)}
+    table = bam.compare(models, X2, method="smc", num_particles=500, num_chains=4)
+    assert list(table.index) == ["K=2", "K=1"]
+    assert set(table["kind"]) == {"estimate"}
+    assert table["prob"].sum() == pytest.approx(1.0)
+
+
+def test_progress_bar_blocks_give_the_same_estimate():
+    # The bar splits the scan into blocks of tokens; the random stream does not depend on it.
+    model, X = bam.models.nmf(2, a=1.0), np.array([[200, 100], [50, 3]])
+    quiet = smc_module.run_smc(model, X, 4, num_particles=16, num_chains=2, progress_bar=False)
+    shown = smc_module.run_smc(model, X, 4, num_particles=16, num_chains=2, progress_bar=True)
+    np.testing.assert_allclose(quiet.chain_log_evidence, shown.chain_log_evidence, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("options, error, match", [
+    (dict(num_particles=0), ValueError, "num_particles"),
+    (dict(num_particles=2.5), TypeError, "num_particles"),
+    (dict(num_chains=0), ValueError, "num_chains"),
+    (dict(ess_threshold=1.5), ValueError, "ess_threshold"),
+    (dict(ess_threshold="half"), TypeError, "ess_threshold"),
+    (dict(resampling="lottery"), ValueError, "resampling"),
+    (dict(progress_bar="yes"), TypeError, "progress_bar"),
+    (dict(rng_key=-1), ValueError, "rng_key"),
+    (dict(rng_key="seed"), TypeError, "rng_key"),
+    (dict(max_configs=2), ValueError, "max_configs"),
+])
+def test_bad_options_raise_before_compiling(options, error, match):
+    before = smc_module.run_tokens._cache_size()
+    with pytest.raises(error, match=match):
+        bam.log_evidence(bam.models.nmf(3), X1, method="smc", **options)
+    assert smc_module.run_tokens._cache_size() == before
+
+
+def test_bad_data_raise():
+    with pytest.raises(ValueError, match="T = 0"):
+        bam.log_evidence(bam.models.nmf(2, b=1.0), np.zeros((2, 2)), method="smc")
+    with pytest.raises(ValueError, match="negative"):
+        bam.log_evidence(bam.models.nmf(2), np.array([[1, -1]]), method="smc")
+    with pytest.raises(ValueError, match="axes"):
+        bam.log_evidence(bam.models.cp(2), X1, method="smc")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
+def test_every_resampling_scheme_matches_exact(resampling):
+    model = bam.models.nmf(2, a=1.0)
+    assert_matches_exact(smc_estimate(model, X1, resampling=resampling), exact_log_evidence(model, X1))
+
+
+@pytest.mark.slow
+def test_parafac_rank_recovery():
+    # papers/000 §5.1.2: 20×25×30 tensor from CP with R = 5, T = 500, a = 30.
+    ranks = range(1, 9)
+    hits = 0
+    for seed in range(5):
+        _, X = bam.models.cp(5, a=30.0).sample(seed, shape=(20, 25, 30), total=500)
+        values = [smc_estimate(bam.models.cp(r, a=30.0), X, rng_key=seed, num_particles=1000,
+                               num_chains=4).value for r in ranks]
+        hits += abs(ranks[int(np.argmax(values))] - 5) <= 1
+    assert hits >= 4
