@@ -41,6 +41,8 @@ from .vb import (
     initial_log_theta,
     initial_responsibilities,
     iterate,
+    member_column_gather,
+    member_gather,
     member_indices,
     normalise_responsibilities,
     posterior_draws,
@@ -138,14 +140,16 @@ def collapsed_log_potential(problem: CVBProblem, state: CVBState, member_table: 
     own_flat, own_col = own_contributions(problem, state.phi, member_table)
     log_potential = 0.0
     for m in range(len(member_table)):
-        flat, col = member_indices(cells, m)
         # Removing the token's own share can only round below the prior pseudo-count.
-        numerator = jnp.maximum(counts[flat] - own_flat[m], cells.alpha[flat])
-        denominator = jnp.maximum(col_counts[col] - own_col[m], cells.alpha_col[col])
+        numerator = jnp.maximum(member_gather(cells, m, counts) - own_flat[m],
+                                member_gather(cells, m, cells.alpha))
+        denominator = jnp.maximum(member_column_gather(cells, m, col_counts) - own_col[m],
+                                  member_column_gather(cells, m, cells.alpha_col))
         for k in range(m):
             if member_table[k] == member_table[m]:
                 # Within one token, an earlier member of the same table has already added its
                 # draw to the urn (eq. 4.1 with tied tables, App. E).
+                flat, col = member_indices(cells, m)
                 flat_k, col_k = member_indices(cells, k)
                 numerator = numerator + (flat_k == flat)
                 denominator = denominator + (col_k == col)
