@@ -7,7 +7,7 @@ Declare a model as a DAG of index variables, run any registered backend through
 
 __version__ = "0.1.0"
 
-from . import models  # noqa: E402
+from . import datasets, models  # noqa: E402
 from .dag import DAG  # noqa: E402
 from .data import CountTensor  # noqa: E402
 from .evidence import EvidenceEstimate, compare, log_evidence, register_evidence  # noqa: E402
@@ -20,6 +20,7 @@ __all__ = [
     "CountTensor",
     "EvidenceEstimate",
     "compare",
+    "datasets",
     "infer",
     "log_evidence",
     "methods",

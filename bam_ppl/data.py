@@ -9,6 +9,7 @@ size. A cell index of ``-1`` on an axis means that coordinate is missing for tho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -300,3 +301,68 @@ def as_count_tensor(data, name: str = "X") -> CountTensor:
         except (TypeError, ValueError) as err:
             raise type(err)(str(err).replace("X ", f"{name} ", 1)) from None
     raise TypeError(f"{name} must be an array of nonnegative integer counts, got {type(data).__name__}")
+
+
+class BinaryMatrix(NamedTuple):
+    """A binary matrix (0/1 floats, NaN = missing) with its row and column labels.
+
+    ``row_groups`` optionally gives a known class of each row (e.g. an MP's party).
+    """
+
+    X: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    row_groups: np.ndarray | None = None
+
+
+def as_binary_matrix(V, mask=None, name: str = "V"):
+    """Validate a binary matrix with missing entries (papers/002 §3, V ∈ {0, 1, NA}^{F×N}).
+
+    Parameters
+    ----------
+    V : array-like of shape (F, N) or BinaryMatrix
+        Entries 0 or 1 (bool or any numeric dtype); NaN marks a missing entry.
+    mask : array of bool, shape (F, N), optional
+        NumPyro's convention: ``True`` marks an observed entry, ``False`` hides it.
+
+    Returns
+    -------
+    values : ndarray of int8, shape (F, N)
+        The entries, 0 where missing.
+    observed : ndarray of bool, shape (F, N)
+        Entries that are neither NaN nor masked out.
+    rows, cols : ndarray or None
+        Labels carried by a :class:`BinaryMatrix`.
+    """
+    rows = cols = None
+    if isinstance(V, BinaryMatrix):
+        V, rows, cols = V.X, V.rows, V.cols
+    if V is None or isinstance(V, (Mapping, str, bytes)):
+        raise TypeError(f"{name} must be a 2-d array of 0/1 values, got {type(V).__name__}")
+    try:
+        arr = np.asarray(V)
+    except Exception as err:  # ragged lists and the like
+        raise TypeError(f"{name} must be a 2-d array of 0/1 values: {err}") from None
+    if not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)) or \
+            np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must hold 0/1 numbers (NaN for missing), got dtype {arr.dtype}")
+    if arr.ndim != 2 or 0 in arr.shape:
+        raise ValueError(f"{name} must be a non-empty 2-d matrix, got shape {arr.shape}")
+    arr = arr.astype(np.float64)
+    missing = np.isnan(arr)
+    bad = ~missing & (arr != 0) & (arr != 1)
+    if bad.any():
+        raise ValueError(
+            f"{name} must hold only 0, 1 or NaN (missing); found {np.unique(arr[bad])[:5].tolist()}")
+    observed = ~missing
+    if mask is not None:
+        mask_arr = np.asarray(mask)
+        if mask_arr.dtype != np.bool_:
+            raise TypeError(f"mask must be a boolean array (True = observed), got dtype {mask_arr.dtype}")
+        if mask_arr.shape != arr.shape:
+            raise ValueError(f"mask must have the shape of {name} {arr.shape}, got {mask_arr.shape}")
+        observed &= mask_arr
+    if not observed.any():
+        raise ValueError(f"{name} has no observed entry (all NaN or masked out)")
+    values = np.where(observed, arr, 0.0).astype(np.int8)
+    return values, observed, rows, cols

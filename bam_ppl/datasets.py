@@ -55,3 +55,62 @@ def hair_eye_color() -> CountTensor:
     return CountTensor.from_dense(
         X, dims=("hair", "eye", "sex"), coords={"hair": _HAIR, "eye": _EYE, "sex": _SEX}
     )
+
+
+# Binary matrices of papers/002 (NBMF), as shipped with the authors' R package
+# (github.com/alumbreras/NBMF, folder ``data``), stored as ``binary/<name>.npz`` holding ``X``
+# (0/1 floats, NaN = missing), ``rows`` and ``cols``.
+BINARY_SOURCES = {
+    "animals": "Kemp et al. (2006) animal × feature matrix (50 animals, 85 binary attributes)",
+    "lastfm": "Last.fm 1K users (Celma 2010), user × artist 'listened at least once' (1226 × 285)",
+    "paleo": "NOW fossil database (release 030717), genus × site occurrences (253 × 902)",
+    "unvotes": "UN General Assembly roll calls 1946–2017 (Voeten 2013), country × vote, "
+               "yes = 1, no or abstention = 0, absent = NaN (200 × 5429)",
+    "catalanparliament": "Twitter 'MP f follows MP n' among Catalan MPs, March 2018 (130 × 130); "
+                         "parties in catalanparliament_labels.csv",
+}
+
+
+_resolve_data_home = data_home  # load_binary's argument shadows the function's name
+
+
+def load_binary(name: str, data_home: str | os.PathLike | None = None):
+    """Load one of the binary data sets of papers/002 §6.1.
+
+    Parameters
+    ----------
+    name : {"animals", "lastfm", "paleo", "unvotes", "catalanparliament"}
+    data_home : path, optional
+        Folder holding ``binary/<name>.npz`` (default: see :func:`data_home`).
+
+    Returns
+    -------
+    BinaryMatrix
+        ``X`` (F × N floats in {0, 1}, NaN = missing), ``rows`` and ``cols`` labels, and for
+        ``catalanparliament`` the party of each MP in ``row_groups``.
+
+    Notes
+    -----
+    Sources (public; the files are the authors' NBMF R package data, github.com/alumbreras/NBMF):
+    animals — Kemp et al. 2006; lastfm — Celma 2010; paleo — NOW database (Bingham et al. 2009
+    preprocessing); unvotes — Voeten 2013 (Harvard Dataverse); catalanparliament — Twitter
+    follow graph of the Catalan parliament (Lumbreras et al.).
+    """
+    from .data import BinaryMatrix
+
+    if name not in BINARY_SOURCES:
+        raise ValueError(f"name must be one of {sorted(BINARY_SOURCES)}, got {name!r}")
+    folder = _resolve_data_home(data_home) / "binary"
+    source = f"{BINARY_SOURCES[name]} (github.com/alumbreras/NBMF, data/)"
+    with np.load(_require(folder / f"{name}.npz", source)) as archive:
+        X = np.asarray(archive["X"], dtype=np.float64)
+        rows = np.asarray(archive["rows"]).astype(str)
+        cols = np.asarray(archive["cols"]).astype(str)
+    groups = None
+    if name == "catalanparliament":
+        import pandas as pd
+
+        labels = pd.read_csv(_require(folder / "catalanparliament_labels.csv", source), sep=";")
+        party = dict(zip(labels["MP"].astype(str), labels["party"].astype(str)))
+        groups = np.array([party.get(r, "unknown") for r in rows])
+    return BinaryMatrix(X, rows, cols, groups)

@@ -3,4 +3,5 @@
 from . import exact, numpyro_backends  # noqa: F401
 from . import cvb, vb  # noqa: F401
 from . import smc  # noqa: F401
+from . import em, gibbs  # noqa: F401
 from .registry import infer, methods, register  # noqa: F401

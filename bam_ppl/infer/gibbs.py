@@ -1,0 +1,424 @@
+"""Collapsed Gibbs sampling of token allocations for any allocation model (notes/bam_digest.md §9).
+
+The Pólya-Bayes process of papers/000 §4.1 is exchangeable: the probability of a sequence of
+tokens depends only on the final counts (eq. 4.2). Any token can therefore be treated as the last
+one. Removing it (the reverse process, eq. 4.4) and redrawing its free configuration (latent
+nodes, and visible nodes that are missing for that token) from the urn's one-step conditional
+
+    p(c_free | c_visible, S^{-τ}) ∝ ∏_m (α_fa(m) + S^{-τ}_fa(m))(c) / (α_pa(m) + S^{-τ}_pa(m))(c)
+
+(eq. 4.1, restricted to the configurations consistent with the token's observed cell) is a Gibbs
+update whose stationary distribution is π(S | X). Θ and λ stay integrated out; for each kept
+sample the tables are drawn from their conditional posterior Dirichlet(α + S_fa) (eq. 3.10), so
+the output is an ordinary MCMC sample of Θ that ArviZ can diagnose.
+
+The state is the configuration of every token and the concatenated table counts and column
+counts laid out by :meth:`BoundModel.cell_layout`. One sweep is a ``lax.scan`` over the tokens;
+chains are ``vmap``-ed. A sweep costs O(T × configurations × table members): it scales with the
+number of tokens, never with the dense size of X.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+from scipy.special import gammaln as np_gammaln
+
+from ..convert import allocation_inference_data
+from ..data import as_count_tensor
+from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
+from ..types import as_key
+from .registry import register
+from .validation import check_choice, check_int
+
+INITS = ("urn", "uniform")
+TOKEN_ORDERS = ("random", "fixed")
+PROGRESS_UPDATES = 20
+
+
+class GibbsSpec(NamedTuple):
+    """Static (hashable) structure of the sampler.
+
+    The urn conditional is a product of ratios; each factor is a *row*: a (member, count or
+    column) pair whose index into the concatenated count vector depends on the configuration.
+    ``signs`` is +1 for a numerator (table count) row and −1 for a denominator (column count)
+    row; ``ties`` lists (row, earlier row) pairs of tied members whose within-token increment
+    enters the factor; ``moved`` lists the rows whose count a token changes when it moves.
+    """
+
+    num_configs: int
+    num_table_entries: int
+    signs: tuple[float, ...]
+    ties: tuple[tuple[int, int], ...]
+    moved: tuple[int, ...]
+    has_valid: bool
+    has_total_term: bool
+    token_order: str
+
+
+class GibbsProblem(NamedTuple):
+    """Arrays describing the data and the prior, shared by all chains."""
+
+    token_cell: jax.Array  # (T,) observed cell of each token
+    row_base: jax.Array  # (R, U) index of each row at each cell
+    row_offset: jax.Array  # (R, L) offset added by each free configuration
+    valid: jax.Array  # (U, L) configurations allowed by each cell ((1, 1) without missing data)
+    concentration: jax.Array  # (F + C,) α of every table entry, then of every column
+    column_of: jax.Array  # (F,) column of each table entry
+    fixed_counts: jax.Array  # (F + C,) counts that no configuration changes
+    log_joint_constant: jax.Array  # terms of log π(S) that do not depend on the allocation
+    rate_shape: jax.Array  # a + T: shape of λ | S (eq. 3.10)
+    rate_rate: jax.Array  # b + 1
+
+
+class GibbsState(NamedTuple):
+    """One chain: the free configuration of every token and the counts it implies.
+
+    ``counts`` holds the table counts S_fa of every table, concatenated (F entries), followed by
+    their column sums (C entries), so that one gather and one scatter serve a token.
+    """
+
+    config: jax.Array  # (T,) int32
+    counts: jax.Array  # (F + C,) int32
+
+
+class GibbsDraw(NamedTuple):
+    """What is kept per sample: Θ ~ Dirichlet(α + S), λ ~ Gamma(a + T, b + 1) and log π(S)."""
+
+    theta: jax.Array  # (F,)
+    total_rate: jax.Array  # ()
+    log_joint: jax.Array  # ()
+
+
+def _varies(offsets: np.ndarray) -> bool:
+    return bool((offsets != offsets[0]).any())
+
+
+def build_problem(bound: BoundModel, data, layout: CellLayout,
+                  token_order: str = "random") -> tuple[GibbsSpec, GibbsProblem]:
+    """Arrays and static structure of the sampler for ``data`` under ``bound``."""
+    M, U, L = layout.num_members, data.nnz, layout.num_configs
+    F = int(bound.table_starts[-1])
+    before = layout.same_table_before
+    # (member, kind) -> base (U,) and offset (L,) into the concatenated count vector.
+    index = {}
+    for m in range(M):
+        index[m, "count"] = (layout.cell_flat[m], layout.config_flat[m])
+        index[m, "column"] = (layout.cell_col[m] + F, layout.config_col[m])
+    varies = {key: _varies(offset) for key, (_, offset) in index.items()}
+    # A factor whose index does not depend on the configuration is the same for every
+    # configuration and is left out, unless a tied member earlier in the same token moves.
+    needed = [
+        (m, kind) for kind in ("count", "column") for m in range(M)
+        if varies[m, kind] or any(varies[k, kind] for k in before[m])
+    ]
+    rows = list(needed)
+    for m, kind in needed:
+        rows.extend((k, kind) for k in before[m] if (k, kind) not in rows)
+    row_of = {key: r for r, key in enumerate(rows)}
+    signs = tuple(
+        (1.0 if kind == "count" else -1.0) if (m, kind) in needed else 0.0 for m, kind in rows
+    )
+    ties = tuple((row_of[m, kind], row_of[k, kind]) for m, kind in needed for k in before[m])
+    spec = GibbsSpec(
+        num_configs=L,
+        num_table_entries=F,
+        signs=signs,
+        ties=ties,
+        moved=tuple(r for r, key in enumerate(rows) if varies[key]),
+        has_valid=layout.valid is not None,
+        has_total_term=bound.has_total_term,
+        token_order=token_order,
+    )
+    alpha = bound.flat_concentration
+    alpha_col = bound.flat_column_concentration
+    column_of = np.concatenate([
+        start + np.arange(t.size) // t.shape[-1] for start, t in zip(bound.column_starts, bound.tables)
+    ])
+    fixed = np.zeros(alpha.size + alpha_col.size, np.int64)
+    for key, (base, offset) in index.items():
+        if not varies[key]:
+            np.add.at(fixed, base + offset[0], data.counts)
+    # log π(S) (eq. 3.11) = constant + Σ lnΓ(α + S) − Σ lnΓ(α_col + S_col) − Σ ln S(i)!
+    constant = bound.log_total_term() - np_gammaln(alpha).sum() + np_gammaln(alpha_col).sum()
+    if bound.conditioned:
+        pos = [bound.visible.index(c) for c in bound.conditioned]
+        _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
+        constant += np_gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum()
+    valid = layout.valid if layout.valid is not None else np.ones((1, 1), bool)
+    b = bound.b if bound.b is not None else 1.0
+    problem = GibbsProblem(
+        token_cell=np.repeat(np.arange(U), data.counts).astype(np.int32),
+        row_base=np.array([index[key][0] for key in rows], np.int32).reshape(len(rows), U),
+        row_offset=np.array([index[key][1] for key in rows], np.int32).reshape(len(rows), L),
+        valid=np.asarray(valid),
+        concentration=np.concatenate([alpha, alpha_col]).astype(np.float64),
+        column_of=column_of.astype(np.int32),
+        fixed_counts=fixed.astype(np.int32),
+        log_joint_constant=np.float64(constant),
+        rate_shape=np.float64(bound.a + data.total),
+        rate_rate=np.float64(b + 1.0),
+    )
+    return spec, problem
+
+
+# -- the urn conditional ---------------------------------------------------------------------------
+def _redraw(spec: GibbsSpec, problem: GibbsProblem, counts, cell, old, uniform, remove: bool):
+    """Remove one token (if ``remove``), redraw its configuration, add it back.
+
+    The conditional is eq. 4.1 with the token's own increments taken out of the counts: a
+    product over rows of (α + S^{−τ}) raised to the row's sign, over the configurations of the
+    token's cell, in log space so that many small factors cannot underflow.
+    """
+    index = problem.row_base[:, cell][:, None] + problem.row_offset  # (R, L)
+    moved = jnp.asarray(spec.moved, jnp.int32)
+    value = counts[index]
+    if remove:
+        # S^{−τ} without a scatter: subtract the token's old increments where indices coincide.
+        old_index = index[moved, old]
+        value = value - jnp.sum(index[:, :, None] == old_index, axis=-1, dtype=value.dtype)
+    value = problem.concentration.astype(jnp.float32)[index] + value.astype(jnp.float32)
+    for row, earlier in spec.ties:  # the token's own increment in a tied table
+        value = value.at[row].add((index[earlier] == index[row]).astype(jnp.float32))
+    logp = jnp.sum(jnp.asarray(spec.signs, jnp.float32)[:, None] * jnp.log(value), axis=0)
+    if spec.has_valid:
+        logp = jnp.where(problem.valid[cell], logp, -jnp.inf)
+    # Inverse-CDF draw with one uniform number per token.
+    cdf = jnp.cumsum(jnp.exp(logp - logp.max()))
+    new = jnp.minimum(jnp.sum(cdf < uniform * cdf[-1]), spec.num_configs - 1).astype(jnp.int32)
+    new_index = index[moved, new]
+    if remove:
+        step = jnp.concatenate([jnp.full(moved.shape, -1, counts.dtype), jnp.ones(moved.shape, counts.dtype)])
+        counts = counts.at[jnp.concatenate([old_index, new_index])].add(step)
+    else:
+        counts = counts.at[new_index].add(1)
+    return counts, new
+
+
+def _token_order(spec: GibbsSpec, key, num_tokens: int):
+    if spec.token_order == "random":
+        return jax.random.permutation(key, num_tokens).astype(jnp.int32)
+    return jnp.arange(num_tokens, dtype=jnp.int32)
+
+
+def sweep(spec: GibbsSpec, problem: GibbsProblem, key, state: GibbsState) -> GibbsState:
+    """One Gibbs sweep: every token is removed and redrawn from the urn conditional once."""
+    key_order, key_draw = jax.random.split(key)
+    order = _token_order(spec, key_order, problem.token_cell.shape[0])
+    uniforms = jax.random.uniform(key_draw, order.shape, jnp.float32)
+
+    def step(counts, token):
+        cell, old, uniform = token
+        return _redraw(spec, problem, counts, cell, old, uniform, remove=True)
+
+    counts, new = jax.lax.scan(step, state.counts, (problem.token_cell[order], state.config[order], uniforms))
+    return GibbsState(state.config.at[order].set(new), counts)
+
+
+def init(spec: GibbsSpec, problem: GibbsProblem, key, method: str = "urn") -> GibbsState:
+    """Initial allocation of one chain.
+
+    ``"urn"`` adds the tokens one at a time, in random order, each drawn from the Pólya-urn
+    conditional given the tokens already placed (one particle of the SMC proposal, papers/000
+    §4.2); ``"uniform"`` draws every token's configuration uniformly among those its cell allows.
+    """
+    num_tokens = problem.token_cell.shape[0]
+    moved = jnp.asarray(spec.moved, jnp.int32)
+    if method == "uniform":
+        logits = jnp.zeros((num_tokens, spec.num_configs), jnp.float32)
+        if spec.has_valid:
+            logits = jnp.where(problem.valid[problem.token_cell], logits, -jnp.inf)
+        config = jax.random.categorical(key, logits).astype(jnp.int32)
+        index = problem.row_base[moved][:, problem.token_cell] + problem.row_offset[moved][:, config]
+        return GibbsState(config, problem.fixed_counts.at[index.reshape(-1)].add(1))
+
+    key_order, key_draw = jax.random.split(key)
+    order = jax.random.permutation(key_order, num_tokens).astype(jnp.int32)
+    uniforms = jax.random.uniform(key_draw, order.shape, jnp.float32)
+
+    def add(counts, token):
+        cell, uniform = token
+        return _redraw(spec, problem, counts, cell, 0, uniform, remove=False)
+
+    counts, new = jax.lax.scan(add, problem.fixed_counts, (problem.token_cell[order], uniforms))
+    return GibbsState(jnp.zeros(num_tokens, jnp.int32).at[order].set(new), counts)
+
+
+# -- what is kept per sample -----------------------------------------------------------------------
+def log_joint(spec: GibbsSpec, problem: GibbsProblem, state: GibbsState):
+    """log π(S) of the current allocation (eq. 3.11), in the precision of the problem's floats.
+
+    The multinomial term Σ ln S(i)! groups tokens by (observed cell, configuration); with missing
+    entries tokens of different observed patterns stay apart, as in exact enumeration. Sorting
+    the group keys makes each token's rank r within its group, and Σ_groups ln n! = Σ_tokens ln r.
+    """
+    F = spec.num_table_entries
+    shifted = gammaln(problem.concentration + state.counts.astype(problem.concentration.dtype))
+    value = problem.log_joint_constant + jnp.sum(shifted[:F]) - jnp.sum(shifted[F:])
+    key = problem.token_cell.astype(jax.dtypes.canonicalize_dtype(jnp.int64))
+    keys = jnp.sort(key * spec.num_configs + state.config)
+    position = jnp.arange(keys.shape[0])
+    starts = jnp.concatenate([jnp.ones(1, bool), keys[1:] != keys[:-1]])
+    rank = position - jax.lax.cummax(jnp.where(starts, position, 0)) + 1
+    return value - jnp.sum(jnp.log(rank.astype(shifted.dtype)))
+
+
+def draw(spec: GibbsSpec, problem: GibbsProblem, key, state: GibbsState) -> GibbsDraw:
+    """Θ ~ Dirichlet(α + S_fa) per column, λ ~ Gamma(a + T, b + 1) (eq. 3.10), and log π(S)."""
+    key_theta, key_rate = jax.random.split(key)
+    # Log-space Gamma draws keep columns with tiny concentrations (a ≪ 1) normalisable.
+    F = spec.num_table_entries
+    log_gamma = jax.random.loggamma(key_theta, problem.concentration[:F] + state.counts[:F])
+    num_columns = problem.concentration.shape[0] - F
+    column_max = jax.ops.segment_max(log_gamma, problem.column_of, num_segments=num_columns)
+    weights = jnp.exp(log_gamma - column_max[problem.column_of])
+    theta = weights / jax.ops.segment_sum(weights, problem.column_of, num_segments=num_columns)[problem.column_of]
+    if spec.has_total_term:
+        rate = jax.random.gamma(key_rate, problem.rate_shape) / problem.rate_rate
+    else:
+        rate = jnp.zeros((), problem.rate_shape.dtype)
+    return GibbsDraw(theta.astype(jnp.float32), rate, log_joint(spec, problem, state))
+
+
+# -- chains ----------------------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("spec", "method"))
+def _init_chains(spec, problem, keys, method):
+    return jax.vmap(lambda k: init(spec, problem, k, method))(keys)
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "num_sweeps"))
+def _advance(spec, problem, keys, states, first_sweep, num_sweeps):
+    """``num_sweeps`` sweeps of every chain; sweep s of a chain uses fold_in(chain key, s)."""
+
+    def body(states, s):
+        sweep_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, s)
+        return jax.vmap(lambda k, st: sweep(spec, problem, k, st))(sweep_keys, states), None
+
+    states, _ = jax.lax.scan(body, states, first_sweep + jnp.arange(num_sweeps))
+    return states
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "num_draws", "thinning", "record"))
+def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, thinning, record):
+    """``num_draws`` kept samples, each after ``thinning`` sweeps, recorded by ``record``."""
+
+    def body(states, d):
+        states = _advance(spec, problem, keys, states, first_sweep + d * thinning, thinning)
+        record_keys = jax.vmap(jax.random.fold_in, (0, None))(draw_keys, first_draw + d)
+        return states, jax.vmap(lambda k, st: record(spec, problem, k, st))(record_keys, states)
+
+    return jax.lax.scan(body, states, jnp.arange(num_draws))
+
+
+def _blocks(total: int, num_blocks: int) -> list[int]:
+    size = max(1, math.ceil(total / num_blocks))
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4, num_warmup: int = 500,
+        num_samples: int = 500, thinning: int = 1, init_method: str = "urn", progress_bar: bool = False,
+        record=draw):
+    """Run ``num_chains`` chains; return the final states and the kept records.
+
+    Each record has leading axes ``(num_samples, num_chains)``. ``record(spec, problem, key,
+    state)`` maps a state to what is kept (default :func:`draw`). Randomness is tied to the sweep
+    and draw numbers, so the result does not depend on how the run is split for the progress bar.
+    """
+    key_init, key_sweep, key_draw = jax.random.split(as_key(rng_key), 3)
+    init_keys = jax.random.split(key_init, num_chains)
+    sweep_keys = jax.random.split(key_sweep, num_chains)
+    draw_keys = jax.random.split(key_draw, num_chains)
+    states = _init_chains(spec, problem, init_keys, init_method)
+    num_blocks = PROGRESS_UPDATES if progress_bar else 1
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
+    sweep_done = 0
+    for size in _blocks(num_warmup, num_blocks):
+        states = _advance(spec, problem, sweep_keys, states, sweep_done, size)
+        sweep_done += size
+        bar.update(size)
+    records, draws_done = [], 0
+    for size in _blocks(num_samples, num_blocks):
+        states, block = _sample(spec, problem, sweep_keys, draw_keys, states, sweep_done, draws_done,
+                                size, thinning, record)
+        records.append(block)
+        sweep_done += size * thinning
+        draws_done += size
+        bar.update(size)
+    bar.close()
+    return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
+
+
+# -- registry adapter ------------------------------------------------------------------------------
+@register("gibbs", models=(AllocationModel,))
+def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
+          thinning: int = 1, init: str = "urn", token_order: str = "random", progress_bar: bool = True,
+          max_configs: int = DEFAULT_MAX_CONFIGS):
+    """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
+
+    Parameters
+    ----------
+    model : AllocationModel
+    data : array-like or CountTensor
+    rng_key : int or JAX key
+    num_warmup : int
+        Sweeps discarded before the first kept sample (>= 0).
+    num_samples : int
+        Kept samples per chain.
+    num_chains : int
+        Independent chains, run in parallel with ``vmap``.
+    thinning : int
+        Sweeps between kept samples.
+    init : {"urn", "uniform"}
+        Initial allocation: sequential Pólya-urn draws, or uniform configurations.
+    token_order : {"random", "fixed"}
+        Visit the tokens in a fresh random order every sweep, or always in data order.
+    progress_bar : bool
+        Show a tqdm bar.
+    max_configs : int
+        Largest number of joint free-node configurations enumerated per token.
+
+    Returns
+    -------
+    InferenceData
+        ``posterior``: ``theta_<table>`` and ``total_rate`` (absent when totals are
+        conditioned on); ``sample_stats``: ``log_joint`` = log π(S) of each kept allocation.
+    """
+    num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
+    num_samples = check_int(num_samples, "num_samples")
+    num_chains = check_int(num_chains, "num_chains")
+    thinning = check_int(thinning, "thinning")
+    check_choice(init, "init", INITS)
+    check_choice(token_order, "token_order", TOKEN_ORDERS)
+    if not isinstance(progress_bar, bool):
+        raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
+    key = as_key(rng_key)
+    data = as_count_tensor(data)
+    if data.total == 0:
+        raise ValueError("X holds no tokens; collapsed Gibbs needs at least one count")
+    bound = model.bind(data)
+    layout = bound.cell_layout(data, max_configs=max_configs)
+    spec, problem = build_problem(bound, data, layout, token_order)
+    # log π(S) is accumulated over every table entry and token: float64 keeps it exact to
+    # well below a nat; the sweep itself works in explicit float32/int32.
+    with jax.enable_x64(True):
+        _, draws = run(key, spec, problem, num_chains=num_chains, num_warmup=num_warmup,
+                       num_samples=num_samples, thinning=thinning, init_method=init,
+                       progress_bar=progress_bar)
+        draws = jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), draws)
+    theta = bound.split_flat(draws.theta)
+    return allocation_inference_data(
+        bound, data, theta=theta,
+        total_rate=draws.total_rate.astype(np.float32) if bound.has_total_term else None,
+        method="gibbs",
+        sample_stats={"log_joint": (("chain", "draw"), draws.log_joint)},
+        attrs=dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                   thinning=thinning, init=init, token_order=token_order),
+    )

@@ -1,0 +1,188 @@
+"""Collapsed Gibbs (method="gibbs"): exact posterior means by enumeration, R-hat, log π(S), options."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import gammaln
+
+import bam_ppl as bam
+from bam_ppl.convert import attrs_of, group, import_arviz
+from bam_ppl.data import CountTensor, as_count_tensor
+from bam_ppl.infer import gibbs as gibbs_core
+from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
+from bam_ppl.models.program import _all_cells, cell_probabilities
+
+X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])  # papers/000 Example 3.3
+NUM_CHAINS, NUM_SAMPLES = 4, 1500
+# |mean − exact| / MCSE is approximately standard normal; 4.5 keeps the family of 12 cells (and
+# the statistics below) from failing by chance.
+Z = 4.5
+
+
+def _grid(bound, shape):
+    return bound.cell_layout(_all_cells(shape))
+
+
+def _draw_cell_probabilities(idata, bound, grid):
+    """p(i_V | Θ) for every draw and every cell of the grid: (chain, draw, cells)."""
+    post = group(idata, "posterior")
+    shape = (post.sizes["chain"], post.sizes["draw"], -1)
+    flat = np.concatenate([post[f"theta_{t.name}"].values.reshape(shape) for t in bound.tables], axis=-1)
+    return np.asarray(jax.vmap(jax.vmap(lambda th: cell_probabilities(th, grid)))(jnp.asarray(flat)))
+
+
+def _mcse_and_rhat(draws):
+    """Per-cell MCSE of the mean and rank-normalised R-hat of (chain, draw, cells) draws."""
+    az = import_arviz()
+    mcse = np.array([float(az.mcse(draws[..., c])) for c in range(draws.shape[-1])])
+    rhat = np.array([float(az.rhat(draws[..., c])) for c in range(draws.shape[-1])])
+    return mcse, rhat
+
+
+@pytest.fixture(scope="module")
+def nmf_run():
+    model = bam.models.nmf(2, a=1.0)
+    idata = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
+                      num_chains=NUM_CHAINS, progress_bar=False)
+    return model, idata
+
+
+def test_cell_probabilities_match_enumeration(nmf_run):
+    model, idata = nmf_run
+    bound = model.bind(X1)
+    grid = _grid(bound, X1.shape)
+    exact = exact_posterior_mean(model, X1, lambda c: expected_cell_probabilities(bound, c, grid))
+    draws = _draw_cell_probabilities(idata, bound, grid)
+    mcse, _ = _mcse_and_rhat(draws)
+    error = np.abs(draws.mean((0, 1)) - exact)
+    assert np.all(error < Z * mcse), (error / mcse).max()
+
+
+def test_rhat_of_label_invariant_quantities(nmf_run):
+    model, idata = nmf_run
+    bound = model.bind(X1)
+    draws = _draw_cell_probabilities(idata, bound, _grid(bound, X1.shape))
+    _, rhat = _mcse_and_rhat(draws)
+    assert rhat.max() < 1.01, rhat
+    az = import_arviz()
+    assert float(az.rhat(group(idata, "sample_stats")["log_joint"].values)) < 1.01
+
+
+def test_output_layout(nmf_run):
+    model, idata = nmf_run
+    post = group(idata, "posterior")
+    assert post["theta_i"].dims == ("chain", "draw", "k", "i")
+    np.testing.assert_allclose(post["theta_i"].values.sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(post["theta_k"].values.sum(-1), 1.0, rtol=1e-5)
+    assert post["total_rate"].shape == (NUM_CHAINS, NUM_SAMPLES)
+    # λ | S ~ Gamma(a + T, b + 1) (eq. 3.10): mean (1 + 9) / (1/9 + 1) = 9.
+    assert abs(post["total_rate"].values.mean() - 9.0) < 0.1
+    stats = group(idata, "sample_stats")
+    assert stats["log_joint"].dims == ("chain", "draw")
+    assert attrs_of(idata)["method"] == "gibbs"
+
+
+def _run_core(model, data, record, num_samples, rng_key=1, num_chains=4):
+    data = as_count_tensor(data)
+    bound = model.bind(data)
+    layout = bound.cell_layout(data)
+    spec, problem = gibbs_core.build_problem(bound, data, layout)
+    with jax.enable_x64(True):
+        states, records = gibbs_core.run(rng_key, spec, problem, num_chains=num_chains, num_warmup=100,
+                                         num_samples=num_samples, record=record)
+        return (bound, layout, spec, problem, jax.tree.map(np.asarray, (states, records)))
+
+
+def _counts_and_log_joint(spec, problem, key, state):
+    return state.counts[: spec.num_table_entries], gibbs_core.log_joint(spec, problem, state)
+
+
+def _check_log_joint(bound, data, layout, problem, states, log_joints):
+    """log_joint of each chain's final state equals log π(S) of its allocation (eq. 3.11).
+
+    With missing entries tokens are told apart by their observed pattern too: the multinomial
+    term counts tokens per (pattern, configuration), as exact enumeration does.
+    """
+    cells = bound.full_cells(data, layout)
+    for chain, config in enumerate(states.config):
+        full, counts = np.unique(cells[problem.token_cell, config], axis=0, return_counts=True)
+        _, pattern_counts = np.unique(problem.token_cell * layout.num_configs + config, return_counts=True)
+        expected = (bound.log_prob_cells(full, counts) + gammaln(counts + 1.0).sum()
+                    - gammaln(pattern_counts + 1.0).sum())
+        np.testing.assert_allclose(log_joints[-1, chain], expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name, model, data", [
+    ("symmetric NMF (tied tables)", bam.models.symmetric_nmf(2, a=1.0), np.array([[3, 1, 0], [1, 0, 1], [0, 1, 2]])),
+    ("CP with missing entries", bam.models.cp(2, order=3, a=2.0),
+     CountTensor.from_samples(np.array([[0, 1, -1], [1, 1, 0], [0, -1, 1], [1, 0, 0], [0, 1, 1]]),
+                              shape=(2, 2, 2))),
+])
+def test_allocation_statistics_match_enumeration(name, model, data):
+    """Label-invariant functions of the allocation: E[p(i_V) | S] and Σ_r S_r² (co-allocation)."""
+    data = as_count_tensor(data)
+    bound, layout, spec, problem, (states, (counts, log_joints)) = _run_core(
+        model, data, _counts_and_log_joint, num_samples=2000)
+    _check_log_joint(bound, data, layout, problem, states, log_joints)
+    grid = _grid(bound, data.shape)
+    root = [t.name for t in bound.tables].index("r")
+    start, stop = bound.table_starts[root], bound.table_starts[root + 1]
+
+    def statistic(flat):
+        flat = np.asarray(flat, float)
+        return np.concatenate([expected_cell_probabilities(bound, flat, grid),
+                               (flat[:, start:stop] ** 2).sum(-1, keepdims=True)], axis=-1)
+
+    exact = exact_posterior_mean(model, data, statistic)
+    draws = np.swapaxes(statistic(counts.reshape(-1, counts.shape[-1])).reshape(*counts.shape[:2], -1), 0, 1)
+    mcse, _ = _mcse_and_rhat(draws)
+    error = np.abs(draws.mean((0, 1)) - exact)
+    assert np.all(error < Z * mcse + 1e-9), (name, (error / mcse).max())
+
+
+def test_log_joint_under_conditioned_totals():
+    data = as_count_tensor(X1)
+    bound, layout, spec, problem, (states, (_, log_joints)) = _run_core(
+        bam.models.lda(3, a=0.5), data, _counts_and_log_joint, num_samples=3, num_chains=2)
+    _check_log_joint(bound, data, layout, problem, states, log_joints)
+
+
+def test_same_key_same_result():
+    model = bam.models.nmf(2, a=1.0)
+    kwargs = dict(method="gibbs", num_warmup=20, num_samples=20, num_chains=2, progress_bar=False)
+    a, b, c = (group(bam.infer(model, X1, rng_key=key, **kwargs), "posterior")["theta_i"].values
+               for key in (3, 3, 4))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@pytest.mark.slow
+def test_progress_bar_does_not_change_draws():
+    model = bam.models.nmf(2, a=1.0)
+    kwargs = dict(method="gibbs", rng_key=3, num_warmup=20, num_samples=20, num_chains=2)
+    a, b = (group(bam.infer(model, X1, progress_bar=bar, **kwargs), "posterior")["theta_i"].values
+            for bar in (False, True))
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("options, error", [
+    (dict(num_samples=0), ValueError),
+    (dict(num_warmup=-1), ValueError),
+    (dict(num_chains=0), ValueError),
+    (dict(thinning=0), ValueError),
+    (dict(num_samples=2.5), TypeError),
+    (dict(init="kmeans"), ValueError),
+    (dict(token_order="reverse"), ValueError),
+    (dict(progress_bar="yes"), TypeError),
+    (dict(rng_key="seed"), TypeError),
+])
+def test_bad_options_raise_before_compiling(options, error):
+    name = next(iter(options))
+    with pytest.raises(error, match=name):
+        bam.infer(bam.models.nmf(2), X1, method="gibbs", **options)
+
+
+def test_too_many_configurations_raises():
+    with pytest.raises(ValueError, match="max_configs"):
+        bam.infer(bam.models.nmf(50), X1, method="gibbs", max_configs=10)
