@@ -6,8 +6,6 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 # SMC settings of the demo's CP(R) comparison: enough for a standard error of a few hundredths of
 # a nat on HairEyeColor (T = 592) while keeping the demo under two minutes on two CPU cores.
 DEMO_SMC_PARTICLES = 1000

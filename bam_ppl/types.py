@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import jax
 import numpy as np
 
 Array = jax.Array
-ArrayLike = Union[jax.Array, np.ndarray, float, int]
+ArrayLike = jax.Array | np.ndarray | float | int
 PRNGKey = jax.Array
-KeyLike = Union[int, jax.Array]
+KeyLike = int | jax.Array
 PyTree = Any
 
 
