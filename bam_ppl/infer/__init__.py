@@ -1,6 +1,6 @@
 """Inference backends; importing this package registers all of them."""
 
-from . import exact, numpyro_backends  # noqa: F401
+from . import dtucker_em, exact, numpyro_backends  # noqa: F401
 from . import cvb, vb  # noqa: F401
 from . import smc  # noqa: F401
 from . import em, gibbs  # noqa: F401
