@@ -413,7 +413,6 @@ class VBResult(NamedTuple):
     elbo: np.ndarray
     iterations: np.ndarray
     converged: np.ndarray
-    training_log_likelihood: np.ndarray
 
     @property
     def best(self) -> int:
@@ -430,9 +429,8 @@ def run(rng_key, problem: CellProblem, *, num_iters: int, tol: float, num_restar
         states = _init_responsibilities(problem, jnp.asarray(initial_responsibilities(rng, problem, num_restarts)))
     states, elbo_trace = iterate(_run_chunk_jit, states, problem, num_iters=num_iters, tol=tol,
                                  progress_bar=progress_bar, desc="vb")
-    loglik = _training_log_likelihood_batch(problem, states.alpha_hat)
     return VBResult(np.asarray(states.alpha_hat), np.asarray(elbo_trace), np.asarray(states.elbo),
-                    np.asarray(states.iteration), np.asarray(states.converged), np.asarray(loglik))
+                    np.asarray(states.iteration), np.asarray(states.converged))
 
 
 # -- registry adapters ------------------------------------------------------------------------
@@ -532,13 +530,15 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     bound, data, problem, result, key_draw = _fit(model, data, rng_key, num_iters, tol, num_restarts,
                                                   init, progress_bar)
     best = result.best
+    with jax.enable_x64(True):
+        loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
     theta, rate = posterior_draws(key_draw, bound, result.alpha_hat[best], num_samples)
     stats = {
         "elbo": (("chain", "iteration"), result.elbo_trace),
         "final_elbo": (("chain",), result.elbo),
         "iterations": (("chain",), result.iterations),
         "converged": (("chain",), result.converged),
-        "final_training_log_likelihood": (("chain",), result.training_log_likelihood),
+        "final_training_log_likelihood": (("chain",), loglik),
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="vb", sample_stats=stats,
