@@ -13,6 +13,7 @@ from .data import CountTensor  # noqa: E402
 from .evidence import EvidenceEstimate, compare, log_evidence, register_evidence  # noqa: E402
 from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
+from .selection import select_ranks  # noqa: E402
 
 __all__ = [
     "DAG",
@@ -27,4 +28,5 @@ __all__ = [
     "models",
     "register",
     "register_evidence",
+    "select_ranks",
 ]

@@ -384,6 +384,8 @@ def _inference_data(model, data, params: Params, fitted, total, loglik, *, metho
     stats["log_likelihood"] = (("chain",), np.array([loglik[fitted].sum()]))
     if held.any():
         stats["heldout_log_likelihood"] = (("chain",), np.array([loglik[held].sum()]))
+        # Per held-out face, in row-major (m, n) order: paired comparisons between models.
+        stats["pointwise_heldout_log_likelihood"] = (("chain", "heldout_face"), loglik[held][None])
     observed, coords = observed_variables(data, visible)
     for n, k in zip(("i", "j", "k", "l"), model.ranks):
         coords.setdefault(n, np.arange(k))
@@ -446,8 +448,9 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         ``posterior``: ``psi, phi, theta, lambda, core`` (the paper's parameters), the allocation
         model tables ``theta_<node>``, and ``reconstruction`` = C · E-face probabilities, all as
         one chain with one draw (the MAP). ``sample_stats``: ``log_posterior`` (chain, iteration)
-        (entry t after t updates), ``log_likelihood``, ``heldout_log_likelihood`` (if any face is
-        held out), ``num_iterations``, ``restart_log_posterior`` (chain, restart).
+        (entry t after t updates), ``log_likelihood``, ``heldout_log_likelihood`` and
+        ``pointwise_heldout_log_likelihood`` (chain, heldout_face) if any face is held out,
+        ``num_iterations``, ``converged``, ``restart_log_posterior`` (chain, restart).
     """
     _common_options(model, num_iters, tol, dtype)
     check_int(num_restarts, "num_restarts")
