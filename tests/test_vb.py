@@ -157,3 +157,20 @@ def test_bad_evidence_options_raise():
         bam.log_evidence(bam.models.nmf(2), X1, method="vb", tol=-1.0)
     with pytest.raises(ValueError, match="no tokens"):
         bam.log_evidence(bam.models.nmf(2, b=1.0), np.zeros((2, 2), int), method="vb")
+
+
+def test_float64_kernels_match_scipy():
+    import jax
+    import jax.numpy as jnp
+    from scipy.special import digamma
+
+    from bam_ppl.infer.vb import digamma_positive, exp_nonpositive
+
+    x = np.concatenate([-np.logspace(-12, np.log10(700.0), 4000), [0.0]])
+    y = np.logspace(-12, 9, 4000)
+    with jax.enable_x64(True):
+        fast_exp = np.asarray(exp_nonpositive(jnp.asarray(x)))
+        fast_digamma = np.asarray(digamma_positive(jnp.asarray(y)))
+        assert float(exp_nonpositive(jnp.asarray(-np.inf))) < 1e-300
+    np.testing.assert_allclose(fast_exp, np.exp(x), rtol=1e-15)
+    np.testing.assert_allclose(fast_digamma, digamma(y), rtol=1e-14, atol=1e-13)
