@@ -42,7 +42,7 @@ SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 # %%
 true_rank, num_variables, num_categories = 5, 5, 10
 weights, factors = random_pmf(0, true_rank, num_variables, num_categories)
-T = 3_000 if SMALL else 20_000
+T = 2_000 if SMALL else 20_000
 samples = sample_pmf(1, weights, factors, T, missing_prob=0.3)
 print(samples[:5])  # -1 marks a missing entry
 
@@ -82,7 +82,8 @@ fig.savefig("tutorials/_output/pmf_elbo.png")
 
 # %%
 start = time.perf_counter()
-em = bam.infer(model, samples, method="em_bic", ranks=range(1, 9), num_categories=num_categories)
+em = bam.infer(model, samples, method="em_bic", ranks=range(1, 5 if SMALL else 9),
+               num_categories=num_categories)
 print(f"EM + BIC: rank {attrs_of(em)['detected_rank']}, {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
@@ -106,11 +107,11 @@ test = test[(test >= 0).sum(axis=1) >= 2]  # a hidden rating needs at least one 
 masked, target, truth = hide_one_entry(1, test)
 stars = (np.arange(10) + 1) / 2  # code k stands for (k + 1) / 2 stars
 
-movie_model = bam.models.pmf_tensor(20 if SMALL else 50)
+movie_model = bam.models.pmf_tensor(10 if SMALL else 50)
 fits = {
     "VB-PMF": dict(method="vi"),
     "SVB-PMF": dict(method="svi", validation=valid),
-    "EM + BIC": dict(method="em_bic", ranks=[1, 2, 3, 5] if SMALL else [1, 2, 3, 5, 10, 15, 20]),
+    "EM + BIC": dict(method="em_bic", ranks=[1, 2, 3] if SMALL else [1, 2, 3, 5, 10, 15, 20]),
 }
 resolved = movie_model.resolve(codes)
 for name, options in fits.items():

@@ -281,6 +281,12 @@ def _block_norms(gradient: Variational, row_variable, num_variables):
             _column_sums(gradient.factors ** 2, row_variable, num_variables))
 
 
+def _step_size(mean_norm, mean_square_norm):
+    """ξ = ḡᵀḡ / h̄ in [0, 1] (eq. 54); a block whose gradients were all zero keeps ξ = 0."""
+    safe = jnp.where(mean_square_norm > 0, mean_square_norm, 1.0)
+    return jnp.where(mean_square_norm > 0, jnp.clip(mean_norm / safe, 0.0, 1.0), 0.0)
+
+
 def svb_step(key, state: SVBState, arrays: PatternArrays, prior: Prior, cdf, batch_size) -> SVBState:
     """One SVB-PMF step: minibatch ρ, natural gradients, adaptive ξ, α̃ ← α̃ + ξ g (eqs. 50–54)."""
     N = len(arrays.sizes)
@@ -292,7 +298,7 @@ def svb_step(key, state: SVBState, arrays: PatternArrays, prior: Prior, cdf, bat
     fw = 1.0 / rw.memory
     mean_w = (1.0 - fw) * rw.mean_gradient + fw * g.weights
     sq_w = (1.0 - fw) * rw.mean_square_norm + fw * square_w
-    xi_w = jnp.clip(jnp.sum(mean_w ** 2) / sq_w, 0.0, 1.0)
+    xi_w = _step_size(jnp.sum(mean_w ** 2), sq_w)
     weight_rate = StepSize(mean_w, sq_w, rw.memory * (1.0 - xi_w) + 1.0)
 
     # (n, r) blocks: per-block scalars of shape (N, R), broadcast to the stacked rows.
@@ -300,7 +306,7 @@ def svb_step(key, state: SVBState, arrays: PatternArrays, prior: Prior, cdf, bat
     ff = 1.0 / rf.memory
     mean_f = (1.0 - ff[arrays.row_variable]) * rf.mean_gradient + ff[arrays.row_variable] * g.factors
     sq_f = (1.0 - ff) * rf.mean_square_norm + ff * square_f
-    xi_f = jnp.clip(_column_sums(mean_f ** 2, arrays.row_variable, N) / sq_f, 0.0, 1.0)
+    xi_f = _step_size(_column_sums(mean_f ** 2, arrays.row_variable, N), sq_f)
     factor_rate = StepSize(mean_f, sq_f, rf.memory * (1.0 - xi_f) + 1.0)
 
     q = Variational(state.q.weights + xi_w * g.weights,
@@ -651,18 +657,15 @@ def em_rank_selection(model, data, *, rng_key=0, ranks=None, num_iters: int = 10
                     model=model, data=data)
 
 
-def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_categories, progress_bar):
-    fit = em_rank_selection(model, data, rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
-                            num_categories=num_categories, progress_bar=progress_bar)
-    scores = fit[criterion]
-    best = int(np.argmin(scores))
-    rank = int(fit["ranks"][best])
+def em_candidate_idata(fit, index: int, criterion: str = "bic"):
+    """InferenceData (one point-estimate draw) of candidate ``index`` of an :func:`em_rank_selection` fit."""
+    rank = int(fit["ranks"][index])
     model, data = fit["model"], fit["data"]
     pruned = model.with_rank(rank)
     bound = pruned.bind(data)
     offsets = np.cumsum([0, *data.shape])
-    factors = fit["factors"][best][:, :rank]
-    theta = {"r": fit["weights"][best][:rank][None, None]}
+    factors = fit["factors"][index][:, :rank]
+    theta = {"r": fit["weights"][index][:rank][None, None]}
     for n, name in enumerate(pruned.variables):
         theta[name] = factors[offsets[n]:offsets[n + 1]].T[None, None]
     stats = {name: (("rank_candidate",), fit[name]) for name in ("log_likelihood", "aic", "bic")}
@@ -672,6 +675,12 @@ def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_catego
         attrs["data_dims"] = json.dumps(list(data.dims))
     return allocation_inference_data(bound, data, theta=theta, method=f"em_{criterion}", sample_stats=stats,
                                      attrs=attrs)
+
+
+def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_categories, progress_bar):
+    fit = em_rank_selection(model, data, rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
+                            num_categories=num_categories, progress_bar=progress_bar)
+    return em_candidate_idata(fit, int(np.argmin(fit[criterion])), criterion)
 
 
 @register("em_bic", models=(PMFTensorModel,))
