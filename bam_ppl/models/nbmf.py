@@ -101,7 +101,7 @@ class NBMF:
         """The uncollapsed program ``v_fn ~ Bernoulli([WH]_fn)`` (papers/002 eqs. 15–18, 45–48).
 
         Returns ``program(V=None, *, mask=None, shape=None)``: with ``V`` it conditions on the
-        observed entries (NaN or ``mask == False`` are left out through ``numpyro.handlers.mask``);
+        observed entries (NaN or ``mask == False`` entries are masked out of the likelihood);
         without it, ``shape=(F, N)`` draws a matrix. Sites: ``W`` (F × K); ``H`` (K × N) sampled
         directly for a Beta prior, else the deterministic transpose of ``H_columns`` (N × K, one
         Dirichlet per column). NUTS and SVI run on it like on any NumPyro model.
@@ -135,9 +135,8 @@ class NBMF:
             probs = jnp.clip(W @ H, PROBABILITY_FLOOR, 1.0 - PROBABILITY_FLOOR)
             if V is None:
                 return numpyro.sample("V", dist.Bernoulli(probs=probs).to_event(2))
-            with numpyro.handlers.mask(mask=jnp.asarray(observed)):
-                numpyro.sample("V", dist.Bernoulli(probs=probs).to_event(2),
-                               obs=jnp.asarray(values, dtype=jnp.float32))
+            likelihood = dist.Bernoulli(probs=probs).mask(jnp.asarray(observed)).to_event(2)
+            numpyro.sample("V", likelihood, obs=jnp.asarray(values, dtype=jnp.float32))
             return None
 
         program.__name__ = "nbmf"
