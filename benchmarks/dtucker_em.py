@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import jax
@@ -26,13 +27,13 @@ import numpy as np
 
 from bam_ppl.infer.dtucker_em import (
     Params,
+    Statistics,
     _concentrations,
     _face_arrays,
     em_step,
     init_params,
     log_prior,
     m_step,
-    Statistics,
 )
 from bam_ppl.models.dirichlet_tucker import dirichlet_tucker
 
@@ -85,7 +86,8 @@ def compare(shapes, ranks, iters, repeats, dtype):
         faces = _face_arrays(X, fitted, dtype)
         alpha = _concentrations(model, dtype)
         M, N = shape[:2]
-        ours = measure(lambda p, f, a: em_step(p, f, a, M, N), (params, faces, alpha), iters, repeats)
+        ours = measure(functools.partial(em_step, num_mice=M, num_epochs=N), (params, faces, alpha), iters,
+                       repeats)
         naive = measure(naive_em_step, (params, jnp.asarray(X, dtype), alpha, jnp.ones((M, N), dtype)),
                         iters, repeats)
         cells = int(np.prod(shape))
@@ -102,7 +104,8 @@ def scaling(shapes, ranks, iters, repeats, dtype):
         faces = _face_arrays(X, fitted, dtype)
         alpha = _concentrations(model, dtype)
         M, N = shape[:2]
-        rate, memory = measure(lambda p, f, a: em_step(p, f, a, M, N), (params, faces, alpha), iters, repeats)
+        rate, memory = measure(functools.partial(em_step, num_mice=M, num_epochs=N), (params, faces, alpha),
+                               iters, repeats)
         cells = int(np.prod(shape))
         print(f"{str(shape):>20} {cells:>9} | {rate:>8.2f} {1 / rate:>8.3f} {memory / 2**20:>9.1f} "
               f"{memory / 2**20 / cells * 1e6:>18.1f}")

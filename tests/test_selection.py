@@ -16,10 +16,10 @@ from bam_ppl.models.dirichlet_tucker import dirichlet_tucker  # noqa: E402
 from bam_ppl.selection import plot_rank_selection, select_ranks, speckled_mask  # noqa: E402
 
 PLANTED = dict(K_M=3, K_N=2, K_P=2, K_S=3)
-FIT = dict(num_iters=400, num_restarts=2)
+FIT = dict(num_iters=250, num_restarts=2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def planted_tensor():
     _, X = dirichlet_tucker(tuple(PLANTED.values()), alpha=0.3).sample(0, shape=(30, 8, 10, 12), total=500)
     return X
