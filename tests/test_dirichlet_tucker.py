@@ -132,6 +132,17 @@ def test_exact_evidence_matches_prior_monte_carlo():
     assert abs(np.exp(exact) - estimate) < 4 * stderr
 
 
+@pytest.mark.slow
+def test_generic_evidence_backends_run_on_the_preset():
+    """SMC (unbiased estimate) and VB (lower bound) against the exact evidence of a tiny tensor."""
+    model = dirichlet_tucker((1, 1, 2, 2))
+    _, X = dirichlet_tucker((1, 1, 2, 2), alpha=0.3).sample(1, shape=(2, 1, 2, 2), total=3)
+    exact = bam.log_evidence(model, X, method="exact").value
+    smc = bam.log_evidence(model, X, method="smc", rng_key=0)
+    assert abs(smc.value - exact) < 4 * smc.stderr + 1e-6
+    assert bam.log_evidence(model, X, method="vb", rng_key=0).value <= exact + 1e-6
+
+
 def test_sample_faces_sum_to_total():
     model = dirichlet_tucker((2, 2, 3, 2))
     params, X = model.sample(3, shape=(5, 4, 6, 7), total=40)
