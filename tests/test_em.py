@@ -32,7 +32,7 @@ MODELS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fit(name):
     """Fits shared by the tests: run to an exact fixed point (tol=0) or 3000 iterations."""
     model, data = MODELS[name]

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln, xlogy
+from jax.scipy.special import xlogy
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data

@@ -47,16 +47,19 @@ class GibbsSpec(NamedTuple):
 
     The urn conditional is a product of ratios; each factor is a *row*: a (member, count or
     column) pair whose index into the concatenated count vector depends on the configuration.
-    ``signs`` is +1 for a numerator (table count) row and −1 for a denominator (column count)
-    row; ``ties`` lists (row, earlier row) pairs of tied members whose within-token increment
-    enters the factor; ``moved`` lists the rows whose count a token changes when it moves.
+    ``numerator_rows`` are table counts, ``denominator_rows`` column counts; ``ties`` lists
+    (row, earlier row) pairs of tied members whose within-token increment enters the factor;
+    ``moved`` lists the rows whose count a token changes when it moves. ``log_space`` says
+    whether the products could leave the float32 range, so that they are summed as logs.
     """
 
     num_configs: int
     num_table_entries: int
-    signs: tuple[float, ...]
+    numerator_rows: tuple[int, ...]
+    denominator_rows: tuple[int, ...]
     ties: tuple[tuple[int, int], ...]
     moved: tuple[int, ...]
+    log_space: bool
     has_valid: bool
     has_total_term: bool
     token_order: str
@@ -122,22 +125,29 @@ def build_problem(bound: BoundModel, data, layout: CellLayout,
     for m, kind in needed:
         rows.extend((k, kind) for k in before[m] if (k, kind) not in rows)
     row_of = {key: r for r, key in enumerate(rows)}
-    signs = tuple(
-        (1.0 if kind == "count" else -1.0) if (m, kind) in needed else 0.0 for m, kind in rows
-    )
-    ties = tuple((row_of[m, kind], row_of[k, kind]) for m, kind in needed for k in before[m])
+    numerator = tuple(row_of[key] for key in needed if key[1] == "count")
+    denominator = tuple(row_of[key] for key in needed if key[1] == "column")
+    alpha = bound.flat_concentration
+    alpha_col = bound.flat_column_concentration
+    # Every factor lies in [α_min, α_max + T]; multiply directly in float32 when no partial
+    # product can leave [1e-30, 1e30], otherwise add logs.
+    smallest = np.log10(min(alpha.min(), alpha_col.min()))
+    largest = np.log10(max(alpha.max(), alpha_col.max()) + data.total)
+    extremes = [len(rows_) * bound_ for rows_ in (numerator, denominator) for bound_ in (smallest, largest)]
+    extremes += [len(numerator) * smallest - len(denominator) * largest,
+                 len(numerator) * largest - len(denominator) * smallest]
     spec = GibbsSpec(
         num_configs=L,
         num_table_entries=F,
-        signs=signs,
-        ties=ties,
+        numerator_rows=numerator,
+        denominator_rows=denominator,
+        ties=tuple((row_of[m, kind], row_of[k, kind]) for m, kind in needed for k in before[m]),
         moved=tuple(r for r, key in enumerate(rows) if varies[key]),
+        log_space=bool(max(abs(e) for e in extremes) > 30),
         has_valid=layout.valid is not None,
         has_total_term=bound.has_total_term,
         token_order=token_order,
     )
-    alpha = bound.flat_concentration
-    alpha_col = bound.flat_column_concentration
     column_of = np.concatenate([
         start + np.arange(t.size) // t.shape[-1] for start, t in zip(bound.column_starts, bound.tables)
     ])
@@ -172,9 +182,9 @@ def build_problem(bound: BoundModel, data, layout: CellLayout,
 def _redraw(spec: GibbsSpec, problem: GibbsProblem, counts, cell, old, uniform, remove: bool):
     """Remove one token (if ``remove``), redraw its configuration, add it back.
 
-    The conditional is eq. 4.1 with the token's own increments taken out of the counts: a
-    product over rows of (α + S^{−τ}) raised to the row's sign, over the configurations of the
-    token's cell, in log space so that many small factors cannot underflow.
+    The conditional is eq. 4.1 with the token's own increments taken out of the counts: over
+    the configurations of the token's cell, the product of the numerator rows' (α + S^{−τ})
+    divided by the product of the denominator rows'.
     """
     index = problem.row_base[:, cell][:, None] + problem.row_offset  # (R, L)
     moved = jnp.asarray(spec.moved, jnp.int32)
@@ -186,11 +196,19 @@ def _redraw(spec: GibbsSpec, problem: GibbsProblem, counts, cell, old, uniform, 
     value = problem.concentration.astype(jnp.float32)[index] + value.astype(jnp.float32)
     for row, earlier in spec.ties:  # the token's own increment in a tied table
         value = value.at[row].add((index[earlier] == index[row]).astype(jnp.float32))
-    logp = jnp.sum(jnp.asarray(spec.signs, jnp.float32)[:, None] * jnp.log(value), axis=0)
-    if spec.has_valid:
-        logp = jnp.where(problem.valid[cell], logp, -jnp.inf)
+    numerator = value[jnp.asarray(spec.numerator_rows, jnp.int32)]
+    denominator = value[jnp.asarray(spec.denominator_rows, jnp.int32)]
+    if spec.log_space:
+        logp = jnp.sum(jnp.log(numerator), axis=0) - jnp.sum(jnp.log(denominator), axis=0)
+        if spec.has_valid:
+            logp = jnp.where(problem.valid[cell], logp, -jnp.inf)
+        weight = jnp.exp(logp - logp.max())
+    else:
+        weight = jnp.prod(numerator, axis=0) / jnp.prod(denominator, axis=0)
+        if spec.has_valid:
+            weight = jnp.where(problem.valid[cell], weight, 0.0)
     # Inverse-CDF draw with one uniform number per token.
-    cdf = jnp.cumsum(jnp.exp(logp - logp.max()))
+    cdf = jnp.cumsum(weight)
     new = jnp.minimum(jnp.sum(cdf < uniform * cdf[-1]), spec.num_configs - 1).astype(jnp.int32)
     new_index = index[moved, new]
     if remove:
