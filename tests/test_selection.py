@@ -17,6 +17,9 @@ from bam_ppl.selection import plot_rank_selection, select_ranks, speckled_mask  
 
 PLANTED = dict(K_M=3, K_N=2, K_P=2, K_S=3)
 FIT = dict(num_iters=250, num_restarts=2)
+# Larger ranks than planted fit the training faces almost as well, so the held-out differences
+# beyond the planted rank are a few nats: the fits must be close to convergence to resolve them.
+CONVERGED_FIT = dict(num_iters=600, num_restarts=2)
 
 
 @functools.cache
@@ -59,7 +62,8 @@ def test_select_ranks_finds_planted_mouse_rank():
 def test_select_ranks_finds_each_planted_rank(name, values):
     X = planted_tensor()
     fixed = {k: v for k, v in PLANTED.items() if k != name}
-    table = select_ranks(dirichlet_tucker, X, grid={name: values}, fixed=fixed, rng_key=0, fit_options=FIT)
+    table = select_ranks(dirichlet_tucker, X, grid={name: values}, fixed=fixed, rng_key=0,
+                         fit_options=CONVERGED_FIT)
     assert table.loc[table["selected"], name].item() == PLANTED[name]
 
 
