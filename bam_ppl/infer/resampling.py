@@ -23,7 +23,7 @@ def _normalised_cdf(log_weights: Array) -> Array:
 
 
 def _invert(cdf: Array, positions: Array) -> Array:
-    """Ancestors of sorted positions in [0, 1): the first p with cdf[p] > position."""
+    """Ancestors of positions in [0, 1): the first p with cdf[p] > position."""
     idx = jnp.searchsorted(cdf, positions, side="right")
     return jnp.clip(idx, 0, cdf.shape[0] - 1).astype(jnp.int32)
 
@@ -43,10 +43,9 @@ def stratified(key: PRNGKey, log_weights: Array, num: int) -> Array:
 
 
 def multinomial(key: PRNGKey, log_weights: Array, num: int) -> Array:
-    """Independent draws from the weights (sorted uniforms, inverted through the CDF)."""
+    """Independent draws from the weights (uniforms inverted through the CDF, in draw order)."""
     cdf = _normalised_cdf(log_weights)
-    positions = jnp.sort(jax.random.uniform(key, (num,), dtype=cdf.dtype))
-    return _invert(cdf, positions)
+    return _invert(cdf, jax.random.uniform(key, (num,), dtype=cdf.dtype))
 
 
 def residual(key: PRNGKey, log_weights: Array, num: int) -> Array:
