@@ -223,11 +223,13 @@ def dir_dir_sweep(state, layout, uniforms, hyper):
         Q_rest = Q[cols] - hot_c
         row_weight = g + L_rest  # eq. 57
         col_weight = e + Q_rest  # eq. 58
-        joint = categorical(row_weight * col_weight, u_z)  # eq. 59
-        z_zero = categorical(row_weight * (1 - hot_c), u_z)  # eq. 60
-        c_zero = categorical(col_weight * (1 - _one_hot(z_zero, K)), u_c)  # eq. 61
-        z_new = jnp.where(obs, jnp.where(v == 1, joint, z_zero), -1)
-        c_new = jnp.where(obs, jnp.where(v == 1, joint, c_zero), -1)
+        one = v[:, None] == 1
+        # v = 1: x = z = c jointly (eq. 59); v = 0: z given the current c (eq. 60) ...
+        z_draw = categorical(jnp.where(one, row_weight * col_weight, row_weight * (1 - hot_c)), u_z)
+        # ... then c given the new z (eq. 61).
+        c_zero = categorical(col_weight * (1 - _one_hot(z_draw, K)), u_c)
+        z_new = jnp.where(obs, z_draw, -1)
+        c_new = jnp.where(obs, jnp.where(v == 1, z_draw, c_zero), -1)
         L = L.at[rows].set(L_rest + _one_hot(z_new, K), unique_indices=True)
         Q = Q.at[cols].set(Q_rest + _one_hot(c_new, K), unique_indices=True)
         return (L, Q), (z_new, c_new)

@@ -70,7 +70,11 @@ class NBMF:
 
     def __init__(self, n_components: int, prior: str = "beta-dir", alpha: float = 1.0,
                  beta: float = 1.0, gamma: float = 1.0, eta: float = 1.0):
-        from ..infer.validation import check_choice, check_int, check_positive  # infer imports models
+        from ..infer.validation import (  # infer imports models
+            check_choice,
+            check_int,
+            check_positive,
+        )
 
         self.n_components = check_int(n_components, "n_components", minimum=1)
         self.prior = check_choice(prior, "prior", PRIORS)
@@ -143,12 +147,14 @@ class NBMF:
         program.__doc__ = f"NumPyro program of {self!r}"
         return program
 
-    def expected_mean(self, idata) -> np.ndarray:
+    def expected_mean(self, idata, chain: int | None = None) -> np.ndarray:
         """E[WH | V] as an F × N array (papers/002 eqs. 32–33 and 39).
 
         Uses the backend's Rao-Blackwellised estimate when present (Gibbs: the average over kept
-        sweeps of E[W | Z] E[H | Z]; CVB0/VB: E_q[W] E_q[H]), averaged over chains; otherwise the
-        average of W H over the posterior draws.
+        sweeps of E[W | Z] E[H | Z]; CVB0/VB: E_q[W] E_q[H]); otherwise the average of W H over
+        the posterior draws. ``chain`` selects one chain (or restart); by default chains are
+        averaged. Dir-Dir chains can settle in different modes: compare them by their
+        ``log_joint`` trace before averaging.
         """
         from ..convert import group
 
@@ -156,11 +162,12 @@ class NBMF:
             expectations = group(idata, EXPECTATIONS_GROUP)
         except (AttributeError, KeyError):
             expectations = None
+        select = (lambda x: x) if chain is None else (lambda x: x.isel(chain=[chain]))
         if expectations is not None and "WH" in expectations:
-            return np.asarray(expectations["WH"].mean("chain").values, dtype=np.float64)
+            return np.asarray(select(expectations["WH"]).mean("chain").values, dtype=np.float64)
         posterior = group(idata, "posterior")
-        W = np.asarray(posterior["W"].values, dtype=np.float64)
-        H = np.asarray(posterior["H"].values, dtype=np.float64)
+        W = np.asarray(select(posterior["W"]).values, dtype=np.float64)
+        H = np.asarray(select(posterior["H"]).values, dtype=np.float64)
         return np.einsum("cdfk,cdkn->fn", W, H) / (W.shape[0] * W.shape[1])
 
 
