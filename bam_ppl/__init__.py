@@ -13,6 +13,7 @@ from .data import CountTensor  # noqa: E402
 from .evidence import EvidenceEstimate, compare, log_evidence, register_evidence  # noqa: E402
 from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
+from .plots import plot_evidence  # noqa: E402
 from .selection import select_ranks  # noqa: E402
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "infer",
     "log_evidence",
     "methods",
+    "plot_evidence",
     "models",
     "register",
     "register_evidence",
