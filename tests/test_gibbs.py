@@ -177,6 +177,14 @@ def test_same_key_same_result(nmf_run):
     assert not np.array_equal(first, other)
 
 
+def test_sequential_chains_draw_the_same_as_vectorized(nmf_run):
+    model, idata = nmf_run
+    sequential = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
+                           num_chains=NUM_CHAINS, chain_method="sequential", progress_bar=False)
+    np.testing.assert_array_equal(group(sequential, "posterior")["theta_i"].values,
+                                  group(idata, "posterior")["theta_i"].values)
+
+
 @pytest.mark.slow
 def test_progress_bar_does_not_change_draws():
     model = bam.models.nmf(2, a=1.0)
@@ -194,6 +202,7 @@ def test_progress_bar_does_not_change_draws():
     (dict(num_samples=2.5), TypeError),
     (dict(init="kmeans"), ValueError),
     (dict(token_order="reverse"), ValueError),
+    (dict(chain_method="parallel"), ValueError),
     (dict(progress_bar="yes"), TypeError),
     (dict(rng_key="seed"), TypeError),
 ])

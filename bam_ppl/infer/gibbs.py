@@ -39,6 +39,7 @@ from .validation import check_choice, check_int
 
 INITS = ("urn", "uniform")
 TOKEN_ORDERS = ("random", "fixed")
+CHAIN_METHODS = ("vectorized", "sequential")
 PROGRESS_UPDATES = 20
 
 
@@ -305,29 +306,41 @@ def draw(spec: GibbsSpec, problem: GibbsProblem, key, state: GibbsState) -> Gibb
 
 
 # -- chains ----------------------------------------------------------------------------------------
+def _over_chains(fn, chain_method, keys, states):
+    """``fn(key, state)`` for every chain: ``vmap``-ed, or one chain after another.
+
+    A sweep is a sequence of small dependent updates; on a CPU, batching chains into each update
+    costs more than it saves, so ``"sequential"`` (``lax.map``) can be the faster choice there.
+    """
+    if chain_method == "vectorized":
+        return jax.vmap(fn)(keys, states)
+    return jax.lax.map(lambda pair: fn(*pair), (keys, states))
+
+
 @functools.partial(jax.jit, static_argnames=("spec", "method"))
 def _init_chains(spec, problem, keys, method):
     return jax.vmap(lambda k: init(spec, problem, k, method))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "num_sweeps"))
-def _advance(spec, problem, keys, states, first_sweep, num_sweeps):
+@functools.partial(jax.jit, static_argnames=("spec", "num_sweeps", "chain_method"))
+def _advance(spec, problem, keys, states, first_sweep, num_sweeps, chain_method="vectorized"):
     """``num_sweeps`` sweeps of every chain; sweep s of a chain uses fold_in(chain key, s)."""
 
     def body(states, s):
         sweep_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, s)
-        return jax.vmap(lambda k, st: sweep(spec, problem, k, st))(sweep_keys, states), None
+        return _over_chains(lambda k, st: sweep(spec, problem, k, st), chain_method, sweep_keys, states), None
 
     states, _ = jax.lax.scan(body, states, first_sweep + jnp.arange(num_sweeps))
     return states
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "num_draws", "thinning", "record"))
-def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, thinning, record):
+@functools.partial(jax.jit, static_argnames=("spec", "num_draws", "thinning", "record", "chain_method"))
+def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, thinning, record,
+            chain_method="vectorized"):
     """``num_draws`` kept samples, each after ``thinning`` sweeps, recorded by ``record``."""
 
     def body(states, d):
-        states = _advance(spec, problem, keys, states, first_sweep + d * thinning, thinning)
+        states = _advance(spec, problem, keys, states, first_sweep + d * thinning, thinning, chain_method)
         record_keys = jax.vmap(jax.random.fold_in, (0, None))(draw_keys, first_draw + d)
         return states, jax.vmap(lambda k, st: record(spec, problem, k, st))(record_keys, states)
 
@@ -340,8 +353,8 @@ def _blocks(total: int, num_blocks: int) -> list[int]:
 
 
 def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4, num_warmup: int = 500,
-        num_samples: int = 500, thinning: int = 1, init_method: str = "urn", progress_bar: bool = False,
-        record=draw):
+        num_samples: int = 500, thinning: int = 1, init_method: str = "urn",
+        chain_method: str = "vectorized", progress_bar: bool = False, record=draw):
     """Run ``num_chains`` chains; return the final states and the kept records.
 
     Each record has leading axes ``(num_samples, num_chains)``. ``record(spec, problem, key,
@@ -359,13 +372,13 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
     sweep_done = 0
     for size in _blocks(num_warmup, num_blocks):
-        states = _advance(spec, problem, sweep_keys, states, sweep_done, size)
+        states = _advance(spec, problem, sweep_keys, states, sweep_done, size, chain_method)
         sweep_done += size
         bar.update(size)
     records, draws_done = [], 0
     for size in _blocks(num_samples, num_blocks):
         states, block = _sample(spec, problem, sweep_keys, draw_keys, states, sweep_done, draws_done,
-                                size, thinning, record)
+                                size, thinning, record, chain_method)
         records.append(block)
         sweep_done += size * thinning
         draws_done += size
@@ -377,7 +390,8 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
 # -- registry adapter ------------------------------------------------------------------------------
 @register("gibbs", models=(AllocationModel,))
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
-          thinning: int = 1, init: str = "urn", token_order: str = "random", progress_bar: bool = True,
+          thinning: int = 1, init: str = "urn", token_order: str = "random",
+          chain_method: str = "vectorized", progress_bar: bool = True,
           max_configs: int = DEFAULT_MAX_CONFIGS):
     """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
 
@@ -398,6 +412,9 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         Initial allocation: sequential Pólya-urn draws, or uniform configurations.
     token_order : {"random", "fixed"}
         Visit the tokens in a fresh random order every sweep, or always in data order.
+    chain_method : {"vectorized", "sequential"}
+        Run the chains batched with ``vmap`` or one after another with ``lax.map``; the draws
+        are identical, the sequential form is often faster on a CPU.
     progress_bar : bool
         Show a tqdm bar.
     max_configs : int
@@ -415,6 +432,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     thinning = check_int(thinning, "thinning")
     check_choice(init, "init", INITS)
     check_choice(token_order, "token_order", TOKEN_ORDERS)
+    check_choice(chain_method, "chain_method", CHAIN_METHODS)
     if not isinstance(progress_bar, bool):
         raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
     key = as_key(rng_key)
@@ -429,7 +447,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     with jax.enable_x64(True):
         _, draws = run(key, spec, problem, num_chains=num_chains, num_warmup=num_warmup,
                        num_samples=num_samples, thinning=thinning, init_method=init,
-                       progress_bar=progress_bar)
+                       chain_method=chain_method, progress_bar=progress_bar)
         draws = jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), draws)
     theta = bound.split_flat(draws.theta)
     return allocation_inference_data(
@@ -438,5 +456,5 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         method="gibbs",
         sample_stats={"log_joint": (("chain", "draw"), draws.log_joint)},
         attrs=dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                   thinning=thinning, init=init, token_order=token_order),
+                   thinning=thinning, init=init, token_order=token_order, chain_method=chain_method),
     )
