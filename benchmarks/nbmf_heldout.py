@@ -43,14 +43,15 @@ def methods(args):
 
 def run_dataset(name, args):
     data = bam.datasets.load_binary(name)
-    rows = {label: dict(perplexity=[], seconds=[], active=[]) for label, *_ in methods(args)}
+    competitors = [m for m in methods(args) if args.only is None or m[0] in args.only]
+    rows = {label: dict(perplexity=[], seconds=[], active=[]) for label, *_ in competitors}
     rows["constant rate"] = dict(perplexity=[], seconds=[], active=[])
     for rep in range(args.reps):
         heldout = random_heldout_mask(data.X, 0.25, rng_key=1000 + rep)
         train = np.where(heldout, np.nan, data.X)
         constant = np.full(data.X.shape, np.nanmean(train))
         rows["constant rate"]["perplexity"].append(heldout_perplexity(data.X, constant, heldout))
-        for label, model, method, options in methods(args):
+        for label, model, method, options in competitors:
             start = time.perf_counter()
             idata = bam.infer(model, data, method=method, rng_key=rep, mask=~heldout,
                               progress_bar=False, **options)
@@ -72,6 +73,8 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=1000, help="Gibbs kept sweeps")
     parser.add_argument("--iters", type=int, default=500, help="CVB0 and bICA iterations")
     parser.add_argument("--bica-k", type=int, default=5, help="K of the bICA baseline")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help='run only these methods, e.g. --only "Dir-Dir Gibbs" "Beta-Dir CVB0"')
     args = parser.parse_args(argv)
     print(f"settings: reps={args.reps} gibbs={args.warmup}+{args.samples} iters={args.iters} "
           f"bICA K={args.bica_k}")

@@ -200,14 +200,16 @@ def beta_dir_means(state, hyper):
 # -- Dir-Dir, Alg. 2 ------------------------------------------------------------------------------
 
 def dir_dir_init(key, layout, F, N, K):
-    """Random z; c = z where v = 1 and a uniformly drawn other label where v = 0 (so v = Σ c z)."""
-    key_z, key_c = jax.random.split(key)
-    z = jax.random.randint(key_z, layout.values.shape, 0, K, dtype=jnp.int32)
-    shift = jax.random.randint(key_c, layout.values.shape, 1, max(K, 2), dtype=jnp.int32)
-    c = jnp.where(layout.values == 1, z, (z + shift) % K)
+    """Random z and c = z, as in the authors' code (papers/002 §5.2, Alg. 2).
+
+    The start violates v = Σ_k c_k z_k where v = 0; the first sweep draws z ≠ c there (eqs.
+    60–61), so every state from sweep 1 on satisfies the constraint. In trials on the Catalan
+    parliament this start reached the paper's mode (NLL ≈ 8,930) more reliably than a random
+    valid C, which left one chain of two in a poorer one (≈ 9,590).
+    """
+    z = jax.random.randint(key, layout.values.shape, 0, K, dtype=jnp.int32)
     z = jnp.where(layout.observed, z, -1)
-    c = jnp.where(layout.observed, c, -1)
-    return DirDirState(z, c, _row_counts(layout, z, F, K), _col_counts(layout, c, N, K))
+    return DirDirState(z, z, _row_counts(layout, z, F, K), _col_counts(layout, z, N, K))
 
 
 def dir_dir_sweep(state, layout, uniforms, hyper):
