@@ -310,7 +310,7 @@ def _over_chains(fn, chain_method, keys, states):
     """``fn(key, state)`` for every chain: ``vmap``-ed, or one chain after another.
 
     A sweep is a sequence of small dependent updates; on a CPU, batching chains into each update
-    costs more than it saves, so ``"sequential"`` (``lax.map``) can be the faster choice there.
+    does not always pay, so ``"sequential"`` (``lax.map``) can be the faster choice there.
     """
     if chain_method == "vectorized":
         return jax.vmap(fn)(keys, states)
@@ -414,7 +414,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         Visit the tokens in a fresh random order every sweep, or always in data order.
     chain_method : {"vectorized", "sequential"}
         Run the chains batched with ``vmap`` or one after another with ``lax.map``; the draws
-        are identical, the sequential form is often faster on a CPU.
+        are identical; which is faster on a CPU depends on the problem (benchmarks/README.md).
     progress_bar : bool
         Show a tqdm bar.
     max_configs : int
