@@ -5,4 +5,5 @@ from . import cvb, vb  # noqa: F401
 from . import smc  # noqa: F401
 from . import em, gibbs  # noqa: F401
 from . import pmf_vb  # noqa: F401
+from . import nbmf_gibbs, nbmf_vb  # noqa: F401
 from .registry import infer, methods, register  # noqa: F401
