@@ -28,7 +28,6 @@ from jax.scipy.special import xlogy
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
-from ..data import as_count_tensor
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import as_key
 from .registry import register
@@ -206,7 +205,7 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     num_restarts = check_int(num_restarts, "num_restarts")
     check_choice(init, "init", INITS)
     key = as_key(rng_key)
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     if data.total == 0:
         raise ValueError("X holds no tokens; MAP-EM needs at least one count")
     bound = model.bind(data)

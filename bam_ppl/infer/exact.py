@@ -15,7 +15,6 @@ import math
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ..data import as_count_tensor
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
 
@@ -100,7 +99,7 @@ def enumerate_allocations(bound: BoundModel, data, layout: CellLayout, max_tenso
 
 def exact_log_evidence(model: AllocationModel, data, max_tensors: int = DEFAULT_MAX_TENSORS) -> float:
     """log L_X, exact: closed form without free nodes, enumeration otherwise."""
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     bound = model.bind(data)
     if not bound.latent and not data.has_missing:
         cells = data.indices[:, [bound.visible.index(n) for n in bound.nodes]]
@@ -115,7 +114,7 @@ def exact_posterior_mean(model: AllocationModel, data, statistic, max_tensors: i
 
     ``statistic`` maps a ``(chunk, size)`` array of concatenated table counts to ``(chunk, ...)``.
     """
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     bound = model.bind(data)
     layout = bound.cell_layout(data)
     log_norm = exact_log_evidence(model, data, max_tensors)

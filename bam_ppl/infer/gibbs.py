@@ -31,7 +31,6 @@ from jax.scipy.special import gammaln
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
-from ..data import as_count_tensor
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import as_key
 from .registry import register
@@ -436,7 +435,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     if not isinstance(progress_bar, bool):
         raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
     key = as_key(rng_key)
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     if data.total == 0:
         raise ValueError("X holds no tokens; collapsed Gibbs needs at least one count")
     bound = model.bind(data)

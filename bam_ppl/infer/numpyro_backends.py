@@ -10,7 +10,6 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO, autoguide
 from numpyro.optim import Adam
 
 from ..convert import allocation_inference_data
-from ..data import as_count_tensor
 from ..models.allocation import AllocationModel
 from ..types import as_key
 from .registry import register
@@ -39,7 +38,7 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
                             thinning=thinning).items():
         check_int(value, name, minimum=0 if name == "num_warmup" else 1)
     check_positive(target_accept_prob, "target_accept_prob", upper=1.0)
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)  # raises before compilation if the latent space is too large
     program = functools.partial(model.numpyro_model(), data)
@@ -75,7 +74,7 @@ def svi(model, data, *, rng_key=0, guide="normal", num_steps: int = 2000, learni
         guide_cls = guide
     else:
         raise TypeError(f"guide must be a name in {sorted(GUIDES)} or an AutoGuide subclass, got {guide!r}")
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)
     program = functools.partial(model.numpyro_model(), data)

@@ -45,7 +45,7 @@ from jax import lax
 from scipy.special import gammaln
 
 from ..convert import allocation_inference_data
-from ..data import MISSING, CountTensor, as_count_tensor
+from ..data import MISSING, CountTensor
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import Array, PRNGKey, as_key
@@ -312,7 +312,7 @@ def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS
     """Validate ``data`` for ``model`` and build (data, bound model, cell layout); no compilation."""
     if not isinstance(model, AllocationModel):
         raise TypeError(f"model must be an AllocationModel, got {type(model).__name__}")
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     if data.total == 0:
         raise ValueError("X has no tokens (T = 0); the SMC needs at least one observed token")
     bound = model.bind(data)
@@ -452,7 +452,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
                      progress_bar=progress_bar)
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     bound = model.bind(data)
     with jax.enable_x64(True):
         posterior_key = jax.random.fold_in(as_key(rng_key), 1)

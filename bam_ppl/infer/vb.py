@@ -24,7 +24,6 @@ from jax.scipy.special import gammaln
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
-from ..data import as_count_tensor
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
 from ..types import Array, as_key
@@ -460,7 +459,7 @@ def prepare(model, data):
     """Bound model, data and layout; raises for a too large latent space before compiling."""
     if not isinstance(model, AllocationModel):
         raise TypeError(f"model must be an AllocationModel, got {type(model).__name__}")
-    data = as_count_tensor(data)
+    data = model.as_data(data)
     if data.nnz == 0:
         raise ValueError("X has no tokens; variational inference needs at least one nonzero cell")
     bound = model.bind(data)

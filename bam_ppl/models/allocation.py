@@ -435,6 +435,14 @@ class AllocationModel:
         return cond
 
     # -- binding -------------------------------------------------------------------------------
+    def as_data(self, data) -> CountTensor:
+        """Validate ``data`` for this model and return it as a :class:`CountTensor`.
+
+        Every backend reads its data through this method, so a preset whose natural input is not a
+        dense count tensor (categorical samples, say) converts it in one place.
+        """
+        return as_count_tensor(data)
+
     def visible_sizes(self, shape) -> dict[str, int]:
         shape = tuple(int(s) for s in shape)
         if len(shape) != len(self.observed):
@@ -447,7 +455,7 @@ class AllocationModel:
     def bind(self, data=None, *, shape=None, total: int | None = None) -> BoundModel:
         """Fix every cardinality and b from ``data`` (or from ``shape`` and ``total``)."""
         if data is not None:
-            data = as_count_tensor(data)
+            data = self.as_data(data)
             shape, total = data.shape, data.total
         if shape is None:
             raise ValueError("bind needs data or a shape for the visible nodes")

@@ -291,6 +291,10 @@ class PMFTensorModel(AllocationModel):
             )
         return self
 
+    def as_data(self, data) -> CountTensor:
+        """Categorical samples in any form :func:`categorical_samples` takes, as a CountTensor."""
+        return categorical_samples(data)
+
     def bind(self, data=None, *, shape=None, total: int | None = None):
         """Bind to categorical samples (any form :func:`categorical_samples` takes) or a shape."""
         if data is not None:

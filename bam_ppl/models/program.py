@@ -15,7 +15,7 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
-from ..data import CountTensor, as_count_tensor
+from ..data import CountTensor
 
 
 def cell_probabilities(flat_theta, layout) -> jnp.ndarray:
@@ -43,7 +43,7 @@ def make_program(model):
 
     def program(X=None, *, shape=None, total=None):
         if X is not None:
-            data = as_count_tensor(X)
+            data = model.as_data(X)
             bound = model.bind(data)
         else:
             if shape is None:
