@@ -32,7 +32,6 @@ from ..models.nbmf import ACTIVE_THRESHOLD, NBMF
 from ..types import as_key
 from .nbmf_gibbs import (
     DiagonalLayout,
-    Hyper,
     check_data,
     core_problem,
     diagonal_layout,
