@@ -11,7 +11,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e ".[test,tutorials,dev]"
+	$(PY) -m pip install --quiet -e ".[test,tutorials,dev,fast]"
 	touch $(STAMP)
 
 demo: $(STAMP)

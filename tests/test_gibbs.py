@@ -1,4 +1,5 @@
-"""Collapsed Gibbs (method="gibbs"): exact posterior means by enumeration, R-hat, log π(S), options."""
+"""Collapsed Gibbs (method="gibbs"), JAX and numba kernels: exact posterior means by enumeration,
+R-hat, log π(S), options."""
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor, as_count_tensor
 from bam_ppl.infer import gibbs as gibbs_core
+from bam_ppl.infer import gibbs_numba
 from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
 from bam_ppl.models.program import _all_cells, cell_probabilities
 
@@ -18,6 +20,7 @@ NUM_CHAINS, NUM_SAMPLES = 4, 1500
 # |mean − exact| / MCSE is approximately standard normal; 4.5 keeps the family of 12 cells (and
 # the statistics below) from failing by chance.
 Z = 4.5
+KERNELS = ("jax", "numba")
 
 
 def _grid(bound, shape):
@@ -35,21 +38,24 @@ def _draw_cell_probabilities(idata, bound, grid):
 def _mcse_and_rhat(draws):
     """Per-cell MCSE of the mean and rank-normalised R-hat of (chain, draw, cells) draws."""
     az = import_arviz()
-    mcse = np.array([float(az.mcse(draws[..., c])) for c in range(draws.shape[-1])])
-    rhat = np.array([float(az.rhat(draws[..., c])) for c in range(draws.shape[-1])])
+    mcse = np.array([np.asarray(az.mcse(draws[..., c])).item() for c in range(draws.shape[-1])])
+    rhat = np.array([np.asarray(az.rhat(draws[..., c])).item() for c in range(draws.shape[-1])])
     return mcse, rhat
 
 
 @pytest.fixture(scope="module")
-def nmf_run():
+def nmf_runs():
+    """NMF on X1 with each kernel: {kernel: (model, idata)}."""
     model = bam.models.nmf(2, a=1.0)
-    idata = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
-                      num_chains=NUM_CHAINS, progress_bar=False)
-    return model, idata
+    return {kernel: (model, bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200,
+                                      num_samples=NUM_SAMPLES, num_chains=NUM_CHAINS, kernel=kernel,
+                                      progress_bar=False))
+            for kernel in KERNELS}
 
 
-def test_cell_probabilities_match_enumeration(nmf_run):
-    model, idata = nmf_run
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cell_probabilities_match_enumeration(nmf_runs, kernel):
+    model, idata = nmf_runs[kernel]
     bound = model.bind(X1)
     grid = _grid(bound, X1.shape)
     exact = exact_posterior_mean(model, X1, lambda c: expected_cell_probabilities(bound, c, grid))
@@ -59,8 +65,9 @@ def test_cell_probabilities_match_enumeration(nmf_run):
     assert np.all(error < Z * mcse), (error / mcse).max()
 
 
-def test_rhat_of_label_invariant_quantities(nmf_run):
-    model, idata = nmf_run
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rhat_of_label_invariant_quantities(nmf_runs, kernel):
+    model, idata = nmf_runs[kernel]
     bound = model.bind(X1)
     draws = _draw_cell_probabilities(idata, bound, _grid(bound, X1.shape))
     _, rhat = _mcse_and_rhat(draws)
@@ -69,8 +76,9 @@ def test_rhat_of_label_invariant_quantities(nmf_run):
     assert float(az.rhat(group(idata, "sample_stats")["log_joint"].values)) < 1.01
 
 
-def test_output_layout(nmf_run):
-    model, idata = nmf_run
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_output_layout(nmf_runs, kernel):
+    model, idata = nmf_runs[kernel]
     post = group(idata, "posterior")
     assert post["theta_i"].dims == ("chain", "draw", "k", "i")
     np.testing.assert_allclose(post["theta_i"].values.sum(-1), 1.0, rtol=1e-5)
@@ -81,16 +89,18 @@ def test_output_layout(nmf_run):
     stats = group(idata, "sample_stats")
     assert stats["log_joint"].dims == ("chain", "draw")
     assert attrs_of(idata)["method"] == "gibbs"
+    assert attrs_of(idata)["kernel"] == kernel
 
 
-def _run_core(model, data, record, num_samples, rng_key=1, num_chains=4):
+def _run_core(model, data, record, num_samples, kernel, rng_key=1, num_chains=4):
     data = as_count_tensor(data)
     bound = model.bind(data)
     layout = bound.cell_layout(data)
     spec, problem = gibbs_core.build_problem(bound, data, layout)
+    run = gibbs_core.run_numba if kernel == "numba" else gibbs_core.run
     with jax.enable_x64(True):
-        states, records = gibbs_core.run(rng_key, spec, problem, num_chains=num_chains, num_warmup=100,
-                                         num_samples=num_samples, record=record)
+        states, records = run(rng_key, spec, problem, num_chains=num_chains, num_warmup=100,
+                              num_samples=num_samples, record=record)
         return (bound, layout, spec, problem, jax.tree.map(np.asarray, (states, records)))
 
 
@@ -113,17 +123,18 @@ def _check_log_joint(bound, data, layout, problem, states, log_joints):
         np.testing.assert_allclose(log_joints[-1, chain], expected, rtol=1e-10)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name, model, data", [
     ("symmetric NMF (tied tables)", bam.models.symmetric_nmf(2, a=1.0), np.array([[3, 1, 0], [1, 0, 1], [0, 1, 2]])),
     ("CP with missing entries", bam.models.cp(2, order=3, a=2.0),
      CountTensor.from_samples(np.array([[0, 1, -1], [1, 1, 0], [0, -1, 1], [1, 0, 0], [0, 1, 1]]),
                               shape=(2, 2, 2))),
 ])
-def test_allocation_statistics_match_enumeration(name, model, data):
+def test_allocation_statistics_match_enumeration(name, model, data, kernel):
     """Label-invariant functions of the allocation: E[p(i_V) | S] and Σ_r S_r² (co-allocation)."""
     data = as_count_tensor(data)
     bound, layout, spec, problem, (states, (counts, log_joints)) = _run_core(
-        model, data, _counts_and_log_joint, num_samples=2000)
+        model, data, _counts_and_log_joint, num_samples=2000, kernel=kernel)
     _check_log_joint(bound, data, layout, problem, states, log_joints)
     grid = _grid(bound, data.shape)
     root = [t.name for t in bound.tables].index("r")
@@ -141,10 +152,11 @@ def test_allocation_statistics_match_enumeration(name, model, data):
     assert np.all(error < Z * mcse + 1e-9), (name, (error / mcse).max())
 
 
-def test_log_joint_under_conditioned_totals():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_log_joint_under_conditioned_totals(kernel):
     data = as_count_tensor(X1)
     bound, layout, spec, problem, (states, (_, log_joints)) = _run_core(
-        bam.models.lda(3, a=0.5), data, _counts_and_log_joint, num_samples=3, num_chains=2)
+        bam.models.lda(3, a=0.5), data, _counts_and_log_joint, num_samples=3, kernel=kernel, num_chains=2)
     _check_log_joint(bound, data, layout, problem, states, log_joints)
 
 
@@ -166,10 +178,11 @@ def test_log_space_and_direct_products_draw_the_same_allocations():
     np.testing.assert_array_equal(*configs)
 
 
-def test_same_key_same_result(nmf_run):
-    model, idata = nmf_run
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_same_key_same_result(nmf_runs, kernel):
+    model, idata = nmf_runs[kernel]
     kwargs = dict(method="gibbs", num_warmup=200, num_samples=NUM_SAMPLES, num_chains=NUM_CHAINS,
-                  progress_bar=False)  # the fixture's settings: no new compilation
+                  kernel=kernel, progress_bar=False)  # the fixture's settings: no new compilation
     first = group(idata, "posterior")["theta_i"].values
     again, other = (group(bam.infer(model, X1, rng_key=key, **kwargs), "posterior")["theta_i"].values
                     for key in (0, 4))
@@ -177,10 +190,11 @@ def test_same_key_same_result(nmf_run):
     assert not np.array_equal(first, other)
 
 
-def test_sequential_chains_draw_the_same_as_vectorized(nmf_run):
-    model, idata = nmf_run
+def test_sequential_chains_draw_the_same_as_vectorized(nmf_runs):
+    model, idata = nmf_runs["jax"]
     sequential = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
-                           num_chains=NUM_CHAINS, chain_method="sequential", progress_bar=False)
+                           num_chains=NUM_CHAINS, chain_method="sequential", kernel="jax",
+                           progress_bar=False)
     np.testing.assert_array_equal(group(sequential, "posterior")["theta_i"].values,
                                   group(idata, "posterior")["theta_i"].values)
 
@@ -203,6 +217,7 @@ def test_progress_bar_does_not_change_draws():
     (dict(init="kmeans"), ValueError),
     (dict(token_order="reverse"), ValueError),
     (dict(chain_method="parallel"), ValueError),
+    (dict(kernel="cuda"), ValueError),
     (dict(progress_bar="yes"), TypeError),
     (dict(rng_key="seed"), TypeError),
 ])
@@ -215,3 +230,56 @@ def test_bad_options_raise_before_compiling(options, error):
 def test_too_many_configurations_raises():
     with pytest.raises(ValueError, match="max_configs"):
         bam.infer(bam.models.nmf(50), X1, method="gibbs", max_configs=10)
+
+
+def test_numba_kernel_needs_numba(monkeypatch):
+    monkeypatch.setattr(gibbs_numba, "HAVE_NUMBA", False)
+    with pytest.raises(ImportError, match="numba"):
+        bam.infer(bam.models.nmf(2), X1, method="gibbs", kernel="numba")
+    assert gibbs_core.resolve_kernel("auto") == "jax"
+
+
+def test_auto_kernel_is_numba_on_cpu():
+    assert gibbs_core.resolve_kernel("auto") == ("numba" if jax.default_backend() == "cpu" else "jax")
+
+
+def _missing_cp_problem(log_space_rate):
+    data = CountTensor.from_samples(np.array([[0, 1, -1], [1, 1, 0], [0, -1, 1], [1, 0, 0], [0, 1, 1]] * 3),
+                                    shape=(2, 2, 2))
+    bound = bam.models.cp(3, order=3, a=log_space_rate).bind(data)
+    return gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+
+
+def _recount(spec, problem, config):
+    """Counts implied by every token's configuration, from scratch."""
+    moved = np.asarray(spec.moved)
+    index = problem.row_base[moved][:, problem.token_cell] + problem.row_offset[moved][:, config]
+    return problem.fixed_counts + np.bincount(index.reshape(-1), minlength=problem.fixed_counts.size)
+
+
+@pytest.mark.parametrize("init", ["urn", "uniform"])
+def test_numba_counts_follow_allocations(init):
+    """After initialisation and after sweeps the kernel's counts are those its allocation implies,
+    and every token's configuration is one its cell allows."""
+    spec, problem = _missing_cp_problem(2.0)
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(2), 3))
+    chains = gibbs_numba.NumbaChains(spec, problem, keys, keys[::-1], init)
+    for _ in range(2):
+        for chain in range(3):
+            np.testing.assert_array_equal(chains.counts[chain], _recount(spec, problem, chains.config[chain]))
+            assert problem.valid[problem.token_cell, chains.config[chain]].all()
+        chains.advance(5)
+    chains.close()
+
+
+def test_numba_log_space_and_direct_products_draw_the_same_allocations():
+    spec, problem = _missing_cp_problem(2.0)
+    assert not spec.log_space
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(5), 2))
+    configs = []
+    for log_space in (False, True):
+        chains = gibbs_numba.NumbaChains(spec._replace(log_space=log_space), problem, keys, keys, "urn")
+        chains.advance(10)
+        chains.close()
+        configs.append(chains.config)
+    np.testing.assert_array_equal(*configs)

@@ -15,7 +15,9 @@ the output is an ordinary MCMC sample of Θ that ArviZ can diagnose.
 The state is the configuration of every token and the concatenated table counts and column
 counts laid out by :meth:`BoundModel.cell_layout`. One sweep is a ``lax.scan`` over the tokens;
 chains are ``vmap``-ed. A sweep costs O(T × configurations × table members): it scales with the
-number of tokens, never with the dense size of X.
+number of tokens, never with the dense size of X. On a CPU the same sweep also runs as a numba
+kernel (:mod:`bam_ppl.infer.gibbs_numba`, option ``kernel``); the Θ draws and log π(S) of the
+kept samples are computed by the same JAX code for both kernels.
 """
 
 from __future__ import annotations
@@ -33,13 +35,16 @@ from scipy.special import gammaln as np_gammaln
 from ..convert import allocation_inference_data
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import as_key
+from . import gibbs_numba
 from .registry import register
 from .validation import check_choice, check_int
 
 INITS = ("urn", "uniform")
 TOKEN_ORDERS = ("random", "fixed")
 CHAIN_METHODS = ("vectorized", "sequential")
+KERNELS = ("auto", "jax", "numba")
 PROGRESS_UPDATES = 20
+RECORD_BLOCK_BYTES = 2**26  # kept states the numba kernel hands to one compiled record call
 
 
 class GibbsSpec(NamedTuple):
@@ -386,11 +391,79 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
 
 
+@functools.partial(jax.jit, static_argnames=("spec", "record"))
+def _record_block(spec, problem, draw_keys, configs, counts, first_draw, record):
+    """``record`` of a block of kept states (draw, chain, ...); draw d of chain c uses
+    fold_in(draw_keys[c], first_draw + d), as :func:`_sample` does."""
+
+    def one_draw(d, config, count):
+        keys = jax.vmap(jax.random.fold_in, (0, None))(draw_keys, first_draw + d)
+        return jax.vmap(lambda k, c, n: record(spec, problem, k, GibbsState(c, n)))(keys, config, count)
+
+    return jax.vmap(one_draw)(jnp.arange(configs.shape[0]), configs, counts)
+
+
+def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
+              num_warmup: int = 500, num_samples: int = 500, thinning: int = 1, init_method: str = "urn",
+              progress_bar: bool = False, record=draw):
+    """:func:`run` with the sweeps done by the numba kernel; same arguments and outputs.
+
+    The keys are split as in :func:`run`; each chain's initial allocation and sweeps draw from
+    NumPy Generators seeded by its init and sweep keys, and kept sample d of a chain is
+    recorded with fold_in(chain draw key, d), so the same key gives the same result. Kept
+    states are recorded in blocks of a fixed size (about ``RECORD_BLOCK_BYTES``), so that one
+    compiled call serves many samples.
+    """
+    key_init, key_sweep, key_draw = jax.random.split(as_key(rng_key), 3)
+    init_keys = np.asarray(jax.random.split(key_init, num_chains))
+    sweep_keys = np.asarray(jax.random.split(key_sweep, num_chains))
+    draw_keys = jax.random.split(key_draw, num_chains)
+    device_problem = jax.device_put(problem)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
+    chains = gibbs_numba.NumbaChains(spec, problem, init_keys, sweep_keys, init_method)
+    state_bytes = chains.config.nbytes + chains.counts.nbytes
+    block = int(np.clip(RECORD_BLOCK_BYTES // state_bytes, 1, num_samples))
+    records = []
+    try:
+        for size in _blocks(num_warmup, PROGRESS_UPDATES if progress_bar else 1):
+            chains.advance(size)
+            bar.update(size)
+        for first_draw in range(0, num_samples, block):
+            size = min(block, num_samples - first_draw)
+            configs = np.empty((block, *chains.config.shape), chains.config.dtype)
+            counts = np.empty((block, *chains.counts.shape), chains.counts.dtype)
+            for d in range(size):
+                chains.advance(thinning)
+                configs[d], counts[d] = chains.config, chains.counts
+                bar.update(1)
+            # A short last block is padded to the fixed size (no recompilation) and trimmed.
+            configs[size:], counts[size:] = configs[size - 1], counts[size - 1]
+            recorded = _record_block(spec, device_problem, draw_keys, configs, counts, first_draw, record)
+            records.append(jax.tree.map(lambda x, kept=size: x[:kept], recorded))
+    finally:
+        chains.close()
+        bar.close()
+    states = GibbsState(chains.config, chains.counts)
+    return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
+
+
+def resolve_kernel(kernel: str) -> str:
+    """The sweep kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed."""
+    check_choice(kernel, "kernel", KERNELS)
+    if kernel == "numba" and not gibbs_numba.HAVE_NUMBA:
+        raise ImportError('kernel="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
+    if kernel == "auto":
+        return "numba" if gibbs_numba.HAVE_NUMBA and jax.default_backend() == "cpu" else "jax"
+    return kernel
+
+
 # -- registry adapter ------------------------------------------------------------------------------
 @register("gibbs", models=(AllocationModel,))
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
           thinning: int = 1, init: str = "urn", token_order: str = "random",
-          chain_method: str = "vectorized", progress_bar: bool = True,
+          chain_method: str = "vectorized", kernel: str = "auto", progress_bar: bool = True,
           max_configs: int = DEFAULT_MAX_CONFIGS):
     """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
 
@@ -404,7 +477,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     num_samples : int
         Kept samples per chain.
     num_chains : int
-        Independent chains, run in parallel with ``vmap``.
+        Independent chains (vmapped by the JAX kernel, threads of the numba kernel).
     thinning : int
         Sweeps between kept samples.
     init : {"urn", "uniform"}
@@ -414,6 +487,12 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     chain_method : {"vectorized", "sequential"}
         Run the chains batched with ``vmap`` or one after another with ``lax.map``; the draws
         are identical; which is faster on a CPU depends on the problem (benchmarks/README.md).
+        Used by the JAX kernel only.
+    kernel : {"auto", "jax", "numba"}
+        What runs the sweeps: a JAX ``lax.scan`` over tokens, or a compiled numba loop (CPU,
+        needs the ``fast`` extra), many times faster on a CPU; with several chains, numba runs
+        them in threads. ``"auto"`` picks numba when it is installed and JAX runs on the CPU.
+        The kernels sample the same posterior from different random streams.
     progress_bar : bool
         Show a tqdm bar.
     max_configs : int
@@ -432,6 +511,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     check_choice(init, "init", INITS)
     check_choice(token_order, "token_order", TOKEN_ORDERS)
     check_choice(chain_method, "chain_method", CHAIN_METHODS)
+    kernel = resolve_kernel(kernel)
     if not isinstance(progress_bar, bool):
         raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
     key = as_key(rng_key)
@@ -443,10 +523,13 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     spec, problem = build_problem(bound, data, layout, token_order)
     # log π(S) is accumulated over every table entry and token: float64 keeps it exact to
     # well below a nat; the sweep itself works in explicit float32/int32.
+    options = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
+                   thinning=thinning, init_method=init, progress_bar=progress_bar)
     with jax.enable_x64(True):
-        _, draws = run(key, spec, problem, num_chains=num_chains, num_warmup=num_warmup,
-                       num_samples=num_samples, thinning=thinning, init_method=init,
-                       chain_method=chain_method, progress_bar=progress_bar)
+        if kernel == "numba":
+            _, draws = run_numba(key, spec, problem, **options)
+        else:
+            _, draws = run(key, spec, problem, chain_method=chain_method, **options)
         draws = jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), draws)
     theta = bound.split_flat(draws.theta)
     return allocation_inference_data(
@@ -455,5 +538,6 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         method="gibbs",
         sample_stats={"log_joint": (("chain", "draw"), draws.log_joint)},
         attrs=dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                   thinning=thinning, init=init, token_order=token_order, chain_method=chain_method),
+                   thinning=thinning, init=init, token_order=token_order, chain_method=chain_method,
+                   kernel=kernel),
     )
