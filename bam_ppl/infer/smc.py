@@ -80,11 +80,14 @@ class UrnTables(NamedTuple):
 class SMCState(NamedTuple):
     """Particle system of ``num_chains`` independent runs.
 
+    The counts are stored entry-major, particles on the last axis: the table entries of one token
+    are then M × L contiguous rows of P values, gathered, updated and scattered back as vectors.
+
     Attributes
     ----------
-    counts : int32 (chain, particle, table entries)
+    counts : int32 (chain, table entries, particle)
         Family counts S_fa of every table, concatenated.
-    column_counts : int32 (chain, particle, table columns)
+    column_counts : int32 (chain, table columns, particle)
         Their sums over each table's child axis.
     log_weights : float64 (chain, particle)
         Log weights accumulated since the last resampling.
@@ -125,8 +128,8 @@ def init(keys: PRNGKey, urn: UrnTables, num_particles: int) -> SMCState:
     """Empty urns: every particle of every run starts from S = 0 with weight 1."""
     num_chains = keys.shape[0]
     return SMCState(
-        counts=jnp.zeros((num_chains, num_particles, urn.concentration.shape[0]), jnp.int32),
-        column_counts=jnp.zeros((num_chains, num_particles, urn.column_concentration.shape[0]), jnp.int32),
+        counts=jnp.zeros((num_chains, urn.concentration.shape[0], num_particles), jnp.int32),
+        column_counts=jnp.zeros((num_chains, urn.column_concentration.shape[0], num_particles), jnp.int32),
         log_weights=jnp.zeros((num_chains, num_particles), jnp.float64),
         log_evidence=jnp.zeros((num_chains,), jnp.float64),
         key=keys,
@@ -153,29 +156,99 @@ def _token_indices(urn: UrnTables, cell: Array, same_table_before):
     return entry, column, jnp.stack(rows), jnp.stack(rows_col)
 
 
-def _configuration_probabilities(counts, column_counts, entry, column, prior, prior_column, valid_row):
-    """Urn probabilities of every free configuration for one particle, in scaled linear space.
+def _configuration_probabilities(counts, column_counts, entry, column, prior, prior_column, valid_row,
+                                 rescale_every: int):
+    """Urn probabilities of every free configuration for all particles of one run, scaled.
 
-    Returns ``(probabilities, log_scale)`` with p_τ(c_V, l | S) = probabilities[l] · exp(log_scale).
-    The product over members runs in linear space (one division per factor instead of a log);
-    after each member the vector is divided by its maximum so tiny concentrations cannot underflow.
+    ``counts`` (entries, P) and ``column_counts`` (columns, P) are one run's particles. Returns
+    ``(probabilities, log_scale)`` of shapes (L, P) and (P,) with
+    p_τ(c_V, l | S_p) = probabilities[l, p] · exp(log_scale[p]).
+
+    The product over members of eq. 4.1 is taken as one product of numerators Ŝ_fa and one of
+    denominators Ŝ_pa, then a single division per configuration: divisions dominate the cost of
+    this step on CPUs. Every ``rescale_every`` members (chosen by :func:`rescale_interval` so the
+    partial products cannot leave the float64 range) the ratio is divided by its maximum over the
+    configurations and the log of that maximum moved to ``log_scale``.
     """
     num_members = entry.shape[0]
-    probabilities = jnp.ones(entry.shape[1], jnp.float64)
-    log_scale = jnp.zeros((), jnp.float64)
+    numerator = denominator = None
+    log_scale = jnp.zeros(counts.shape[-1], jnp.float64)
     for m in range(num_members):
-        factor = (prior[m] + counts[entry[m]]) / (prior_column[m] + column_counts[column[m]])
-        probabilities = probabilities * factor
+        factor = prior[m][:, None] + counts[entry[m]]
+        column_factor = prior_column[m][:, None] + column_counts[column[m]]
+        numerator = factor if numerator is None else numerator * factor
+        denominator = column_factor if denominator is None else denominator * column_factor
         if valid_row is not None and m == 0:
-            probabilities = jnp.where(valid_row, probabilities, 0.0)
-        peak = jnp.max(probabilities)
-        probabilities = probabilities / peak
-        log_scale = log_scale + jnp.log(peak)
+            numerator = jnp.where(valid_row[:, None], numerator, 0.0)
+        if (m + 1) % rescale_every == 0 and m + 1 < num_members:
+            ratio = numerator / denominator
+            peak = jnp.max(ratio, axis=0)
+            numerator, denominator = ratio / peak, None
+            log_scale = log_scale + jnp.log(peak)
+    probabilities = numerator if denominator is None else numerator / denominator
     return probabilities, log_scale
 
 
+def rescale_interval(bound: BoundModel, num_tokens: int) -> int:
+    """How many members' factors :func:`_configuration_probabilities` may multiply before rescaling.
+
+    Every numerator factor α + S lies in [min α, max α + T + M] and every denominator factor in
+    [min α_col, max α_col + T + M] (M within-token increments of tied members). A product of k
+    such factors, and the ratio of two, stays inside the float64 range (2^±1022) with a wide
+    margin while k · max |log2 bound| ≤ 900.
+    """
+    num_members = len(bound.members)
+    slack = float(num_tokens + num_members)
+    bounds = [bound.flat_concentration.min(), bound.flat_concentration.max() + slack,
+              bound.flat_column_concentration.min(), bound.flat_column_concentration.max() + slack]
+    widest = max(abs(math.log2(float(b))) for b in bounds)
+    return int(min(num_members, max(1, 900 // max(widest, 1.0))))
+
+
+def _draw_configuration(probabilities, uniforms):
+    """Inverse-CDF draw of each particle's configuration from its (L, P) scaled probabilities.
+
+    ``chosen[p]`` counts the configurations whose cumulative mass is at most u_p · total, i.e. it
+    is the first l with cumulative mass above that level. Entries at the full total are not
+    counted, so a rounding of u_p · total up to the total cannot select a trailing configuration
+    of probability zero.
+    """
+    cumulative = jnp.cumsum(probabilities, axis=0)
+    total = cumulative[-1]
+    below = (cumulative <= uniforms * total) & (cumulative < total)
+    return jnp.sum(below, axis=0, dtype=jnp.int32)
+
+
+def _add_token(counts, column_counts, entry, column, chosen):
+    """Add each particle's drawn configuration to its family and column counts.
+
+    One scatter of M × L rows of P increments (a one-hot row per configuration); it adds, so
+    members that share an entry (configurations a member does not depend on, tied tables) count
+    every increment.
+    """
+    num_members, num_configs = entry.shape
+    one_hot = (jnp.arange(num_configs, dtype=jnp.int32)[:, None] == chosen[None, :]).astype(counts.dtype)
+    increments = jnp.broadcast_to(one_hot, (num_members, *one_hot.shape)).reshape(-1, one_hot.shape[1])
+    counts = counts.at[entry.reshape(-1)].add(increments)
+    column_counts = column_counts.at[column.reshape(-1)].add(increments)
+    return counts, column_counts
+
+
+def _take_particles(x, ancestors):
+    """``x[:, ancestors]`` for (rows, P) ``x``, written as a gather from the flattened array.
+
+    The flat form keeps the result in ``x``'s row-major layout; the column gather ``x[:, a]``
+    lets XLA pick a particle-major layout for the resampling branch, which then forces a
+    re-layout copy of the whole count array at every token, resampled or not.
+    """
+    rows, num_particles = x.shape
+    dtype = jnp.int32 if rows * num_particles < 2**31 else jnp.int64
+    flat = (jnp.arange(rows, dtype=dtype)[:, None] * num_particles + ancestors[None, :]).reshape(-1)
+    return x.reshape(-1)[flat].reshape(rows, num_particles)
+
+
 def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, resampling: str,
-         ess_threshold: float) -> tuple[SMCState, SMCInfo]:
+         ess_threshold: float, rescale_every: int = 1) -> tuple[SMCState, SMCInfo]:
     """Add one observed token (per run, cell index ``cell`` of shape (chain,)) to every particle.
 
     1. incremental weight u^τ = p_{τ,V}(c_V | S) of every particle (eq. 4.11);
@@ -184,59 +257,54 @@ def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, res
     3. draw the free configuration from its exact conditional p(l | c_V, S) (§4.2 proposal);
     4. add the token to the drawn family counts.
     """
-    num_particles = state.counts.shape[1]
+    num_particles = state.counts.shape[-1]
     keys = jax.vmap(lambda k: jax.random.split(k, 3))(state.key)
     next_key, resample_key, draw_key = keys[:, 0], keys[:, 1], keys[:, 2]
 
-    def per_chain(counts, column_counts, cell):
+    def weigh(counts, column_counts, cell):
         entry, column, prior, prior_column = _token_indices(urn, cell, same_table_before)
         valid_row = None if urn.valid is None else urn.valid[cell]
-        probs, log_scale = jax.vmap(
-            _configuration_probabilities, in_axes=(0, 0, None, None, None, None, None)
-        )(counts, column_counts, entry, column, prior, prior_column, valid_row)
+        probs, log_scale = _configuration_probabilities(
+            counts, column_counts, entry, column, prior, prior_column, valid_row, rescale_every)
         return entry, column, probs, log_scale
 
-    entry, column, probs, log_scale = jax.vmap(per_chain)(state.counts, state.column_counts, cell)
-    log_increment = jnp.log(jnp.sum(probs, axis=-1)) + log_scale
+    entry, column, probs, log_scale = jax.vmap(weigh)(state.counts, state.column_counts, cell)
+    log_increment = jnp.log(jnp.sum(probs, axis=1)) + log_scale
     log_weights = state.log_weights + log_increment
 
     ess = effective_sample_size(log_weights)
     resample = ess < ess_threshold * num_particles
     epoch = jax.nn.logsumexp(log_weights, axis=-1) - math.log(num_particles)
     log_evidence = jnp.where(resample, state.log_evidence + epoch, state.log_evidence)
-    resampler = RESAMPLERS[resampling]
-    drawn = jax.vmap(lambda k, w: resampler(k, w, num_particles))(resample_key, log_weights)
-    identity = jnp.arange(num_particles, dtype=jnp.int32)
-    ancestors = jnp.where(resample[:, None], drawn, identity[None, :])
 
-    def copy(operands):
-        take = jax.vmap(lambda x, a: x[a])
-        return tuple(take(x, ancestors) for x in operands)
+    def resample_particles(operands):
+        counts, column_counts, probs = operands
+        resampler = RESAMPLERS[resampling]
+        drawn = jax.vmap(lambda k, w: resampler(k, w, num_particles))(resample_key, log_weights)
+        identity = jnp.arange(num_particles, dtype=jnp.int32)
+        ancestors = jnp.where(resample[:, None], drawn, identity[None, :])
+        return tuple(jax.vmap(_take_particles)(x, ancestors) for x in (counts, column_counts, probs))
 
-    # A real branch (the predicate is one scalar): the O(P × table size) copy only when some run resamples.
+    # A real branch (the predicate is one scalar): the resampler and the O(P × table size) copy
+    # run only for tokens where some run resamples; otherwise the carry passes through unchanged.
     counts, column_counts, probs = lax.cond(
-        jnp.any(resample), copy, lambda operands: operands, (state.counts, state.column_counts, probs)
-    )
+        jnp.any(resample), resample_particles, lambda operands: operands,
+        (state.counts, state.column_counts, probs))
     log_weights = jnp.where(resample[:, None], 0.0, log_weights)
 
-    # Inverse-CDF draw of each particle's free configuration from its (scaled) probabilities.
-    uniforms = jax.vmap(lambda k: jax.random.uniform(k, (num_particles,), jnp.float64))(draw_key)
-    cumulative = jnp.cumsum(probs, axis=-1)
-    chosen = jnp.argmax(cumulative > uniforms[..., None] * cumulative[..., -1:], axis=-1)
-
-    def add_token(counts, column_counts, entry, column, chosen):
-        return counts.at[entry[:, chosen]].add(1), column_counts.at[column[:, chosen]].add(1)
-
-    counts, column_counts = jax.vmap(jax.vmap(add_token, in_axes=(0, 0, None, None, 0)))(
-        counts, column_counts, entry, column, chosen
-    )
+    # 32 random bits per draw (half the bits of a float64 uniform), exact in float64: u ∈ [0, 1)
+    # on a grid of 2^-32, far finer than the float64 rounding of the probabilities themselves.
+    bits = jax.vmap(lambda k: jax.random.bits(k, (num_particles,), jnp.uint32))(draw_key)
+    uniforms = bits.astype(jnp.float64) * 2.0 ** -32
+    chosen = jax.vmap(_draw_configuration)(probs, uniforms)
+    counts, column_counts = jax.vmap(_add_token)(counts, column_counts, entry, column, chosen)
     new_state = SMCState(counts, column_counts, log_weights, log_evidence, next_key)
     return new_state, SMCInfo(ess=ess, resampled=resample)
 
 
-@partial(jax.jit, static_argnames=("same_table_before", "resampling"))
+@partial(jax.jit, static_argnames=("same_table_before", "resampling", "rescale_every"))
 def run_tokens(state: SMCState, cells: Array, active: Array, urn: UrnTables, ess_threshold: Array, *,
-               same_table_before, resampling: str) -> tuple[SMCState, SMCInfo]:
+               same_table_before, resampling: str, rescale_every: int = 1) -> tuple[SMCState, SMCInfo]:
     """``lax.scan`` of :func:`step` over a block of tokens.
 
     ``cells`` is (tokens, chain): the observed cell of each token in each run's order. ``active``
@@ -246,7 +314,7 @@ def run_tokens(state: SMCState, cells: Array, active: Array, urn: UrnTables, ess
     def body(state, inputs):
         cell, is_active = inputs
         stepped = partial(step, urn=urn, same_table_before=same_table_before, resampling=resampling,
-                          ess_threshold=ess_threshold)
+                          ess_threshold=ess_threshold, rescale_every=rescale_every)
         idle = lambda s, _: (s, SMCInfo(jnp.full(s.log_evidence.shape, jnp.nan, jnp.float64),
                                         jnp.zeros(s.log_evidence.shape, bool)))
         return lax.cond(is_active, stepped, idle, state, cell)
@@ -368,6 +436,7 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         active = jnp.arange(padded) < num_tokens
         state = init(jax.random.split(run_key, num_chains), urn, num_particles)
         threshold = jnp.asarray(ess_threshold, jnp.float64)
+        rescale_every = rescale_interval(bound, num_tokens)
         infos = []
         blocks = range(num_blocks)
         if progress_bar:
@@ -377,15 +446,17 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         for b in blocks:
             rows = slice(b * block, (b + 1) * block)
             state, info = run_tokens(state, cells[rows], active[rows], urn, threshold,
-                                     same_table_before=layout.same_table_before, resampling=resampling)
+                                     same_table_before=layout.same_table_before, resampling=resampling,
+                                     rescale_every=rescale_every)
             infos.append(info)
         chain_log = finish(state) + log_evidence_constant(bound, data)
         # Final resampling: equally weighted particles for the posterior (§4.2, Algorithm 3).
         resampler = RESAMPLERS[resampling]
         ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
             jax.random.split(final_key, num_chains), state.log_weights)
-        counts = jax.vmap(lambda x, a: x[a])(state.counts, ancestors)
-        column_counts = jax.vmap(lambda x, a: x[a])(state.column_counts, ancestors)
+        # Back to the particle-major layout of SMCResult.
+        counts = jax.vmap(lambda x, a: x[:, a].T)(state.counts, ancestors)
+        column_counts = jax.vmap(lambda x, a: x[:, a].T)(state.column_counts, ancestors)
         log_prob = _allocation_log_prob(counts, column_counts, urn.concentration, urn.column_concentration)
         best = jnp.argmax(log_prob, axis=-1)
         chain_idx = jnp.arange(num_chains)
