@@ -283,3 +283,23 @@ def test_numba_log_space_and_direct_products_draw_the_same_allocations():
         chains.close()
         configs.append(chains.config)
     np.testing.assert_array_equal(*configs)
+
+
+def test_relabelling_makes_each_token_read_consecutive_entries():
+    """For LDA the topic–word entries of a word are a vocabulary apart in the table layout; after
+    the relabelling every row reads consecutive entries, and the counts map back unchanged."""
+    data = as_count_tensor(X1)
+    bound = bam.models.lda(3, a=0.5).bind(data)
+    spec, problem = gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+    new_of_old, row_base, row_offset = gibbs_numba.contiguous_relabelling(
+        problem.row_base.astype(np.int64), problem.row_offset.astype(np.int64), problem.concentration.size)
+    np.testing.assert_array_equal(np.sort(new_of_old), np.arange(problem.concentration.size))
+    for offsets in row_offset:
+        assert np.all(np.diff(offsets) == 1) or np.all(offsets == offsets[0]), offsets
+    np.testing.assert_array_equal(new_of_old[problem.row_base[:, :, None] + problem.row_offset[:, None, :]],
+                                  row_base[:, :, None] + row_offset[:, None, :])
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(1), 2))
+    chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "urn")
+    chains.close()
+    for chain in range(2):
+        np.testing.assert_array_equal(chains.counts[chain], _recount(spec, problem, chains.config[chain]))

@@ -30,13 +30,18 @@ URN = 1  # add the token, drawn from the urn given the tokens placed so far (pap
 UNIFORM = 2  # add the token with a configuration drawn uniformly among those its cell allows
 
 
-def _row_value(shifted, index, row, tie_rows, tie_earlier):
-    """(α + S)[index[row]] plus the increments of tied earlier members of the same token."""
-    value = shifted[index[row]]
+def _row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
+    """values[c] = (α + S)[index of ``row`` at configuration c], plus one where a tied earlier
+    member of the same token has its increment at the same index."""
+    row_base = base[row]
+    for c in range(values.shape[0]):
+        values[c] = shifted[row_base + row_offset[row, c]]
     for tie in range(tie_rows.shape[0]):
-        if tie_rows[tie] == row and index[tie_earlier[tie]] == index[row]:
-            value += 1.0
-    return value
+        if tie_rows[tie] == row:
+            earlier = tie_earlier[tie]
+            for c in range(values.shape[0]):
+                if base[earlier] + row_offset[earlier, c] == row_base + row_offset[row, c]:
+                    values[c] += 1.0
 
 
 def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order, token_cell, row_base,
@@ -47,14 +52,20 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
     ``counts`` (int) and ``shifted`` (= concentration + counts, float64) are updated together:
     the urn weights read ``shifted`` so that each factor costs one load. ``order`` is reshuffled
     (Fisher–Yates) before each pass when ``shuffle``. Each token's configuration is drawn by
-    inverse CDF with one uniform from ``rng``.
+    inverse CDF with one uniform from ``rng``. The weights are built one row at a time over all
+    configurations, loops the compiler can vectorise.
     """
     num_rows = row_base.shape[0]
     num_configs = row_offset.shape[1]
     num_tokens = order.shape[0]
     logs = log_space and mode != UNIFORM
-    index = np.empty(num_rows, np.int64)
-    cdf = np.empty(num_configs)
+    base = np.empty(num_rows, np.int64)
+    tied = np.zeros(num_rows, np.bool_)
+    for tie in range(tie_rows.shape[0]):
+        tied[tie_rows[tie]] = True
+    values = np.empty(num_configs)
+    denominator = np.empty(num_configs)
+    weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
             for i in range(num_tokens - 1, 0, -1):
@@ -63,65 +74,112 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
         for position in range(num_tokens):
             token = order[position]
             cell = token_cell[token]
+            for r in range(num_rows):
+                base[r] = row_base[r, cell]
             if mode == SWEEP:
                 old = config[token]
                 for m in moved:
-                    i = row_base[m, cell] + row_offset[m, old]
+                    i = base[m] + row_offset[m, old]
                     counts[i] -= 1
                     shifted[i] -= 1.0
-            # Unnormalised weights of eq. 4.1 over the free configurations, stored in ``cdf``.
-            largest = -np.inf
+            # Unnormalised weights of eq. 4.1 over the free configurations.
+            if mode == UNIFORM:
+                weight[:] = 1.0
+            elif logs:
+                weight[:] = 0.0
+                for r in numerator_rows:
+                    _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+                    for c in range(num_configs):
+                        weight[c] += math.log(values[c])
+                for r in denominator_rows:
+                    _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+                    for c in range(num_configs):
+                        weight[c] -= math.log(values[c])
+            else:
+                weight[:] = 1.0
+                denominator[:] = 1.0
+                for r in numerator_rows:
+                    if tied[r]:
+                        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+                        for c in range(num_configs):
+                            weight[c] *= values[c]
+                    else:  # the common case, one fused gather-multiply loop
+                        for c in range(num_configs):
+                            weight[c] *= shifted[base[r] + row_offset[r, c]]
+                for r in denominator_rows:
+                    if tied[r]:
+                        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+                        for c in range(num_configs):
+                            denominator[c] *= values[c]
+                    else:
+                        for c in range(num_configs):
+                            denominator[c] *= shifted[base[r] + row_offset[r, c]]
+                for c in range(num_configs):
+                    weight[c] /= denominator[c]
+            if has_valid:
+                for c in range(num_configs):
+                    if not valid[cell, c]:
+                        weight[c] = -np.inf if logs else 0.0
+            if logs:
+                largest = weight.max()
+                for c in range(num_configs):
+                    weight[c] = math.exp(weight[c] - largest)
+            # Inverse CDF, accumulating only up to the target. Rounding can leave the target at
+            # the total: then the last configuration with a positive weight.
+            target = rng.random() * weight.sum()
+            new = num_configs - 1
+            cumulative = 0.0
             for c in range(num_configs):
-                if has_valid and not valid[cell, c]:
-                    cdf[c] = -np.inf if logs else 0.0
-                    continue
-                if mode == UNIFORM:
-                    cdf[c] = 1.0
-                    continue
-                for r in range(num_rows):
-                    index[r] = row_base[r, cell] + row_offset[r, c]
-                if logs:
-                    weight = 0.0
-                    for r in numerator_rows:
-                        weight += math.log(_row_value(shifted, index, r, tie_rows, tie_earlier))
-                    for r in denominator_rows:
-                        weight -= math.log(_row_value(shifted, index, r, tie_rows, tie_earlier))
-                    largest = max(largest, weight)
-                else:
-                    numerator = 1.0
-                    for r in numerator_rows:
-                        numerator *= _row_value(shifted, index, r, tie_rows, tie_earlier)
-                    denominator = 1.0
-                    for r in denominator_rows:
-                        denominator *= _row_value(shifted, index, r, tie_rows, tie_earlier)
-                    weight = numerator / denominator
-                cdf[c] = weight
-            total = 0.0
-            last_positive = 0
-            for c in range(num_configs):
-                weight = math.exp(cdf[c] - largest) if logs else cdf[c]
-                if weight > 0.0:
-                    last_positive = c
-                total += weight
-                cdf[c] = total
-            # Inverse CDF; rounding can put the target at the total, hence the last fallback.
-            target = rng.random() * total
-            new = last_positive
-            for c in range(num_configs):
-                if target < cdf[c]:
+                cumulative += weight[c]
+                if target < cumulative:
                     new = c
                     break
+            else:
+                while new > 0 and weight[new] == 0.0:
+                    new -= 1
             for m in moved:
-                i = row_base[m, cell] + row_offset[m, new]
+                i = base[m] + row_offset[m, new]
                 counts[i] += 1
                 shifted[i] += 1.0
             config[token] = new
 
 
 if HAVE_NUMBA:
-    _row_value = numba.njit(inline="always", cache=True)(_row_value)
+    _row_values = numba.njit(inline="always", cache=True)(_row_values)
     # nogil: chains run in threads, each with its own Generator and arrays.
-    _place_tokens = numba.njit(nogil=True, cache=True)(_place_tokens)
+    _place_tokens = numba.njit(nogil=True, cache=True, fastmath={"nsz", "arcp", "contract", "reassoc"})(_place_tokens)
+
+
+def contiguous_relabelling(row_base, row_offset, size):
+    """A relabelling of the count vector that puts the entries one token reads side by side.
+
+    For LDA the topic–word entries of one word, read for every topic, lie a whole vocabulary
+    apart in the ``(*parents, child)`` layout; the kernel then waits on a cache miss per
+    configuration. Entries are renumbered in order of first use by (row, distinct base,
+    configuration), so that one token's reads of a row are consecutive. The relabelling is
+    kept only if every row still reads ``new_base[cell] + new_offset[configuration]``;
+    otherwise the identity is returned.
+
+    Returns
+    -------
+    new_of_old : (size,) int array
+        New position of every entry.
+    row_base, row_offset : arrays
+        The rows in the new numbering.
+    """
+    touched = [(np.unique(bases)[:, None] + offsets[None, :]).reshape(-1)
+               for bases, offsets in zip(row_base, row_offset)]
+    touched = np.concatenate(touched + [np.arange(size)])  # untouched entries keep their order, last
+    _, first = np.unique(touched, return_index=True)
+    old_in_new_order = touched[np.sort(first)]
+    new_of_old = np.empty(size, np.int64)
+    new_of_old[old_in_new_order] = np.arange(size)
+    new_index = new_of_old[row_base[:, :, None] + row_offset[:, None, :]]  # (R, U, L)
+    new_offset = new_index[:, 0, :] - new_index[:, 0, :1]
+    new_base = new_index[:, :, 0]
+    if not np.array_equal(new_index, new_base[:, :, None] + new_offset[:, None, :]):
+        return np.arange(size), row_base, row_offset
+    return new_of_old, new_base.astype(np.int32), new_offset.astype(np.int32)
 
 
 def _seeded(key) -> np.random.Generator:
@@ -150,16 +208,21 @@ class NumbaChains:
         num_tokens = problem.token_cell.shape[0]
         self.num_chains = num_chains
         self.shuffle = spec.token_order == "random"
-        self.concentration = np.asarray(problem.concentration, np.float64)
+        concentration = np.asarray(problem.concentration, np.float64)
+        self._new_of_old, row_base, row_offset = contiguous_relabelling(
+            np.asarray(problem.row_base, np.int64), np.asarray(problem.row_offset, np.int64), concentration.size)
+        self.concentration = np.empty_like(concentration)
+        self.concentration[self._new_of_old] = concentration
         as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
         self.structure = (
-            np.asarray(problem.token_cell, np.int32), np.asarray(problem.row_base, np.int32),
-            np.asarray(problem.row_offset, np.int32), np.asarray(problem.valid, np.bool_),
+            np.asarray(problem.token_cell, np.int32), row_base, row_offset, np.asarray(problem.valid, np.bool_),
             as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
             as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
             as_rows(spec.moved), bool(spec.log_space), bool(spec.has_valid),
         )
-        self.counts = np.tile(np.asarray(problem.fixed_counts, np.int32), (num_chains, 1))
+        fixed_counts = np.empty(concentration.size, np.int32)
+        fixed_counts[self._new_of_old] = problem.fixed_counts
+        self._counts = np.tile(fixed_counts, (num_chains, 1))  # in the kernel's numbering
         self.config = np.zeros((num_chains, num_tokens), np.int32)
         self.orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         self.rngs = [_seeded(key) for key in sweep_keys]
@@ -168,6 +231,11 @@ class NumbaChains:
         init_orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         mode = URN if init_method == "urn" else UNIFORM
         self._each_chain([_seeded(key) for key in init_keys], mode, 1, mode == URN, init_orders)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """(num_chains, F + C) table and column counts in the layout of :class:`GibbsState`."""
+        return self._counts[:, self._new_of_old]
 
     def advance(self, num_sweeps: int) -> None:
         """``num_sweeps`` Gibbs sweeps of every chain."""
@@ -179,8 +247,8 @@ class NumbaChains:
 
     def _each_chain(self, rngs, mode, num_sweeps, shuffle, orders):
         def one(chain):
-            shifted = self.concentration + self.counts[chain]
-            _place_tokens(rngs[chain], mode, num_sweeps, shuffle, self.counts[chain], shifted,
+            shifted = self.concentration + self._counts[chain]
+            _place_tokens(rngs[chain], mode, num_sweeps, shuffle, self._counts[chain], shifted,
                           self.config[chain], orders[chain], *self.structure)
 
         if self.num_chains == 1:
