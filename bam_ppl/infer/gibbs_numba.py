@@ -44,13 +44,15 @@ def _row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
                     values[c] += 1.0
 
 
-def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order, token_cell, row_base,
+def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_cell, row_base,
                   row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
                   log_space, has_valid):
     """``num_sweeps`` passes over the tokens of one chain, in place.
 
-    ``counts`` (int) and ``shifted`` (= concentration + counts, float64) are updated together:
-    the urn weights read ``shifted`` so that each factor costs one load. ``order`` is reshuffled
+    The counts are carried as ``shifted`` = concentration + counts (float64), so that each
+    factor of the urn weights costs one load; the caller recovers the integer counts by
+    rounding (±1 steps on numbers far below 2**52 stay within rounding error of an integer
+    offset of the concentration). ``order`` is reshuffled
     (Fisher–Yates) before each pass when ``shuffle``. Each token's configuration is drawn by
     inverse CDF with one uniform from ``rng``. The weights are built one row at a time over all
     configurations, loops the compiler can vectorise.
@@ -63,6 +65,11 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
     tied = np.zeros(num_rows, np.bool_)
     for tie in range(tie_rows.shape[0]):
         tied[tie_rows[tie]] = True
+    consecutive = np.ones(num_rows, np.bool_)  # offsets first, first + 1, first + 2, ...
+    for r in range(num_rows):
+        for c in range(1, num_configs):
+            if row_offset[r, c] != row_offset[r, 0] + c:
+                consecutive[r] = False
     values = np.empty(num_configs)
     denominator = np.empty(num_configs)
     weight = np.empty(num_configs)
@@ -80,7 +87,6 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
                 old = config[token]
                 for m in moved:
                     i = base[m] + row_offset[m, old]
-                    counts[i] -= 1
                     shifted[i] -= 1.0
             # Unnormalised weights of eq. 4.1 over the free configurations.
             if mode == UNIFORM:
@@ -103,7 +109,11 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
                         _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
                         for c in range(num_configs):
                             weight[c] *= values[c]
-                    else:  # the common case, one fused gather-multiply loop
+                    elif consecutive[r]:  # the common case after relabelling: a vector load
+                        start = base[r] + row_offset[r, 0]
+                        for c in range(num_configs):
+                            weight[c] *= shifted[start + c]
+                    else:
                         for c in range(num_configs):
                             weight[c] *= shifted[base[r] + row_offset[r, c]]
                 for r in denominator_rows:
@@ -111,6 +121,10 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
                         _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
                         for c in range(num_configs):
                             denominator[c] *= values[c]
+                    elif consecutive[r]:
+                        start = base[r] + row_offset[r, 0]
+                        for c in range(num_configs):
+                            denominator[c] *= shifted[start + c]
                     else:
                         for c in range(num_configs):
                             denominator[c] *= shifted[base[r] + row_offset[r, c]]
@@ -139,7 +153,6 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, counts, shifted, config, order
                     new -= 1
             for m in moved:
                 i = base[m] + row_offset[m, new]
-                counts[i] += 1
                 shifted[i] += 1.0
             config[token] = new
 
@@ -248,8 +261,9 @@ class NumbaChains:
     def _each_chain(self, rngs, mode, num_sweeps, shuffle, orders):
         def one(chain):
             shifted = self.concentration + self._counts[chain]
-            _place_tokens(rngs[chain], mode, num_sweeps, shuffle, self._counts[chain], shifted,
+            _place_tokens(rngs[chain], mode, num_sweeps, shuffle, shifted,
                           self.config[chain], orders[chain], *self.structure)
+            self._counts[chain] = np.rint(shifted - self.concentration)
 
         if self.num_chains == 1:
             one(0)
