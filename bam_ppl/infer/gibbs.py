@@ -394,13 +394,18 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
 @functools.partial(jax.jit, static_argnames=("spec", "record"))
 def _record_block(spec, problem, draw_keys, configs, counts, first_draw, record):
     """``record`` of a block of kept states (draw, chain, ...); draw d of chain c uses
-    fold_in(draw_keys[c], first_draw + d), as :func:`_sample` does."""
+    fold_in(draw_keys[c], first_draw + d), as :func:`_sample` does.
 
-    def one_draw(d, config, count):
+    The draws of a block are mapped one after another: the Gamma draws are rejection loops,
+    and batching a whole block into one loop costs more than the draws one by one.
+    """
+
+    def one_draw(inputs):
+        d, config, count = inputs
         keys = jax.vmap(jax.random.fold_in, (0, None))(draw_keys, first_draw + d)
         return jax.vmap(lambda k, c, n: record(spec, problem, k, GibbsState(c, n)))(keys, config, count)
 
-    return jax.vmap(one_draw)(jnp.arange(configs.shape[0]), configs, counts)
+    return jax.lax.map(one_draw, (jnp.arange(configs.shape[0]), configs, counts))
 
 
 def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
