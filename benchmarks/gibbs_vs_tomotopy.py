@@ -10,9 +10,12 @@ each sweep kernel: ``jax`` (a ``lax.scan`` over tokens; several chains vmapped, 
 one after another, "sequential") and ``numba`` (a compiled loop; several chains in threads).
 Several chains are reported as token updates per second over all chains.
 
-Usage: ``python benchmarks/gibbs_vs_tomotopy.py [--topics 20] [--kernels jax numba] [--sweeps 10]
-[--reference-sweeps 200] [--chains 1 4] [--repeats 3]`` (tomotopy is timed over more sweeps
-because each of its sweeps is short).
+bam_ppl visits the tokens in a fresh random order every sweep (``token_order="random"``, the
+default of ``method="gibbs"``) or in data order (``"fixed"``: document by document, as tomotopy).
+
+Usage: ``python benchmarks/gibbs_vs_tomotopy.py [--topics 20] [--kernels jax numba]
+[--token-order random] [--sweeps 10] [--reference-sweeps 200] [--chains 1 4] [--repeats 3]``
+(tomotopy is timed over more sweeps because each of its sweeps is short).
 """
 
 from __future__ import annotations
@@ -38,18 +41,18 @@ def _timed(advance):
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _lda_problem(data, topics, alpha, eta):
+def _lda_problem(data, topics, alpha, eta, token_order):
     model = bam.AllocationModel("d -> k -> w", latent={"k": topics}, observed=("d", "w"),
                                 condition_on="d", priors={"k": alpha, "w": eta})
     bound = model.bind(data)
-    return gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+    return gibbs_core.build_problem(bound, data, bound.cell_layout(data), token_order)
 
 
 class BamSampler:
     """Compiled bam_ppl JAX sweeps of ``chains`` chains of LDA on ``data``."""
 
-    def __init__(self, data, topics, alpha, eta, sweeps, chains, chain_method):
-        self.spec, self.problem = _lda_problem(data, topics, alpha, eta)
+    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains, chain_method):
+        self.spec, self.problem = _lda_problem(data, topics, alpha, eta, token_order)
         self.tokens, self.sweeps, self.chains = data.total, sweeps, chains
         self.chain_method = chain_method
         with jax.enable_x64(True):
@@ -74,8 +77,8 @@ class BamSampler:
 class NumbaSampler:
     """bam_ppl numba sweeps of ``chains`` chains (threads) of LDA on ``data``."""
 
-    def __init__(self, data, topics, alpha, eta, sweeps, chains):
-        spec, problem = _lda_problem(data, topics, alpha, eta)
+    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains):
+        spec, problem = _lda_problem(data, topics, alpha, eta, token_order)
         keys = np.asarray(jax.random.split(jax.random.PRNGKey(0), chains))
         self.chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "uniform")
         self.tokens, self.sweeps, self.num_chains = data.total, sweeps, chains
@@ -108,6 +111,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, nargs="+", default=[20])
     parser.add_argument("--kernels", nargs="+", choices=("jax", "numba"), default=["jax", "numba"])
+    parser.add_argument("--token-order", choices=("random", "fixed"), default="random")
     parser.add_argument("--sweeps", type=int, default=10)
     parser.add_argument("--reference-sweeps", type=int, default=200)
     parser.add_argument("--chains", type=int, nargs="+", default=[1, 4])
@@ -119,7 +123,8 @@ def main():
     data = as_count_tensor(X)
     print(f"Reuters {X.shape[0]}x{X.shape[1]}, {data.total} tokens, {data.nnz} nonzero cells; "
           f"{args.sweeps} sweeps per timing (tomotopy {args.reference_sweeps}), best of "
-          f"{args.repeats} interleaved timings; alpha={args.alpha}, eta={args.eta}")
+          f"{args.repeats} interleaved timings; alpha={args.alpha}, eta={args.eta}; bam_ppl token order "
+          f"{args.token_order}")
     header = (f"{'K':>4} {'sampler':<30} {'tokens/s':>10} {'ratio':>7} {'CPU tokens/s':>13} {'CPU ratio':>10}")
     print(header)
     print("-" * len(header))
@@ -129,11 +134,12 @@ def main():
         for chains in args.chains:
             if "numba" in args.kernels:
                 samplers[f"bam_ppl numba x{chains}"] = NumbaSampler(data, topics, args.alpha, args.eta,
-                                                                    args.sweeps, chains)
+                                                                    args.token_order, args.sweeps, chains)
             if "jax" in args.kernels:
                 for method in ("vectorized",) if chains == 1 else ("vectorized", "sequential"):
                     label = f"bam_ppl jax x{chains}" + (f" {method}" if chains > 1 else "")
-                    samplers[label] = BamSampler(data, topics, args.alpha, args.eta, args.sweeps, chains, method)
+                    samplers[label] = BamSampler(data, topics, args.alpha, args.eta, args.token_order,
+                                                args.sweeps, chains, method)
         # Interleaving the timings spreads the load of a shared machine over all samplers.
         best = {label: (0.0, 0.0) for label in samplers}
         for _ in range(args.repeats):

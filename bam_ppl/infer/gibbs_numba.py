@@ -128,19 +128,23 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_
                     else:
                         for c in range(num_configs):
                             denominator[c] *= shifted[base[r] + row_offset[r, c]]
+                total = 0.0
                 for c in range(num_configs):
                     weight[c] /= denominator[c]
-            if has_valid:
-                for c in range(num_configs):
-                    if not valid[cell, c]:
-                        weight[c] = -np.inf if logs else 0.0
-            if logs:
-                largest = weight.max()
-                for c in range(num_configs):
-                    weight[c] = math.exp(weight[c] - largest)
+                    total += weight[c]
+            if has_valid or logs or mode == UNIFORM:
+                if has_valid:
+                    for c in range(num_configs):
+                        if not valid[cell, c]:
+                            weight[c] = -np.inf if logs else 0.0
+                if logs:
+                    largest = weight.max()
+                    for c in range(num_configs):
+                        weight[c] = math.exp(weight[c] - largest)
+                total = weight.sum()
             # Inverse CDF, accumulating only up to the target. Rounding can leave the target at
             # the total: then the last configuration with a positive weight.
-            target = rng.random() * weight.sum()
+            target = rng.random() * total
             new = num_configs - 1
             cumulative = 0.0
             for c in range(num_configs):
