@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bam_ppl.infer.resampling import RESAMPLERS, effective_sample_size
+from bam_ppl.infer.resampling import RESAMPLERS, effective_sample_size, weight_summary
 
 WEIGHTS = np.array([0.05, 0.0, 0.4, 0.15, 0.3, 0.1])
 NUM = 10
@@ -60,3 +60,12 @@ def test_effective_sample_size():
     assert float(effective_sample_size(jnp.array([0.0, -jnp.inf, -jnp.inf]))) == pytest.approx(1.0)
     w = WEIGHTS / WEIGHTS.sum()
     assert float(effective_sample_size(jnp.log(jnp.asarray(WEIGHTS)))) == pytest.approx(1 / np.sum(w**2))
+
+
+def test_weight_summary_equals_ess_and_log_mean():
+    # float64, as in the SMC: large-magnitude log weights cost the two-logsumexp ESS digits in float32.
+    with jax.enable_x64(True):
+        log_weights = jnp.array([[-1e3, -1e3 + 0.5, -1e3 - 2.0, -jnp.inf], [0.0, 0.0, 0.0, 0.0]])
+        ess, log_mean = weight_summary(log_weights)
+        np.testing.assert_allclose(ess, effective_sample_size(log_weights), rtol=1e-9)
+        np.testing.assert_allclose(log_mean, jax.nn.logsumexp(log_weights, axis=-1) - np.log(4), rtol=1e-12)

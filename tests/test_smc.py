@@ -164,6 +164,24 @@ def test_compare_table_ranks_models():
     assert table["prob"].sum() == pytest.approx(1.0)
 
 
+def test_rescaled_probability_products_give_the_same_estimate(monkeypatch):
+    # With extreme concentrations the per-token product over members is rescaled after every
+    # member; forcing that path on ordinary data must leave the estimate unchanged.
+    model, X = OTHER_MODELS["tucker"]
+    plain = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2)
+    assert smc_module.rescale_interval(model.bind(X), int(X.sum())) == len(model.bind(X).members)
+    monkeypatch.setattr(smc_module, "rescale_interval", lambda bound, num_tokens: 1)
+    rescaled = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2)
+    np.testing.assert_allclose(rescaled.chain_log_evidence, plain.chain_log_evidence, rtol=0, atol=1e-9)
+
+
+def test_tiny_concentrations_match_exact():
+    # a = 1e-150: the product of a token's factors would underflow without rescaling.
+    model = bam.models.nmf(2, a=1e-150)
+    assert smc_module.rescale_interval(model.bind(X2), int(X2.sum())) < len(model.bind(X2).members)
+    assert_matches_exact(smc_estimate(model, X2, num_particles=500, num_chains=4), exact_log_evidence(model, X2))
+
+
 def test_progress_bar_blocks_give_the_same_estimate():
     # The bar splits the scan into blocks of tokens; the random stream does not depend on it.
     model, X = bam.models.nmf(2, a=1.0), np.array([[200, 100], [50, 3]])

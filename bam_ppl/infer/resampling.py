@@ -82,3 +82,18 @@ def effective_sample_size(log_weights: Array) -> Array:
     lse = jax.nn.logsumexp(log_weights, axis=-1)
     lse2 = jax.nn.logsumexp(2.0 * log_weights, axis=-1)
     return jnp.exp(2.0 * lse - lse2)
+
+
+def weight_summary(log_weights: Array) -> tuple[Array, Array]:
+    """ESS and log mean weight of unnormalised log weights (last axis), from one pass of exp.
+
+    Equal to ``effective_sample_size(log_weights)`` and ``logsumexp(log_weights) − log P``; the
+    SMC needs both at every token, and sharing the shifted weights halves the exponentials.
+    """
+    peak = jnp.max(log_weights, axis=-1, keepdims=True)
+    peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
+    weights = jnp.exp(log_weights - peak)
+    total = jnp.sum(weights, axis=-1)
+    ess = total**2 / jnp.sum(weights**2, axis=-1)
+    log_mean = peak[..., 0] + jnp.log(total) - jnp.log(log_weights.shape[-1])
+    return ess, log_mean

@@ -50,7 +50,7 @@ from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import Array, PRNGKey, as_key
 from .registry import register
-from .resampling import RESAMPLERS, effective_sample_size
+from .resampling import RESAMPLERS, weight_summary
 from .validation import check_choice, check_int, check_positive
 
 # Runs with more particle-token updates than this show a progress bar unless told otherwise.
@@ -272,9 +272,8 @@ def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, res
     log_increment = jnp.log(jnp.sum(probs, axis=1)) + log_scale
     log_weights = state.log_weights + log_increment
 
-    ess = effective_sample_size(log_weights)
+    ess, epoch = weight_summary(log_weights)
     resample = ess < ess_threshold * num_particles
-    epoch = jax.nn.logsumexp(log_weights, axis=-1) - math.log(num_particles)
     log_evidence = jnp.where(resample, state.log_evidence + epoch, state.log_evidence)
 
     def resample_particles(operands):
