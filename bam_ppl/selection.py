@@ -15,7 +15,7 @@ import numpy as np
 
 from .data import as_count_tensor
 from .infer.validation import check_positive
-from .types import KeyLike, as_key
+from .types import KeyLike, as_key, numpy_generator
 
 SCORE_COLUMN = "heldout_loglik"
 
@@ -34,7 +34,7 @@ def speckled_mask(shape: Sequence[int], fraction: float, rng_key: KeyLike = 0) -
     size = int(np.prod(shape))
     if size < 2:
         raise ValueError(f"cannot hold out part of {size} slice(s); the held-out axes need at least 2 entries")
-    rng = np.random.default_rng(np.asarray(as_key(rng_key), dtype=np.uint32))
+    rng = numpy_generator(rng_key)
     count = min(max(1, int(round(fraction * size))), size - 1)
     mask = np.zeros(size, dtype=bool)
     mask[rng.choice(size, count, replace=False)] = True

@@ -34,3 +34,12 @@ def as_key(rng_key: KeyLike) -> PRNGKey:
         "rng_key must be an int seed or a JAX PRNG key (jax.random.key / jax.random.PRNGKey), "
         f"got {type(rng_key).__name__}"
     )
+
+
+def numpy_generator(rng_key: KeyLike) -> np.random.Generator:
+    """A NumPy Generator seeded from an int seed or a JAX key (the same key gives the same draws).
+
+    Host-side draws (generative samples, restarts' starting values, posterior Dirichlet draws)
+    use it where eager JAX would compile anew for every array shape.
+    """
+    return np.random.default_rng(np.asarray(as_key(rng_key), dtype=np.uint32))

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
-from ..types import Array
+from ..types import Array, numpy_generator
 from .registry import register
 from .validation import check_int
 from .vb import (
@@ -37,7 +37,6 @@ from .vb import (
     check_options,
     column_sums,
     elbo_value,
-    host_generator,
     initial_log_theta,
     initial_responsibilities,
     iterate,
@@ -208,7 +207,7 @@ class CVBResult(NamedTuple):
 def run(rng_key, problem: CVBProblem, member_table: tuple[int, ...], *, num_iters: int, tol: float,
         num_restarts: int, init: str = "responsibilities", progress_bar: bool = False) -> CVBResult:
     """Run ``num_restarts`` vmapped CVB0 restarts (call under ``jax.enable_x64(True)``)."""
-    rng = host_generator(rng_key)
+    rng = numpy_generator(rng_key)
     if init == "dirichlet":
         states = _init_log_theta(problem, jnp.asarray(initial_log_theta(rng, problem.cells, num_restarts)))
     else:

@@ -34,7 +34,7 @@ from scipy.special import gammaln
 from ..convert import observed_variables, to_inference_data
 from ..data import as_count_tensor
 from ..models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
-from ..types import as_key
+from ..types import numpy_generator
 from .registry import register
 from .validation import check_choice, check_int, check_positive
 
@@ -171,11 +171,6 @@ def init_params(rng: np.random.Generator, ranks, sizes, num_starts: int) -> Para
 
     return Params(draw(K_M, M), draw(K_N, N), draw(P, K_P), draw(S, K_S),
                   draw(K_P * K_S, K_M, K_N).reshape(num_starts, *ranks))
-
-
-def _host_rng(rng_key) -> np.random.Generator:
-    """A NumPy generator seeded by the JAX key: the same key gives the same starts and batches."""
-    return np.random.default_rng(np.asarray(as_key(rng_key), dtype=np.uint32))
 
 
 # -- full-batch EM ----------------------------------------------------------------------------
@@ -454,7 +449,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     """
     _common_options(model, num_iters, tol, dtype)
     check_int(num_restarts, "num_restarts")
-    rng = _host_rng(rng_key)
+    rng = numpy_generator(rng_key)
     data, dense, fitted, total = _faces(model, data, heldout)
     ranks, sizes = _ranks_and_sizes(model, dense)
     starts = init_params(rng, ranks, sizes, num_restarts)
@@ -525,7 +520,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     check_positive(step_power, "step_power", upper=1.0)
     if step_power <= 0.5:
         raise ValueError(f"step_power must be in (0.5, 1] (Robbins–Monro), got {step_power}")
-    rng = _host_rng(rng_key)
+    rng = numpy_generator(rng_key)
     data, dense, fitted, total = _faces(model, data, heldout)
     fitted_index = np.flatnonzero(fitted.reshape(-1))
     if batch_size > fitted_index.size:

@@ -37,7 +37,7 @@ from jax.scipy.special import gammaln
 from ..convert import to_inference_data
 from ..data import as_binary_matrix
 from ..models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
-from ..types import as_key
+from ..types import as_key, numpy_generator
 from .registry import register
 from .validation import check_int, check_positive
 
@@ -281,11 +281,6 @@ def dirichlet_rows(rng: np.random.Generator, concentration) -> np.ndarray:
     return gammas / gammas.sum(-1, keepdims=True)
 
 
-def numpy_rng(key) -> np.random.Generator:
-    """A NumPy generator seeded by a raw JAX key (same key, same draws)."""
-    return np.random.default_rng(np.asarray(key, dtype=np.uint32))
-
-
 def conjugate_draws(rng: np.random.Generator, kind: str, hyper: Hyper, counts) -> tuple:
     """W and H drawn from their conditionals given saved counts (eqs. 26–27, 62–63).
 
@@ -433,7 +428,7 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
     chains = run_in_chunks(advance, chains, num_sweeps, progress_bar, f"gibbs {kind}", "sweep")
     layout_np = diagonal_layout(values, observed)
     assignments = tuple(to_matrix(layout_np, np.asarray(a), (F, N)) for a in chains.assignments)
-    W, H = conjugate_draws(numpy_rng(key_draw), kind, hyper, tuple(np.asarray(c) for c in chains.counts))
+    W, H = conjugate_draws(numpy_generator(key_draw), kind, hyper, tuple(np.asarray(c) for c in chains.counts))
     return GibbsResult(W, H,
                        np.asarray(chains.mean_sum, dtype=np.float64) / num_samples,
                        np.asarray(chains.draw_active), np.asarray(chains.log_joint),

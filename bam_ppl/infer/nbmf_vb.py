@@ -29,7 +29,7 @@ import numpy as np
 from jax.scipy.special import digamma, gammaln
 
 from ..models.nbmf import ACTIVE_THRESHOLD, NBMF
-from ..types import as_key
+from ..types import as_key, numpy_generator
 from .nbmf_gibbs import (
     DiagonalLayout,
     check_data,
@@ -37,7 +37,6 @@ from .nbmf_gibbs import (
     diagonal_layout,
     dirichlet_rows,
     nbmf_inference_data,
-    numpy_rng,
     run_in_chunks,
 )
 from .registry import register
@@ -235,7 +234,7 @@ def _draw_q(key, row, ones, zeros, num_samples):
     ``row`` (R, F, K), ``ones``/``zeros`` (R, K, N) → W (R, S, F, K), H (R, S, K, N), drawn with
     NumPy (see :func:`bam_ppl.infer.nbmf_gibbs.conjugate_draws`).
     """
-    rng = numpy_rng(key)
+    rng = numpy_generator(key)
     expand = lambda x: np.repeat(np.asarray(x, np.float64)[:, None], num_samples, axis=1)
     W = dirichlet_rows(rng, expand(row))
     H = rng.beta(expand(ones), expand(zeros))

@@ -35,8 +35,8 @@ from jax.scipy.special import digamma, gammaln
 
 from ..convert import allocation_inference_data
 from ..data import MISSING
-from ..models.pmf import PMFTensorModel, categorical_samples, numpy_generator
-from ..types import as_key
+from ..models.pmf import PMFTensorModel, categorical_samples
+from ..types import as_key, numpy_generator
 from .registry import register
 from .validation import check_int, check_positive
 

@@ -26,7 +26,7 @@ from scipy.special import gammaln as np_gammaln
 from ..convert import allocation_inference_data
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
-from ..types import Array, as_key
+from ..types import Array, as_key, numpy_generator
 from .registry import register
 from .validation import check_choice, check_int, check_positive
 
@@ -278,17 +278,6 @@ def training_log_likelihood(problem: CellProblem, alpha_hat: Array) -> Array:
     return jnp.sum(problem.counts * jax.scipy.special.logsumexp(log_cell, axis=1))
 
 
-def host_generator(rng_key) -> np.random.Generator:
-    """A NumPy generator seeded by a JAX key, for host-side draws that the same key reproduces.
-
-    Initial values and posterior draws are made on the host: JAX's Gamma sampler costs seconds of
-    compilation per array shape, more than a whole VB run on small data.
-    """
-    return np.random.default_rng(np.asarray(jax.random.key_data(rng_key)
-                                            if jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key)
-                                            else rng_key, dtype=np.uint32))
-
-
 def dirichlet_log_draws(rng: np.random.Generator, concentration: np.ndarray, column_of: np.ndarray,
                         size: int) -> np.ndarray:
     """log θ, shape ``(size, F)``, for θ ~ Dirichlet(concentration) in every column.
@@ -421,7 +410,7 @@ class VBResult(NamedTuple):
 def run(rng_key, problem: CellProblem, *, num_iters: int, tol: float, num_restarts: int,
         init: str = "responsibilities", progress_bar: bool = False) -> VBResult:
     """Run ``num_restarts`` vmapped VB restarts (call under ``jax.enable_x64(True)``)."""
-    rng = host_generator(rng_key)
+    rng = numpy_generator(rng_key)
     if init == "dirichlet":
         states = _init_log_theta(problem, jnp.asarray(initial_log_theta(rng, problem, num_restarts)))
     else:
@@ -468,7 +457,7 @@ def prepare(model, data):
 
 def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_samples: int):
     """θ ~ q(θ) = Dirichlet(α̂) per table (one chain) and λ ~ Gamma(a + T, b + 1) if it exists."""
-    rng = host_generator(rng_key)
+    rng = numpy_generator(rng_key)
     log_theta = dirichlet_log_draws(rng, alpha_hat, column_index(bound), num_samples)
     theta = bound.split_flat(np.exp(log_theta)[None])
     rate = None

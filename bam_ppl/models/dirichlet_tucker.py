@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..types import KeyLike, as_key
+from ..types import KeyLike, numpy_generator
 from .allocation import AllocationModel
 
 PARAMETERS = ("psi", "phi", "theta", "lambda", "core")
@@ -230,7 +230,7 @@ class DirichletTuckerModel(AllocationModel):
         """
         # NumPy's samplers, seeded from the key: the same key gives the same draw, and no
         # Gamma/multinomial kernels are compiled for a one-off host-side draw.
-        rng = np.random.default_rng(np.asarray(as_key(rng_key), dtype=np.uint32))
+        rng = numpy_generator(rng_key)
         if shape is None:
             raise ValueError(f"shape is required: the sizes {self.observed} of the tensor")
         shape = tuple(self.visible_sizes(shape).values())

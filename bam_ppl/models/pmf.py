@@ -28,7 +28,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from ..data import MISSING, CountTensor
-from ..types import KeyLike, as_key
+from ..types import KeyLike, numpy_generator
 from .allocation import AllocationModel
 
 #: Attributes of an allocation model that exist only once the number of variables is known.
@@ -505,11 +505,6 @@ def sample_pmf(rng_key: KeyLike, weights, factors, num_samples: int, missing_pro
         missing[empty, rng.integers(0, codes.shape[1], size=empty.size)] = False
         codes[missing] = MISSING
     return codes
-
-
-def numpy_generator(rng_key: KeyLike) -> np.random.Generator:
-    """A NumPy generator seeded by a bam_ppl key (int or JAX key), for host-side draws."""
-    return np.random.default_rng(np.asarray(as_key(rng_key)).astype(np.uint64).tolist())
 
 
 def joint_pmf(weights, factors) -> np.ndarray:

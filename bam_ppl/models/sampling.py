@@ -1,20 +1,22 @@
-"""Generative draws from an allocation model (papers/000 §3.1–3.2)."""
+"""Generative draws from an allocation model (papers/000 §3.1–3.2).
+
+Draws are made with NumPy's Generator seeded from the JAX key (the same key gives the same draw):
+the number of tokens is itself random, and eager JAX would compile anew for every new T.
+"""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..types import PRNGKey
+from ..types import PRNGKey, numpy_generator
 
 
-def _draw_tables(key: PRNGKey, bound) -> dict[str, np.ndarray]:
-    keys = jax.random.split(key, len(bound.tables))
+def _draw_tables(rng: np.random.Generator, bound) -> dict[str, np.ndarray]:
     out = {}
-    for k, table in zip(keys, bound.tables):
-        theta = jax.random.dirichlet(k, jnp.asarray(table.concentration, dtype=jnp.float32))
-        theta = np.asarray(theta, dtype=np.float64)
+    for table in bound.tables:
+        conc = table.concentration
+        columns = conc.reshape(-1, conc.shape[-1])
+        theta = np.stack([rng.dirichlet(col) for col in columns]).reshape(conc.shape)
         # Tiny concentrations can underflow a whole column; fall back to a point mass there.
         bad = ~np.isfinite(theta).all(-1) | (theta.sum(-1) <= 0)
         if bad.any():
@@ -37,13 +39,20 @@ def _conditioned_tokens(model, sizes, total) -> np.ndarray:
     return np.repeat(cells, counts.reshape(-1), axis=0)
 
 
+def _categorical(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
+    """One draw per row of ``probs`` (rows sum to one) by inverting the cumulative sums."""
+    cdf = np.cumsum(probs, axis=-1)
+    u = rng.random(probs.shape[0]) * cdf[:, -1]
+    return np.minimum((cdf < u[:, None]).sum(-1), probs.shape[-1] - 1)
+
+
 def sample_allocation(model, key: PRNGKey, shape, total):
     """Draw an allocation tensor S (axes: ``model.dag.nodes``) and X = S_V (axes: ``observed``)."""
     if shape is None:
         raise ValueError(f"shape is required: the sizes of the visible nodes {model.observed}")
     sizes = {**model.visible_sizes(shape), **model.latent}
     nodes = model.dag.nodes
-    k_rate, k_count, k_theta, k_tok = jax.random.split(key, 4)
+    rng = numpy_generator(key)
     if model.condition_on:
         if total is None:
             raise ValueError("total is required under condition_on: tokens per conditioned cell")
@@ -53,27 +62,23 @@ def sample_allocation(model, key: PRNGKey, shape, total):
         if total is None:
             if model.b is None:
                 raise ValueError("pass total= (the number of tokens) or give the model an explicit b")
-            rate = float(jax.random.gamma(k_rate, model.a) / model.b)
-            T = int(jax.random.poisson(k_count, rate))
+            T = int(rng.poisson(rng.gamma(model.a) / model.b))
         else:
             if isinstance(total, bool) or int(total) != total or total < 0:
                 raise ValueError(f"total must be a nonnegative int, got {total!r}")
             T = int(total)
         fixed = np.zeros((T, 0), dtype=np.int64)
     bound = model.bind(shape=shape, total=max(T, 1))
-    thetas = _draw_tables(k_theta, bound)
+    thetas = _draw_tables(rng, bound)
     owner = {m: t for t in bound.tables for m in t.members}
     values: dict[str, np.ndarray] = {n: fixed[:, i] for i, n in enumerate(model.condition_on)}
-    keys = jax.random.split(k_tok, len(nodes))
-    for k, n in zip(keys, nodes):
+    for n in nodes:
         if n in values:
             continue
-        table = owner[n]
-        theta = thetas[table.name]
+        theta = thetas[owner[n].name]
         pars = model.dag.parents[n]
         cols = theta[tuple(values[p] for p in pars)] if pars else np.broadcast_to(theta, (T, theta.shape[-1]))
-        logits = jnp.log(jnp.asarray(cols, dtype=jnp.float32))
-        values[n] = np.asarray(jax.random.categorical(k, logits, axis=-1)) if T else np.zeros(0, np.int64)
+        values[n] = _categorical(rng, cols) if T else np.zeros(0, np.int64)
     S = np.zeros(tuple(sizes[n] for n in nodes), dtype=np.int64)
     np.add.at(S, tuple(values[n] for n in nodes), 1)
     latent_axes = tuple(i for i, n in enumerate(nodes) if n in model.latent)
