@@ -190,10 +190,11 @@ def test_same_key_same_result(nmf_runs, kernel):
     assert not np.array_equal(first, other)
 
 
-def test_sequential_chains_draw_the_same_as_vectorized(nmf_runs):
-    model, idata = nmf_runs["jax"]
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_sequential_chains_draw_the_same_as_vectorized(nmf_runs, kernel):
+    model, idata = nmf_runs[kernel]
     sequential = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
-                           num_chains=NUM_CHAINS, chain_method="sequential", kernel="jax",
+                           num_chains=NUM_CHAINS, chain_method="sequential", kernel=kernel,
                            progress_bar=False)
     np.testing.assert_array_equal(group(sequential, "posterior")["theta_i"].values,
                                   group(idata, "posterior")["theta_i"].values)

@@ -410,7 +410,7 @@ def _record_block(spec, problem, draw_keys, configs, counts, first_draw, record)
 
 def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
               num_warmup: int = 500, num_samples: int = 500, thinning: int = 1, init_method: str = "urn",
-              progress_bar: bool = False, record=draw):
+              chain_method: str = "vectorized", progress_bar: bool = False, record=draw):
     """:func:`run` with the sweeps done by the numba kernel; same arguments and outputs.
 
     The keys are split as in :func:`run`; each chain's initial allocation and sweeps draw from
@@ -427,7 +427,8 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
     from tqdm.auto import tqdm
 
     bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
-    chains = gibbs_numba.NumbaChains(spec, problem, init_keys, sweep_keys, init_method)
+    chains = gibbs_numba.NumbaChains(spec, problem, init_keys, sweep_keys, init_method,
+                                     parallel=chain_method == "vectorized")
     state_bytes = chains.config.nbytes + chains.counts.nbytes
     block = int(np.clip(RECORD_BLOCK_BYTES // state_bytes, 1, num_samples))
     records = []
@@ -490,14 +491,14 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     token_order : {"random", "fixed"}
         Visit the tokens in a fresh random order every sweep, or always in data order.
     chain_method : {"vectorized", "sequential"}
-        Run the chains batched with ``vmap`` or one after another with ``lax.map``; the draws
-        are identical; which is faster on a CPU depends on the problem (benchmarks/README.md).
-        Used by the JAX kernel only.
+        Run the chains together (JAX: batched with ``vmap``; numba: in parallel threads) or
+        one after another (JAX: ``lax.map``); the draws are identical; which is faster on a
+        CPU depends on the problem and the free cores (benchmarks/README.md).
     kernel : {"auto", "jax", "numba"}
         What runs the sweeps: a JAX ``lax.scan`` over tokens, or a compiled numba loop (CPU,
-        needs the ``fast`` extra), many times faster on a CPU; with several chains, numba runs
-        them in threads. ``"auto"`` picks numba when it is installed and JAX runs on the CPU.
-        The kernels sample the same posterior from different random streams.
+        needs the ``fast`` extra), many times faster on a CPU. ``"auto"`` picks numba when it
+        is installed and JAX runs on the CPU. The kernels sample the same posterior from
+        different random streams.
     progress_bar : bool
         Show a tqdm bar.
     max_configs : int
@@ -531,10 +532,8 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     options = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
                    thinning=thinning, init_method=init, progress_bar=progress_bar)
     with jax.enable_x64(True):
-        if kernel == "numba":
-            _, draws = run_numba(key, spec, problem, **options)
-        else:
-            _, draws = run(key, spec, problem, chain_method=chain_method, **options)
+        run_kernel = run_numba if kernel == "numba" else run
+        _, draws = run_kernel(key, spec, problem, chain_method=chain_method, **options)
         draws = jax.tree.map(lambda x: np.swapaxes(np.asarray(x), 0, 1), draws)
     theta = bound.split_flat(draws.theta)
     return allocation_inference_data(

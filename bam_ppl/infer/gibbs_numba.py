@@ -208,8 +208,8 @@ class NumbaChains:
     """Every chain's allocation as NumPy arrays, advanced by the numba kernel.
 
     Chain c draws from its own Generator seeded by ``sweep_keys[c]`` (its initial allocation
-    from ``init_keys[c]``), so results do not depend on how the chains share the CPU cores;
-    with several chains they run in threads (the kernel releases the GIL).
+    from ``init_keys[c]``), so results do not depend on how the chains share the CPU cores:
+    in parallel threads (the kernel releases the GIL) or one after another.
 
     Parameters
     ----------
@@ -218,9 +218,11 @@ class NumbaChains:
     init_keys, sweep_keys : array (num_chains, 2) uint32
         Raw JAX keys of each chain's initial allocation and of its sweeps.
     init_method : {"urn", "uniform"}
+    parallel : bool
+        Run the chains in up to ``os.cpu_count()`` threads rather than one after another.
     """
 
-    def __init__(self, spec, problem, init_keys, sweep_keys, init_method: str):
+    def __init__(self, spec, problem, init_keys, sweep_keys, init_method: str, parallel: bool = True):
         num_chains = len(sweep_keys)
         num_tokens = problem.token_cell.shape[0]
         self.num_chains = num_chains
@@ -243,7 +245,7 @@ class NumbaChains:
         self.config = np.zeros((num_chains, num_tokens), np.int32)
         self.orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         self.rngs = [_seeded(key) for key in sweep_keys]
-        self._pool = ThreadPoolExecutor(max_workers=min(num_chains, os.cpu_count() or 1))
+        self._pool = ThreadPoolExecutor(max_workers=min(num_chains, os.cpu_count() or 1) if parallel else 1)
         # The urn initialisation visits the tokens in random order, whatever the sweep order.
         init_orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         mode = URN if init_method == "urn" else UNIFORM
