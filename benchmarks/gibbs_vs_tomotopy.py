@@ -7,7 +7,8 @@ side by side in one run after each sampler's warm-up (compilation for bam_ppl), 
 several interleaved timings, both in wall-clock time and in CPU time of the process (the latter is
 steadier on a shared machine; for multithreaded samplers it sums the threads). bam_ppl runs with
 each sweep kernel: ``jax`` (a ``lax.scan`` over tokens; several chains vmapped, "vectorized", or
-one after another, "sequential") and ``numba`` (a compiled loop; several chains in threads).
+one after another, "sequential") and ``numba`` (a compiled loop; several chains in parallel
+threads or one after another).
 Several chains are reported as token updates per second over all chains.
 
 bam_ppl visits the tokens in a fresh random order every sweep (``token_order="random"``, the
@@ -75,12 +76,12 @@ class BamSampler:
 
 
 class NumbaSampler:
-    """bam_ppl numba sweeps of ``chains`` chains (threads) of LDA on ``data``."""
+    """bam_ppl numba sweeps of ``chains`` chains of LDA on ``data``, in threads if ``parallel``."""
 
-    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains):
+    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains, parallel):
         spec, problem = _lda_problem(data, topics, alpha, eta, token_order)
         keys = np.asarray(jax.random.split(jax.random.PRNGKey(0), chains))
-        self.chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "uniform")
+        self.chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "uniform", parallel=parallel)
         self.tokens, self.sweeps, self.num_chains = data.total, sweeps, chains
         self.chains.advance(1)  # compiles (or loads numba's cache)
 
@@ -133,8 +134,11 @@ def main():
                                                            args.reference_sweeps)}
         for chains in args.chains:
             if "numba" in args.kernels:
-                samplers[f"bam_ppl numba x{chains}"] = NumbaSampler(data, topics, args.alpha, args.eta,
-                                                                    args.token_order, args.sweeps, chains)
+                for parallel in (True,) if chains == 1 else (True, False):
+                    label = f"bam_ppl numba x{chains}" + ("" if chains == 1 else " threads" if parallel
+                                                          else " sequential")
+                    samplers[label] = NumbaSampler(data, topics, args.alpha, args.eta, args.token_order,
+                                                   args.sweeps, chains, parallel)
             if "jax" in args.kernels:
                 for method in ("vectorized",) if chains == 1 else ("vectorized", "sequential"):
                     label = f"bam_ppl jax x{chains}" + (f" {method}" if chains > 1 else "")
