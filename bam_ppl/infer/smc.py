@@ -327,11 +327,41 @@ def finish(state: SMCState) -> Array:
     return state.log_evidence + jax.nn.logsumexp(state.log_weights, axis=-1) - math.log(num_particles)
 
 
-@jax.jit
 def _allocation_log_prob(counts, column_counts, concentration, column_concentration):
     """log Pr of a particle's token sequence under the urn, up to a constant (exchangeability, §4.1)."""
     return (jnp.sum(lax.lgamma(concentration + counts), -1)
             - jnp.sum(lax.lgamma(column_concentration + column_counts), -1))
+
+
+@partial(jax.jit, static_argnames=("num_chains", "padded"))
+def _token_orders(key: PRNGKey, tokens: Array, *, num_chains: int, padded: int) -> Array:
+    """(padded, chain) observed cells: one random order of the tokens per run, zero-padded.
+
+    The order is shared by that run's particles (§7 notes); ``tokens`` lists each observed
+    cell once per token.
+    """
+    orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(jax.random.split(key, num_chains))
+    return jnp.zeros((padded, num_chains), jnp.int32).at[:tokens.shape[0]].set(orders.T)
+
+
+@partial(jax.jit, static_argnames=("resampling",))
+def _final_particles(state: SMCState, key: PRNGKey, concentration, column_concentration, *, resampling: str):
+    """Close the runs: per-run log evidence (up to the data constant) and the final particles.
+
+    A final resampling gives equally weighted particles for the posterior (§4.2, Algorithm 3),
+    returned particle-major (chain, particle, entries) as in :class:`SMCResult`, with each run's
+    most probable allocation and its log probability.
+    """
+    num_chains, _, num_particles = state.counts.shape
+    resampler = RESAMPLERS[resampling]
+    ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
+        jax.random.split(key, num_chains), state.log_weights)
+    counts = jax.vmap(lambda x, a: x[:, a].T)(state.counts, ancestors)
+    column_counts = jax.vmap(lambda x, a: x[:, a].T)(state.column_counts, ancestors)
+    log_prob = _allocation_log_prob(counts, column_counts, concentration, column_concentration)
+    best = jnp.argmax(log_prob, axis=-1)
+    chain_idx = jnp.arange(num_chains)
+    return finish(state), counts, column_counts, counts[chain_idx, best], log_prob[chain_idx, best]
 
 
 class SMCResult(NamedTuple):
@@ -424,14 +454,11 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
     with jax.enable_x64(True):
         urn = urn_tables(bound, layout)
         order_key, run_key, final_key = jax.random.split(key, 3)
-        tokens = jnp.repeat(jnp.arange(data.nnz, dtype=jnp.int32), jnp.asarray(data.counts),
-                            total_repeat_length=num_tokens)
-        # One random order of the tokens per run, shared by that run's particles (§7 notes).
-        orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(jax.random.split(order_key, num_chains))
         block = min(num_tokens, PROGRESS_CHUNK_TOKENS) if progress_bar else num_tokens
         num_blocks = -(-num_tokens // block)
         padded = num_blocks * block
-        cells = jnp.zeros((padded, num_chains), jnp.int32).at[:num_tokens].set(orders.T)
+        tokens = np.repeat(np.arange(data.nnz, dtype=np.int32), data.counts)
+        cells = _token_orders(order_key, tokens, num_chains=num_chains, padded=padded)
         active = jnp.arange(padded) < num_tokens
         state = init(jax.random.split(run_key, num_chains), urn, num_particles)
         threshold = jnp.asarray(ess_threshold, jnp.float64)
@@ -448,25 +475,16 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
                                      same_table_before=layout.same_table_before, resampling=resampling,
                                      rescale_every=rescale_every)
             infos.append(info)
-        chain_log = finish(state) + log_evidence_constant(bound, data)
-        # Final resampling: equally weighted particles for the posterior (§4.2, Algorithm 3).
-        resampler = RESAMPLERS[resampling]
-        ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
-            jax.random.split(final_key, num_chains), state.log_weights)
-        # Back to the particle-major layout of SMCResult.
-        counts = jax.vmap(lambda x, a: x[:, a].T)(state.counts, ancestors)
-        column_counts = jax.vmap(lambda x, a: x[:, a].T)(state.column_counts, ancestors)
-        log_prob = _allocation_log_prob(counts, column_counts, urn.concentration, urn.column_concentration)
-        best = jnp.argmax(log_prob, axis=-1)
-        chain_idx = jnp.arange(num_chains)
+        chain_log, counts, column_counts, best_counts, best_log_prob = _final_particles(
+            state, final_key, urn.concentration, urn.column_concentration, resampling=resampling)
         ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
         resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
         return SMCResult(
-            chain_log_evidence=np.asarray(chain_log),
+            chain_log_evidence=np.asarray(chain_log) + log_evidence_constant(bound, data),
             counts=np.asarray(counts),
             column_counts=np.asarray(column_counts),
-            best_counts=np.asarray(counts[chain_idx, best]),
-            best_log_prob=np.asarray(log_prob[chain_idx, best]),
+            best_counts=np.asarray(best_counts),
+            best_log_prob=np.asarray(best_log_prob),
             ess=np.asarray(ess),
             resampled=np.asarray(resampled),
         )
