@@ -118,3 +118,18 @@ def test_observed_as_count_tensor_with_coords():
     assert obs.dims == ("a", "b") and list(obs.coords["a"].values) == ["x", "y"]
     post = group(idata, "posterior")["theta_b"]
     assert post.dims == ("chain", "draw", "a", "b")
+
+
+def test_nbmf_runs_under_nuts_and_svi_through_the_registry():
+    V = (np.random.default_rng(0).random((6, 5)) < 0.4).astype(float)
+    V[0, 0] = np.nan
+    model = bam.models.nbmf(2)
+    for method, options in [("nuts", dict(num_warmup=50, num_samples=50, num_chains=1)),
+                            ("svi", dict(num_steps=100, num_samples=20))]:
+        idata = bam.infer(model, V, method=method, rng_key=0, **options)
+        post = group(idata, "posterior")
+        assert post["W"].dims == ("chain", "draw", "row", "component")
+        assert post["H"].dims == ("chain", "draw", "component", "col")
+        mean = model.expected_mean(idata)
+        assert mean.shape == (6, 5) and np.all((mean > 0) & (mean < 1))
+        assert attrs_of(idata)["method"] == method

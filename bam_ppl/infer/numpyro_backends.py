@@ -1,4 +1,7 @@
-"""NumPyro's NUTS and SVI, registered like any other backend and run on ``model.numpyro_model()``."""
+"""NumPyro's NUTS and SVI, registered like any other backend and run on ``model.numpyro_model()``.
+
+The same two runners serve every model family; only the conversion of the draws differs.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from numpyro.optim import Adam
 
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
+from ..models.nbmf import NBMF
 from ..types import as_key
+from .nbmf_gibbs import check_data, nbmf_inference_data
 from .registry import register
 from .validation import check_int, check_positive
 
@@ -29,24 +34,20 @@ def _split_theta(bound, samples):
     return theta, rate
 
 
-@register("nuts", models=(AllocationModel,))
-def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 2,
-         thinning: int = 1, target_accept_prob: float = 0.8, chain_method: str = "sequential",
-         progress_bar: bool = False):
-    """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out)."""
+def _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob):
     for name, value in dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                             thinning=thinning).items():
         check_int(value, name, minimum=0 if name == "num_warmup" else 1)
     check_positive(target_accept_prob, "target_accept_prob", upper=1.0)
-    data = model.as_data(data)
-    bound = model.bind(data)
-    bound.cell_layout(data)  # raises before compilation if the latent space is too large
-    program = functools.partial(model.numpyro_model(), data)
+
+
+def _run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
+              target_accept_prob, chain_method, progress_bar):
+    """Draws grouped by chain and the standard ArviZ sample statistics."""
     mcmc = MCMC(NUTS(program, target_accept_prob=target_accept_prob), num_warmup=num_warmup,
                 num_samples=num_samples, num_chains=num_chains, thinning=thinning,
                 chain_method=chain_method, progress_bar=progress_bar)
     mcmc.run(as_key(rng_key), extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy"))
-    theta, rate = _split_theta(bound, mcmc.get_samples(group_by_chain=True))
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {
         "diverging": (("chain", "draw"), np.asarray(extra["diverging"])),
@@ -54,6 +55,52 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
         "acceptance_rate": (("chain", "draw"), np.asarray(extra["accept_prob"])),
         "lp": (("chain", "draw"), -np.asarray(extra["potential_energy"])),
     }
+    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    return samples, stats
+
+
+def _guide_class(guide):
+    if isinstance(guide, str):
+        if guide not in GUIDES:
+            raise ValueError(f"guide must be one of {sorted(GUIDES)} or an AutoGuide class, got {guide!r}")
+        return GUIDES[guide]
+    if isinstance(guide, type) and issubclass(guide, autoguide.AutoGuide):
+        return guide
+    raise TypeError(f"guide must be a name in {sorted(GUIDES)} or an AutoGuide subclass, got {guide!r}")
+
+
+def _check_svi_options(guide, num_steps, num_samples, learning_rate):
+    check_int(num_steps, "num_steps", minimum=1)
+    check_int(num_samples, "num_samples", minimum=1)
+    check_positive(learning_rate, "learning_rate")
+    return _guide_class(guide)
+
+
+def _run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_samples, progress_bar):
+    """Posterior draws from the fitted guide (one chain) and the loss trace."""
+    q = guide_cls(program)
+    key_fit, key_draw = jax.random.split(as_key(rng_key))
+    result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
+        key_fit, num_steps, progress_bar=progress_bar)
+    draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
+    draws = {k: np.asarray(v)[None] for k, v in draws.items()}
+    return draws, {"loss": (("chain", "iteration"), np.asarray(result.losses)[None])}
+
+
+@register("nuts", models=(AllocationModel,))
+def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 2,
+         thinning: int = 1, target_accept_prob: float = 0.8, chain_method: str = "sequential",
+         progress_bar: bool = False):
+    """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out)."""
+    _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
+    data = model.as_data(data)
+    bound = model.bind(data)
+    bound.cell_layout(data)  # raises before compilation if the latent space is too large
+    samples, stats = _run_nuts(functools.partial(model.numpyro_model(), data), rng_key,
+                               num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                               thinning=thinning, target_accept_prob=target_accept_prob,
+                               chain_method=chain_method, progress_bar=progress_bar)
+    theta, rate = _split_theta(bound, samples)
     return allocation_inference_data(bound, data, theta=theta, total_rate=rate, method="nuts",
                                      sample_stats=stats,
                                      attrs=dict(num_warmup=num_warmup, num_samples=num_samples))
@@ -63,29 +110,51 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
 def svi(model, data, *, rng_key=0, guide="normal", num_steps: int = 2000, learning_rate: float = 0.01,
         num_samples: int = 1000, progress_bar: bool = False):
     """NumPyro SVI with an autoguide ("normal", "diagonal", "lowrank", "delta" or an AutoGuide class)."""
-    check_int(num_steps, "num_steps", minimum=1)
-    check_int(num_samples, "num_samples", minimum=1)
-    check_positive(learning_rate, "learning_rate")
-    if isinstance(guide, str):
-        if guide not in GUIDES:
-            raise ValueError(f"guide must be one of {sorted(GUIDES)} or an AutoGuide class, got {guide!r}")
-        guide_cls = GUIDES[guide]
-    elif isinstance(guide, type) and issubclass(guide, autoguide.AutoGuide):
-        guide_cls = guide
-    else:
-        raise TypeError(f"guide must be a name in {sorted(GUIDES)} or an AutoGuide subclass, got {guide!r}")
+    guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)
-    program = functools.partial(model.numpyro_model(), data)
-    q = guide_cls(program)
-    key_fit, key_draw = jax.random.split(as_key(rng_key))
-    result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
-        key_fit, num_steps, progress_bar=progress_bar)
-    draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
-    draws = {k: np.asarray(v)[None] for k, v in draws.items()}
+    draws, stats = _run_svi(functools.partial(model.numpyro_model(), data), guide_cls, rng_key,
+                            num_steps=num_steps, learning_rate=learning_rate,
+                            num_samples=num_samples, progress_bar=progress_bar)
     theta, rate = _split_theta(bound, draws)
-    stats = {"loss": (("chain", "iteration"), np.asarray(result.losses)[None])}
     return allocation_inference_data(bound, data, theta=theta, total_rate=rate, method="svi",
                                      sample_stats=stats,
                                      attrs=dict(guide=guide_cls.__name__, num_steps=num_steps))
+
+
+def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attrs):
+    W, H = draws["W"], draws["H"]
+    mean = np.einsum("cdfk,cdkn->cfn", W, H) / W.shape[1]
+    return nbmf_inference_data(model, values, observed, rows, cols, W=W, H=H, mean=mean,
+                               sample_stats=stats, method=method, transposed=False, attrs=attrs)
+
+
+@register("nuts", models=(NBMF,))
+def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_samples: int = 500,
+              num_chains: int = 2, thinning: int = 1, target_accept_prob: float = 0.8,
+              chain_method: str = "sequential", progress_bar: bool = False):
+    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (papers/002 eqs. 15–18)."""
+    _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
+    values, observed, rows, cols = check_data(model, data, mask)
+    program = functools.partial(model.numpyro_model(), values, mask=observed)
+    draws, stats = _run_nuts(program, rng_key, num_warmup=num_warmup, num_samples=num_samples,
+                             num_chains=num_chains, thinning=thinning,
+                             target_accept_prob=target_accept_prob, chain_method=chain_method,
+                             progress_bar=progress_bar)
+    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "nuts",
+                        dict(num_warmup=num_warmup, num_samples=num_samples))
+
+
+@register("svi", models=(NBMF,))
+def nbmf_svi(model, data, *, rng_key=0, mask=None, guide="normal", num_steps: int = 2000,
+             learning_rate: float = 0.01, num_samples: int = 1000, progress_bar: bool = False):
+    """NumPyro SVI with an autoguide on the Bernoulli(WH) program of NBMF."""
+    guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
+    values, observed, rows, cols = check_data(model, data, mask)
+    program = functools.partial(model.numpyro_model(), values, mask=observed)
+    draws, stats = _run_svi(program, guide_cls, rng_key, num_steps=num_steps,
+                            learning_rate=learning_rate, num_samples=num_samples,
+                            progress_bar=progress_bar)
+    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "svi",
+                        dict(guide=guide_cls.__name__, num_steps=num_steps))
