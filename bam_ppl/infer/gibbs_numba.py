@@ -15,7 +15,10 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import jax.numpy as jnp
 import numpy as np
+
+from ..types import numpy_generator
 
 try:
     import numba
@@ -200,8 +203,8 @@ def contiguous_relabelling(row_base, row_offset, size):
 
 
 def _seeded(key) -> np.random.Generator:
-    """A NumPy Generator seeded from the words of a raw JAX key."""
-    return np.random.default_rng([int(word) for word in np.asarray(key, np.uint32).reshape(-1)])
+    """The chain's NumPy Generator, seeded from a raw JAX key (array of two uint32 words)."""
+    return numpy_generator(jnp.asarray(key, jnp.uint32))
 
 
 class NumbaChains:
