@@ -1,7 +1,9 @@
 """SMC runtime against tensor size (papers/000 Fig. 10b): CP data with T = 1000, R = 10, a = 50.
 
-Prints one row per size I×I×I: compile time (first run) and the mean time of the following runs,
-and the ratio to the smallest size. The SMC cost should depend on T, not on the dense size.
+Prints one row per size I×I×I and version: compile+first run, the best of the following runs in
+wall-clock and CPU time, and the CPU-time ratio to the smallest size. The SMC cost should depend
+on T, not on the dense size. ``--baseline REV`` also times ``smc.py`` at git revision REV
+(see ``smc_throughput.py``), interleaved with the current code.
 
     python benchmarks/smc_runtime.py --sizes 4 8 16 32 64 --particles 500 --repeats 3
 """
@@ -9,10 +11,10 @@ and the ratio to the smallest size. The SMC cost should depend on T, not on the 
 from __future__ import annotations
 
 import argparse
-import time
 
 import bam_ppl as bam
-from bam_ppl.infer.smc import run_smc
+from bam_ppl.infer import smc
+from smc_throughput import load_revision, time_versions
 
 
 def main():
@@ -23,25 +25,23 @@ def main():
     parser.add_argument("--a", type=float, default=50.0)
     parser.add_argument("--particles", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
     args = parser.parse_args()
+    versions = {"current": smc.run_smc}
+    if args.baseline:
+        versions[args.baseline] = load_revision(args.baseline).run_smc
     model = bam.models.cp(args.rank, a=args.a)
-    print(f"{'size':>6} {'nnz':>6} {'compile+run s':>14} {'run s':>8} {'ratio':>6} {'log L':>10}")
-    base = None
+    options = dict(num_particles=args.particles, num_chains=1, progress_bar=False)
+    print(f"{'size':>6} {'nnz':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} {'ratio cpu':>9}")
+    base = {}
     for size in args.sizes:
         _, X = model.sample(size, shape=(size,) * 3, total=args.tokens)
         X = bam.CountTensor.from_dense(X)
-        t0 = time.perf_counter()
-        run_smc(model, X, 0, num_particles=args.particles, num_chains=1, progress_bar=False)
-        first = time.perf_counter() - t0
-        times = []
-        for rep in range(args.repeats):
-            t0 = time.perf_counter()
-            result = run_smc(model, X, rep + 1, num_particles=args.particles, num_chains=1, progress_bar=False)
-            times.append(time.perf_counter() - t0)
-        mean = sum(times) / len(times)
-        base = base or mean
-        print(f"{size:>4}^3 {X.nnz:>6} {first:>14.2f} {mean:>8.3f} {mean / base:>6.2f} "
-              f"{result.chain_log_evidence[0]:>10.1f}")
+        rows = time_versions(versions, model, X, args.repeats, options)
+        for name, (compile_s, wall, cpu, _) in rows.items():
+            base.setdefault(name, cpu)
+            print(f"{size:>4}^3 {X.nnz:>6} {name:>8} {compile_s:>10.2f} {wall:>7.3f} {cpu:>7.3f} "
+                  f"{cpu / base[name]:>9.2f}", flush=True)
 
 
 if __name__ == "__main__":
