@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from .data import as_count_tensor
-from .infer.validation import check_positive
 from .types import KeyLike, as_key, numpy_generator
+from .validation import check_positive
 
 SCORE_COLUMN = "heldout_loglik"
 

@@ -28,8 +28,8 @@ import numpy as np
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
 from ..types import Array, numpy_generator
+from ..validation import check_int
 from .registry import register
-from .validation import check_int
 from .vb import (
     INITS,
     CellProblem,

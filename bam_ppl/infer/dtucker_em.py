@@ -35,8 +35,8 @@ from ..convert import observed_variables, to_inference_data
 from ..data import as_count_tensor
 from ..models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
 from ..types import numpy_generator
+from ..validation import check_choice, check_int, check_positive
 from .registry import register
-from .validation import check_choice, check_int, check_positive
 
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 

@@ -30,8 +30,8 @@ from scipy.special import gammaln as np_gammaln
 from ..convert import allocation_inference_data
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import as_key
+from ..validation import check_choice, check_int, check_positive
 from .registry import register
-from .validation import check_choice, check_int, check_positive
 
 INITS = ("random", "prior")
 

@@ -38,8 +38,8 @@ from ..convert import to_inference_data
 from ..data import as_binary_matrix
 from ..models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
 from ..types import as_key, numpy_generator
+from ..validation import check_int, check_positive
 from .registry import register
-from .validation import check_int, check_positive
 
 CHUNK_SWEEPS = 50
 

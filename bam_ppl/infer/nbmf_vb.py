@@ -30,6 +30,7 @@ from jax.scipy.special import digamma, gammaln
 
 from ..models.nbmf import ACTIVE_THRESHOLD, NBMF
 from ..types import as_key, numpy_generator
+from ..validation import check_int, check_positive
 from .nbmf_gibbs import (
     DiagonalLayout,
     check_data,
@@ -40,7 +41,6 @@ from .nbmf_gibbs import (
     run_in_chunks,
 )
 from .registry import register
-from .validation import check_int, check_positive
 
 
 class CVBState(NamedTuple):

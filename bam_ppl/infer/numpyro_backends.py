@@ -16,9 +16,9 @@ from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
 from ..models.nbmf import NBMF
 from ..types import as_key
+from ..validation import check_int, check_positive
 from .nbmf_gibbs import check_data, nbmf_inference_data
 from .registry import register
-from .validation import check_int, check_positive
 
 GUIDES = {
     "normal": autoguide.AutoNormal,

@@ -37,8 +37,8 @@ from ..convert import allocation_inference_data
 from ..data import MISSING
 from ..models.pmf import PMFTensorModel, categorical_samples
 from ..types import as_key, numpy_generator
+from ..validation import check_int, check_positive
 from .registry import register
-from .validation import check_int, check_positive
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25

@@ -49,9 +49,9 @@ from ..data import MISSING, CountTensor
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..types import Array, PRNGKey, as_key
+from ..validation import check_choice, check_int, check_positive
 from .registry import register
 from .resampling import RESAMPLERS, weight_summary
-from .validation import check_choice, check_int, check_positive
 
 # Runs with more particle-token updates than this show a progress bar unless told otherwise.
 PROGRESS_BAR_MIN_UPDATES = 50_000_000

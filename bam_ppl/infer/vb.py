@@ -27,8 +27,8 @@ from ..convert import allocation_inference_data
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
 from ..types import Array, as_key, numpy_generator
+from ..validation import check_choice, check_int, check_positive
 from .registry import register
-from .validation import check_choice, check_int, check_positive
 
 INITS = ("responsibilities", "dirichlet")
 """Initialisations: ``"responsibilities"`` draws each cell's Φ from a flat Dirichlet over its

@@ -29,6 +29,7 @@ import numpyro.distributions as dist
 
 from ..data import as_binary_matrix
 from ..types import KeyLike, as_key
+from ..validation import check_choice, check_int, check_positive
 
 PRIORS = ("beta-dir", "dir-beta", "dir-dir")
 ACTIVE_THRESHOLD = 0.01
@@ -70,12 +71,6 @@ class NBMF:
 
     def __init__(self, n_components: int, prior: str = "beta-dir", alpha: float = 1.0,
                  beta: float = 1.0, gamma: float = 1.0, eta: float = 1.0):
-        from ..infer.validation import (  # infer imports models
-            check_choice,
-            check_int,
-            check_positive,
-        )
-
         self.n_components = check_int(n_components, "n_components", minimum=1)
         self.prior = check_choice(prior, "prior", PRIORS)
         self.alpha = check_positive(alpha, "alpha")
@@ -110,8 +105,6 @@ class NBMF:
         directly for a Beta prior, else the deterministic transpose of ``H_columns`` (N × K, one
         Dirichlet per column). NUTS and SVI run on it like on any NumPyro model.
         """
-        from ..infer.validation import check_int
-
         model = self
 
         def program(V=None, *, mask=None, shape=None):
@@ -201,8 +194,6 @@ def random_heldout_mask(V, fraction: float = 0.25, rng_key: KeyLike = 0) -> np.n
         ``True`` for held-out (test) entries; train with ``mask=~heldout``.
     """
     import jax
-
-    from ..infer.validation import check_int, check_positive
 
     check_positive(fraction, "fraction", upper=1.0)
     if isinstance(V, tuple):

@@ -29,6 +29,7 @@ from scipy.special import logsumexp
 
 from ..data import MISSING, CountTensor
 from ..types import KeyLike, numpy_generator
+from ..validation import check_int, check_positive
 from .allocation import AllocationModel
 
 #: Attributes of an allocation model that exist only once the number of variables is known.
@@ -37,23 +38,6 @@ _RESOLVED_ONLY = ("dag", "observed", "priors")
 
 def _variable_names(num_variables: int) -> tuple[str, ...]:
     return tuple(f"x{n + 1}" for n in range(num_variables))
-
-
-def _check_count(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_concentration(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a positive number, got {type(value).__name__}")
-    value = float(value)
-    if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value}")
-    return value
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -127,7 +111,7 @@ def _category_sizes(num_categories, codes: np.ndarray, default) -> tuple[int, ..
         if len(sizes) != N:
             raise ValueError(f"num_categories has {len(sizes)} entries for {N} variables")
     for n, size in enumerate(sizes):
-        _check_count(size, f"num_categories[{n}]")
+        check_int(size, f"num_categories[{n}]")
     return tuple(int(s) for s in sizes)
 
 
@@ -230,10 +214,10 @@ class PMFTensorModel(AllocationModel):
 
     def __init__(self, max_rank: int, alpha_lambda: float = 1e-6, alpha: float = 1.0,
                  num_variables: int | None = None):
-        self.max_rank = _check_count(max_rank, "max_rank")
-        self.alpha_lambda = _check_concentration(alpha_lambda, "alpha_lambda")
-        self.alpha = _check_concentration(alpha, "alpha")
-        self.num_variables = None if num_variables is None else _check_count(num_variables, "num_variables")
+        self.max_rank = check_int(max_rank, "max_rank")
+        self.alpha_lambda = check_positive(alpha_lambda, "alpha_lambda")
+        self.alpha = check_positive(alpha, "alpha")
+        self.num_variables = None if num_variables is None else check_int(num_variables, "num_variables")
         if self.num_variables is None:
             # The template carries every setting that does not depend on N.
             self.a, self.b = 1.0, None
@@ -278,7 +262,7 @@ class PMFTensorModel(AllocationModel):
         A resolved model returns itself after checking that the data have its number of variables.
         """
         if isinstance(data, (int, np.integer)) and not isinstance(data, bool):
-            num = _check_count(data, "num_variables")
+            num = check_int(data, "num_variables")
         elif isinstance(data, CountTensor):
             num = data.ndim
         else:
@@ -465,14 +449,14 @@ def random_pmf(rng_key: KeyLike, rank: int, num_variables: int, num_categories):
     weights : (R,) numpy array
     factors : list of (R, I_n) numpy arrays (row r = column a_{n,r} of papers/001)
     """
-    rank = _check_count(rank, "rank")
-    num_variables = _check_count(num_variables, "num_variables")
+    rank = check_int(rank, "rank")
+    num_variables = check_int(num_variables, "num_variables")
     sizes = [num_categories] * num_variables if np.isscalar(num_categories) else list(num_categories)
     rng = numpy_generator(rng_key)
     weights = rng.uniform(0.3, 1.0, size=rank)
     factors = []
     for size in sizes:
-        f = rng.uniform(0.0, 1.0, size=(rank, _check_count(size, "num_categories")))
+        f = rng.uniform(0.0, 1.0, size=(rank, check_int(size, "num_categories")))
         factors.append(f / f.sum(axis=1, keepdims=True))
     return weights / weights.sum(), factors
 
@@ -487,7 +471,7 @@ def sample_pmf(rng_key: KeyLike, weights, factors, num_samples: int, missing_pro
     -------
     numpy.ndarray, shape (T, N), codes with -1 for missing
     """
-    num_samples = _check_count(num_samples, "num_samples")
+    num_samples = check_int(num_samples, "num_samples")
     if not 0.0 <= float(missing_prob) < 1.0:
         raise ValueError(f"missing_prob must be in [0, 1), got {missing_prob}")
     rng = numpy_generator(rng_key)

@@ -1,4 +1,4 @@
-"""Option checks shared by the backends: fail with a named ValueError/TypeError before compiling."""
+"""Argument checks shared by models and backends: a named ValueError/TypeError before any compilation."""
 
 from __future__ import annotations
 
