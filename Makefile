@@ -23,9 +23,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"
 
+tutorials: $(STAMP)
+	$(PY) -m pytest -q tests/test_tutorials.py
+
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
-	@echo "see benchmarks/README.md for the individual scripts"
+	@echo "installed the benchmark extra; run the scripts in benchmarks/ (see benchmarks/README.md)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bam_ppl tests benchmarks tutorials
