@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 
+from smc_throughput import load_revision, time_versions
+
 import bam_ppl as bam
 from bam_ppl.infer import smc
-from smc_throughput import load_revision, time_versions
 
 
 def main():

@@ -65,7 +65,7 @@ def test_template_resolves_number_of_variables_from_data(small_problem):
     assert np.allclose(bound.tables[0].concentration, 1e-6)
     assert bound.tables[1].shape == (4, 6) and np.allclose(bound.tables[1].concentration, 1.0)
     with pytest.raises(AttributeError, match="number of variables from the data"):
-        model.dag
+        _ = model.dag
     with pytest.raises(ValueError, match="num_variables=3"):
         pmf_tensor(4, num_variables=3).resolve(samples)
 
