@@ -236,3 +236,26 @@ def test_parafac_rank_recovery():
                                num_chains=4).value for r in ranks]
         hits += abs(ranks[int(np.argmax(values))] - 5) <= 1
     assert hits >= 4
+
+
+@pytest.mark.parametrize("name", ["symmetric_nmf_tied", "missing_entries", "tucker"])
+def test_best_particle_log_prob_is_the_urn_probability(name):
+    # Each particle's log urn probability is accumulated token by token (eq. 4.1); by
+    # exchangeability it equals Σ_tables Σ lnΓ(α + S) − lnΓ(α) − Σ_columns lnΓ(α_c + S_c) − lnΓ(α_c).
+    from scipy.special import gammaln
+
+    model, X = OTHER_MODELS[name]
+    bound = model.bind(model.as_data(X))
+    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3)
+    for counts, log_prob in zip(result.best_counts, result.best_log_prob):
+        closed_form = 0.0
+        for table in bound.tables:
+            S = bound.split_flat(counts)[table.name]
+            alpha = table.concentration
+            closed_form += np.sum(gammaln(alpha + S) - gammaln(alpha))
+            closed_form -= np.sum(gammaln(alpha.sum(-1) + S.sum(-1)) - gammaln(alpha.sum(-1)))
+        assert log_prob == pytest.approx(closed_form, abs=1e-9)
+    assert result.counts.shape[:2] == (3, 50)
+    evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False)
+    assert evidence_only.counts is None
+    np.testing.assert_array_equal(evidence_only.chain_log_evidence, result.chain_log_evidence)

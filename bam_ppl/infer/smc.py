@@ -91,6 +91,10 @@ class SMCState(NamedTuple):
         Their sums over each table's child axis.
     log_weights : float64 (chain, particle)
         Log weights accumulated since the last resampling.
+    log_prob : float64 (chain, particle)
+        Log urn probability Σ_τ log p_τ(c_τ, l_τ | S^{τ−1}) of each particle's allocation so far
+        (eq. 4.1), inherited on resampling; it ranks the final particles without evaluating
+        lgamma over every table entry.
     log_evidence : float64 (chain,)
         Σ over completed resampling epochs of log mean_p W_p.
     key : (chain, 2) uint32
@@ -100,6 +104,7 @@ class SMCState(NamedTuple):
     counts: Array
     column_counts: Array
     log_weights: Array
+    log_prob: Array
     log_evidence: Array
     key: Array
 
@@ -131,6 +136,7 @@ def init(keys: PRNGKey, urn: UrnTables, num_particles: int) -> SMCState:
         counts=jnp.zeros((num_chains, urn.concentration.shape[0], num_particles), jnp.int32),
         column_counts=jnp.zeros((num_chains, urn.column_concentration.shape[0], num_particles), jnp.int32),
         log_weights=jnp.zeros((num_chains, num_particles), jnp.float64),
+        log_prob=jnp.zeros((num_chains, num_particles), jnp.float64),
         log_evidence=jnp.zeros((num_chains,), jnp.float64),
         key=keys,
     )
@@ -277,18 +283,20 @@ def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, res
     log_evidence = jnp.where(resample, state.log_evidence + epoch, state.log_evidence)
 
     def resample_particles(operands):
-        counts, column_counts, probs = operands
+        counts, column_counts, probs, log_scale, log_prob = operands
         resampler = RESAMPLERS[resampling]
         drawn = jax.vmap(lambda k, w: resampler(k, w, num_particles))(resample_key, log_weights)
         identity = jnp.arange(num_particles, dtype=jnp.int32)
         ancestors = jnp.where(resample[:, None], drawn, identity[None, :])
-        return tuple(jax.vmap(_take_particles)(x, ancestors) for x in (counts, column_counts, probs))
+        tables = tuple(jax.vmap(_take_particles)(x, ancestors) for x in (counts, column_counts, probs))
+        per_particle = tuple(jnp.take_along_axis(x, ancestors, axis=1) for x in (log_scale, log_prob))
+        return tables + per_particle
 
     # A real branch (the predicate is one scalar): the resampler and the O(P × table size) copy
     # run only for tokens where some run resamples; otherwise the carry passes through unchanged.
-    counts, column_counts, probs = lax.cond(
+    counts, column_counts, probs, log_scale, log_prob = lax.cond(
         jnp.any(resample), resample_particles, lambda operands: operands,
-        (state.counts, state.column_counts, probs))
+        (state.counts, state.column_counts, probs, log_scale, state.log_prob))
     log_weights = jnp.where(resample[:, None], 0.0, log_weights)
 
     # 32 random bits per draw (half the bits of a float64 uniform), exact in float64: u ∈ [0, 1)
@@ -296,8 +304,10 @@ def step(state: SMCState, cell: Array, urn: UrnTables, *, same_table_before, res
     bits = jax.vmap(lambda k: jax.random.bits(k, (num_particles,), jnp.uint32))(draw_key)
     uniforms = bits.astype(jnp.float64) * 2.0 ** -32
     chosen = jax.vmap(_draw_configuration)(probs, uniforms)
+    chosen_prob = jnp.take_along_axis(probs, chosen[:, None, :], axis=1)[:, 0]
+    log_prob = log_prob + jnp.log(chosen_prob) + log_scale
     counts, column_counts = jax.vmap(_add_token)(counts, column_counts, entry, column, chosen)
-    new_state = SMCState(counts, column_counts, log_weights, log_evidence, next_key)
+    new_state = SMCState(counts, column_counts, log_weights, log_prob, log_evidence, next_key)
     return new_state, SMCInfo(ess=ess, resampled=resample)
 
 
@@ -327,12 +337,6 @@ def finish(state: SMCState) -> Array:
     return state.log_evidence + jax.nn.logsumexp(state.log_weights, axis=-1) - math.log(num_particles)
 
 
-def _allocation_log_prob(counts, column_counts, concentration, column_concentration):
-    """log Pr of a particle's token sequence under the urn, up to a constant (exchangeability, §4.1)."""
-    return (jnp.sum(lax.lgamma(concentration + counts), -1)
-            - jnp.sum(lax.lgamma(column_concentration + column_counts), -1))
-
-
 @partial(jax.jit, static_argnames=("num_chains", "padded"))
 def _token_orders(key: PRNGKey, tokens: Array, *, num_chains: int, padded: int) -> Array:
     """(padded, chain) observed cells: one random order of the tokens per run, zero-padded.
@@ -344,34 +348,39 @@ def _token_orders(key: PRNGKey, tokens: Array, *, num_chains: int, padded: int) 
     return jnp.zeros((padded, num_chains), jnp.int32).at[:tokens.shape[0]].set(orders.T)
 
 
-@partial(jax.jit, static_argnames=("resampling",))
-def _final_particles(state: SMCState, key: PRNGKey, concentration, column_concentration, *, resampling: str):
-    """Close the runs: per-run log evidence (up to the data constant) and the final particles.
+@jax.jit
+def _close_runs(state: SMCState):
+    """Per-run log evidence (up to the data constant) and each run's most probable particle.
 
-    A final resampling gives equally weighted particles for the posterior (§4.2, Algorithm 3),
-    returned particle-major (chain, particle, entries) as in :class:`SMCResult`, with each run's
-    most probable allocation and its log probability.
+    The most probable allocation among the final particles (taken before the final resampling,
+    which could drop it) and its log urn probability.
     """
+    best = jnp.argmax(state.log_prob, axis=-1)
+    chain_idx = jnp.arange(state.counts.shape[0])
+    return finish(state), state.counts[chain_idx, :, best], state.log_prob[chain_idx, best]
+
+
+@partial(jax.jit, static_argnames=("resampling",))
+def _final_particles(state: SMCState, key: PRNGKey, *, resampling: str):
+    """Equally weighted particles by a final resampling (§4.2, Algorithm 3), particle-major
+    (chain, particle, entries) as in :class:`SMCResult`."""
     num_chains, _, num_particles = state.counts.shape
     resampler = RESAMPLERS[resampling]
     ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
         jax.random.split(key, num_chains), state.log_weights)
-    counts = jax.vmap(lambda x, a: x[:, a].T)(state.counts, ancestors)
-    column_counts = jax.vmap(lambda x, a: x[:, a].T)(state.column_counts, ancestors)
-    log_prob = _allocation_log_prob(counts, column_counts, concentration, column_concentration)
-    best = jnp.argmax(log_prob, axis=-1)
-    chain_idx = jnp.arange(num_chains)
-    return finish(state), counts, column_counts, counts[chain_idx, best], log_prob[chain_idx, best]
+    take = jax.vmap(lambda x, a: x[:, a].T)
+    return take(state.counts, ancestors), take(state.column_counts, ancestors)
 
 
 class SMCResult(NamedTuple):
     """Output of :func:`run_smc` (numpy arrays).
 
     ``chain_log_evidence`` (chain,) is each run's full log L_X estimate; ``counts`` (chain,
-    particle, entries) the equally weighted particles after the final resampling;
-    ``best_counts`` (chain, entries) the particle whose allocation is most probable (the "most
-    likely decomposition" of papers/000 §5.2, Fig. 13); ``ess`` and ``resampled`` (chain, token)
-    the per-token diagnostics.
+    particle, entries) the equally weighted particles after the final resampling (None when
+    run with ``keep_particles=False``); ``best_counts`` (chain, entries) the final particle whose
+    allocation is most probable (the "most likely decomposition" of papers/000 §5.2, Fig. 13)
+    and ``best_log_prob`` its log urn probability Σ_τ log p_τ (eq. 4.1); ``ess`` and
+    ``resampled`` (chain, token) the per-token diagnostics.
     """
 
     chain_log_evidence: np.ndarray
@@ -426,7 +435,8 @@ def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS
 
 def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,
             ess_threshold: float = 0.5, resampling: str = "systematic",
-            max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None) -> SMCResult:
+            max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
+            keep_particles: bool = True) -> SMCResult:
     """Run ``num_chains`` independent Pólya-urn SMC runs of ``num_particles`` particles.
 
     Parameters
@@ -444,6 +454,9 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         Largest number of joint free-node configurations to enumerate per token.
     progress_bar : bool or None
         tqdm bar over blocks of tokens; None shows it for long runs only.
+    keep_particles : bool
+        Resample the final particles and return their counts (needed for the posterior only;
+        the evidence alone skips this O(chains × P × Σ table sizes) copy and transfer).
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
     key = as_key(rng_key)
@@ -475,15 +488,17 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
                                      same_table_before=layout.same_table_before, resampling=resampling,
                                      rescale_every=rescale_every)
             infos.append(info)
-        chain_log, counts, column_counts, best_counts, best_log_prob = _final_particles(
-            state, final_key, urn.concentration, urn.column_concentration, resampling=resampling)
+        chain_log, best_counts, best_log_prob = _close_runs(state)
+        counts = column_counts = None
+        if keep_particles:
+            counts, column_counts = _final_particles(state, final_key, resampling=resampling)
         ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
         resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
         return SMCResult(
             chain_log_evidence=np.asarray(chain_log) + log_evidence_constant(bound, data),
-            counts=np.asarray(counts),
-            column_counts=np.asarray(column_counts),
-            best_counts=np.asarray(best_counts),
+            counts=None if counts is None else np.asarray(counts, np.int32),
+            column_counts=None if column_counts is None else np.asarray(column_counts, np.int32),
+            best_counts=np.asarray(best_counts, np.int32),
             best_log_prob=np.asarray(best_log_prob),
             ess=np.asarray(ess),
             resampled=np.asarray(resampled),
@@ -570,7 +585,7 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     """Unbiased SMC estimate of L_X, pooled over ``num_chains`` runs (log-mean-exp ± delta-method SE)."""
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
-                     progress_bar=progress_bar)
+                     progress_bar=progress_bar, keep_particles=False)
     value, stderr = pooled_log_evidence(result.chain_log_evidence)
     return EvidenceEstimate(
         value=value, stderr=stderr, method="smc", kind="estimate",
