@@ -162,15 +162,17 @@ def test_bad_evidence_options_raise():
 def test_float64_kernels_match_scipy():
     import jax
     import jax.numpy as jnp
-    from scipy.special import digamma
+    from scipy.special import digamma, gammaln
 
-    from bam_ppl.infer.vb import digamma_positive, exp_nonpositive
+    from bam_ppl.infer.vb import exp_nonpositive, gammaln_digamma_positive
 
     x = np.concatenate([-np.logspace(-12, np.log10(700.0), 4000), [0.0]])
-    y = np.logspace(-12, 9, 4000)
+    # Tiny concentrations to huge counts, and densely around the zeros of lnΓ (1, 2) and ψ (1.46).
+    y = np.concatenate([np.logspace(-300, 300, 20000), np.linspace(0.5, 3.0, 5000)])
     with jax.enable_x64(True):
         fast_exp = np.asarray(exp_nonpositive(jnp.asarray(x)))
-        fast_digamma = np.asarray(digamma_positive(jnp.asarray(y)))
+        fast_gammaln, fast_digamma = map(np.asarray, gammaln_digamma_positive(jnp.asarray(y)))
         assert float(exp_nonpositive(jnp.asarray(-np.inf))) < 1e-300
     np.testing.assert_allclose(fast_exp, np.exp(x), rtol=1e-15)
+    np.testing.assert_allclose(fast_gammaln, gammaln(y), rtol=1e-14, atol=1e-13)
     np.testing.assert_allclose(fast_digamma, digamma(y), rtol=1e-14, atol=1e-13)
