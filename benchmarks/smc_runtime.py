@@ -2,8 +2,8 @@
 
 Prints one row per size I×I×I and version: compile+first run, the best of the following runs in
 wall-clock and CPU time, and the CPU-time ratio to the smallest size. The SMC cost should depend
-on T, not on the dense size. ``--baseline REV`` also times ``smc.py`` at git revision REV
-(see ``smc_throughput.py``), interleaved with the current code.
+on T, not on the dense size. Versions as in ``smc_throughput.py`` (``evidence`` and ``full``);
+``--baseline REV`` also times ``smc.py`` at git revision REV, interleaved with the current code.
 
     python benchmarks/smc_runtime.py --sizes 4 8 16 32 64 --particles 500 --repeats 3
 """
@@ -11,6 +11,7 @@ on T, not on the dense size. ``--baseline REV`` also times ``smc.py`` at git rev
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from smc_throughput import load_revision, time_versions
 
@@ -28,7 +29,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
     args = parser.parse_args()
-    versions = {"current": smc.run_smc}
+    # The evidence path (what bam.log_evidence runs) and the full run that also returns the final
+    # particles for the posterior; a baseline revision always returns them.
+    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
     if args.baseline:
         versions[args.baseline] = load_revision(args.baseline).run_smc
     model = bam.models.cp(args.rank, a=args.a)

@@ -2,8 +2,11 @@
 
 Compile time (first call) is reported separately from the steady-state rate, which is the best of
 ``--repeats`` calls in wall-clock and in process CPU time (the CPU time is the steadier figure
-on a shared machine). ``--baseline REV`` also times ``bam_ppl/infer/smc.py`` as it was at git
-revision REV, interleaved with the current code on the same data, and prints the speed-up.
+on a shared machine). Two current variants are timed: ``evidence`` (``keep_particles=False``,
+what ``bam.log_evidence`` runs) and ``full`` (also the final resampled particles, what
+``bam.infer`` needs for the posterior). ``--baseline REV`` also times ``bam_ppl/infer/smc.py``
+as it was at git revision REV, interleaved with the current code on the same data, and prints
+the speed-up.
 
     python benchmarks/smc_throughput.py --ranks 5 10 50 --particles 100 1000 10000 --tokens 1000
     python benchmarks/smc_throughput.py --ranks 10 --particles 1000 --baseline 33781ca
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import time
 import types
+from functools import partial
 from pathlib import Path
 
 import bam_ppl as bam
@@ -79,7 +83,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
     args = parser.parse_args()
-    versions = {"current": smc.run_smc}
+    # The evidence path (what bam.log_evidence runs) and the full run that also returns the final
+    # particles for the posterior; a baseline revision always returns them.
+    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
     if args.baseline:
         versions[args.baseline] = load_revision(args.baseline).run_smc
     print(f"{'R':>3} {'P':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} "
