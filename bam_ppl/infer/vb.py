@@ -20,7 +20,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
@@ -199,11 +198,6 @@ def gammaln_digamma_positive(x: Array) -> tuple[Array, Array]:
     return gammaln_y - jnp.log(product) - _SHIFT * log_y, digamma_y - derivative / product
 
 
-def digamma_positive(x: Array) -> Array:
-    """ψ(x) for x > 0."""
-    return gammaln_digamma_positive(x)[1]
-
-
 # -- cell bookkeeping shared with collapsed VB -------------------------------------------------
 def column_sums(problem: CellProblem, table_vector: Array) -> Array:
     """Σ over the child of every column of a concatenated table vector."""
@@ -253,19 +247,36 @@ def mask_invalid(problem: CellProblem, values: Array, fill) -> Array:
     return values if problem.valid is None else jnp.where(problem.valid, values, fill)
 
 
-def normalise_responsibilities(problem: CellProblem, log_potential: Array) -> tuple[Array, Array]:
-    """Φ ∝ exp(log_potential) over each cell's valid configurations, and log Φ (−inf if invalid)."""
+def normalise_potential(problem: CellProblem, log_potential: Array) -> tuple[Array, Array]:
+    """Φ ∝ exp(log_potential) over each cell's valid configurations, and each cell's log Z_u."""
     masked = mask_invalid(problem, log_potential, -jnp.inf)
-    shifted = masked - jnp.max(masked, axis=1, keepdims=True)
-    weights = mask_invalid(problem, exp_nonpositive(shifted), 0.0)
-    total = jnp.sum(weights, axis=1, keepdims=True)
-    return weights * (1.0 / total), shifted - jnp.log(total)
+    top = jnp.max(masked, axis=1)
+    weights = mask_invalid(problem, exp_nonpositive(masked - top[:, None]), 0.0)
+    total = jnp.sum(weights, axis=1)
+    return weights * (1.0 / total)[:, None], top + jnp.log(total)
+
+
+def normalise_responsibilities(problem: CellProblem, log_potential: Array) -> tuple[Array, Array]:
+    """Φ as :func:`normalise_potential`, and log Φ (−inf at invalid configurations)."""
+    phi, log_normaliser = normalise_potential(problem, log_potential)
+    return phi, mask_invalid(problem, log_potential - log_normaliser[:, None], -jnp.inf)
+
+
+def dirichlet_terms(problem: CellProblem, alpha_hat: Array) -> tuple[Array, Array]:
+    """Σ log B(α̂) over the columns of q(θ) = Dirichlet(α̂), and E_q log θ = ψ(α̂_fa) − ψ(α̂_pa).
+
+    Both from one pass of :func:`gammaln_digamma_positive` over the entries and the column sums
+    (App. D; ψ(α̂_pa) is ψ of the column sum).
+    """
+    gammaln_entry, digamma_entry = gammaln_digamma_positive(alpha_hat)
+    gammaln_column, digamma_column = gammaln_digamma_positive(column_sums(problem, alpha_hat))
+    log_beta = jnp.sum(gammaln_entry) - jnp.sum(gammaln_column)
+    return log_beta, digamma_entry - digamma_column[problem.column_of]
 
 
 def expected_log_theta(problem: CellProblem, alpha_hat: Array) -> Array:
-    """E_q log θ = ψ(α̂_fa) − ψ(α̂_pa) for Dirichlet q(θ) (App. D; ψ(α̂_pa) = ψ of the column sum)."""
-    return (digamma_positive(alpha_hat)
-            - digamma_positive(column_sums(problem, alpha_hat))[problem.column_of])
+    """E_q log θ of :func:`dirichlet_terms` alone."""
+    return dirichlet_terms(problem, alpha_hat)[1]
 
 
 def entropy_term(problem: CellProblem, phi: Array, log_phi: Array) -> Array:
@@ -279,7 +290,7 @@ def elbo_value(problem: CellProblem, alpha_hat: Array, phi: Array, log_phi: Arra
 
     Valid for any Φ as long as α̂ is computed from that same Φ (the simplified form of D.1).
     """
-    log_beta_post = jnp.sum(gammaln(alpha_hat)) - jnp.sum(gammaln(column_sums(problem, alpha_hat)))
+    log_beta_post, _ = dirichlet_terms(problem, alpha_hat)
     return problem.constant + log_beta_post + entropy_term(problem, phi, log_phi)
 
 
@@ -358,15 +369,6 @@ def init_from_responsibilities(problem: CellProblem, phi: Array) -> VBState:
     return fresh_state(expected_log_theta(problem, alpha_hat), alpha_hat)
 
 
-def responsibilities(problem: CellProblem, log_weights: Array) -> tuple[Array, Array]:
-    """Φ ∝ exp(Σ_m log_weights) over each cell's valid configurations, and log Z_u of each cell."""
-    potential = mask_invalid(problem, sum_over_members(problem, log_weights), -jnp.inf)
-    top = jnp.max(potential, axis=1)
-    weights = mask_invalid(problem, exp_nonpositive(potential - top[:, None]), 0.0)
-    total = jnp.sum(weights, axis=1)
-    return weights * (1.0 / total)[:, None], top + jnp.log(total)
-
-
 def step(problem: CellProblem, state: VBState, num_iters, tol) -> VBState:
     """One coordinate-ascent sweep: q(S), then q(θ), then the ELBO (eq. D.1).
 
@@ -376,15 +378,13 @@ def step(problem: CellProblem, state: VBState, num_iters, tol) -> VBState:
     that has converged (relative ELBO change ≤ ``tol``) or used ``num_iters`` iterations keeps
     its state.
     """
-    phi, log_normaliser = responsibilities(problem, state.log_weights)
+    phi, log_normaliser = normalise_potential(problem, sum_over_members(problem, state.log_weights))
     expected_counts = scatter_to_tables(problem, problem.counts[:, None] * phi)
     alpha_hat = problem.alpha + expected_counts
-    gammaln_entry, digamma_entry = gammaln_digamma_positive(alpha_hat)
-    gammaln_column, digamma_column = gammaln_digamma_positive(column_sums(problem, alpha_hat))
+    log_beta_post, log_weights = dirichlet_terms(problem, alpha_hat)
     entropy = jnp.sum(problem.counts * log_normaliser) - jnp.sum(state.log_weights * expected_counts)
-    elbo = problem.constant + jnp.sum(gammaln_entry) - jnp.sum(gammaln_column) + entropy
+    elbo = problem.constant + log_beta_post + entropy
     converged = jnp.abs(elbo - state.elbo) <= tol * jnp.abs(elbo)
-    log_weights = digamma_entry - digamma_column[problem.column_of]  # E_q log θ (App. D)
     new = VBState(log_weights, alpha_hat, elbo, state.iteration + 1, converged)
     active = ~state.converged & (state.iteration < num_iters)
     return jax.tree.map(lambda n, o: jnp.where(active, n, o), new, state)
