@@ -11,12 +11,10 @@ on T, not on the dense size. Versions as in ``smc_throughput.py`` (``evidence`` 
 from __future__ import annotations
 
 import argparse
-from functools import partial
 
-from smc_throughput import load_revision, time_versions
+from smc_throughput import time_versions, timed_versions
 
 import bam_ppl as bam
-from bam_ppl.infer import smc
 
 
 def main():
@@ -29,11 +27,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
     args = parser.parse_args()
-    # The evidence path (what bam.log_evidence runs) and the full run that also returns the final
-    # particles for the posterior; a baseline revision always returns them.
-    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
-    if args.baseline:
-        versions[args.baseline] = load_revision(args.baseline).run_smc
+    versions = timed_versions(args.baseline)
     model = bam.models.cp(args.rank, a=args.a)
     options = dict(num_particles=args.particles, num_chains=1, progress_bar=False)
     print(f"{'size':>6} {'nnz':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} {'ratio cpu':>9}")

@@ -73,6 +73,16 @@ def time_versions(versions, model, X, repeats, options):
             for name in versions}
 
 
+def timed_versions(baseline: str | None) -> dict:
+    """``run_smc`` variants to time: the evidence path (what ``bam.log_evidence`` runs), the full
+    run that also returns the final particles for the posterior, and optionally ``baseline``'s
+    (which always returns them)."""
+    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
+    if baseline:
+        versions[baseline] = load_revision(baseline).run_smc
+    return versions
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[5, 10, 50])
@@ -83,11 +93,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
     args = parser.parse_args()
-    # The evidence path (what bam.log_evidence runs) and the full run that also returns the final
-    # particles for the posterior; a baseline revision always returns them.
-    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
-    if args.baseline:
-        versions[args.baseline] = load_revision(args.baseline).run_smc
+    versions = timed_versions(args.baseline)
     print(f"{'R':>3} {'P':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} "
           f"{'upd/s wall':>10} {'upd/s cpu':>10} {'resampled':>9} {'speed-up cpu':>12}")
     for rank in args.ranks:
