@@ -7,8 +7,9 @@ side by side in one run after each sampler's warm-up (compilation for bam_ppl), 
 several interleaved timings, both in wall-clock time and in CPU time of the process (the latter is
 steadier on a shared machine; for multithreaded samplers it sums the threads). bam_ppl runs with
 each sweep kernel: ``jax`` (a ``lax.scan`` over tokens; several chains vmapped, "vectorized", or
-one after another, "sequential") and ``numba`` (a compiled loop; several chains in parallel
-threads or one after another).
+one after another, "sequential"), ``numba`` (a compiled loop; several chains in parallel
+threads or one after another; for LDA the factorised sweep) and ``numba-general`` (the numba
+loop every model can use, for comparison).
 Several chains are reported as token updates per second over all chains.
 
 bam_ppl visits the tokens in a fresh random order every sweep (``token_order="random"``, the
@@ -78,10 +79,11 @@ class BamSampler:
 class NumbaSampler:
     """bam_ppl numba sweeps of ``chains`` chains of LDA on ``data``, in threads if ``parallel``."""
 
-    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains, parallel):
+    def __init__(self, data, topics, alpha, eta, token_order, sweeps, chains, parallel, factorised=True):
         spec, problem = _lda_problem(data, topics, alpha, eta, token_order)
         keys = np.asarray(jax.random.split(jax.random.PRNGKey(0), chains))
-        self.chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "uniform", parallel=parallel)
+        self.chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "uniform", parallel=parallel,
+                                              factorised=factorised)
         self.tokens, self.sweeps, self.num_chains = data.total, sweeps, chains
         self.chains.advance(1)  # compiles (or loads numba's cache)
 
@@ -111,7 +113,8 @@ class TomotopySampler:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, nargs="+", default=[20])
-    parser.add_argument("--kernels", nargs="+", choices=("jax", "numba"), default=["jax", "numba"])
+    parser.add_argument("--kernels", nargs="+", choices=("jax", "numba", "numba-general"),
+                        default=["jax", "numba"])
     parser.add_argument("--token-order", choices=("random", "fixed"), default="random")
     parser.add_argument("--sweeps", type=int, default=10)
     parser.add_argument("--reference-sweeps", type=int, default=200)
@@ -133,12 +136,14 @@ def main():
         samplers = {"tomotopy (1 worker)": TomotopySampler(X, topics, args.alpha, args.eta,
                                                            args.reference_sweeps)}
         for chains in args.chains:
-            if "numba" in args.kernels:
+            for kernel in ("numba", "numba-general"):
+                if kernel not in args.kernels:
+                    continue
                 for parallel in (True,) if chains == 1 else (True, False):
-                    label = f"bam_ppl numba x{chains}" + ("" if chains == 1 else " threads" if parallel
-                                                          else " sequential")
+                    label = f"bam_ppl {kernel} x{chains}" + ("" if chains == 1 else " threads" if parallel
+                                                             else " sequential")
                     samplers[label] = NumbaSampler(data, topics, args.alpha, args.eta, args.token_order,
-                                                   args.sweeps, chains, parallel)
+                                                   args.sweeps, chains, parallel, kernel == "numba")
             if "jax" in args.kernels:
                 for method in ("vectorized",) if chains == 1 else ("vectorized", "sequential"):
                     label = f"bam_ppl jax x{chains}" + (f" {method}" if chains > 1 else "")

@@ -304,3 +304,38 @@ def test_relabelling_makes_each_token_read_consecutive_entries():
     chains.close()
     for chain in range(2):
         np.testing.assert_array_equal(chains.counts[chain], _recount(spec, problem, chains.config[chain]))
+
+
+@pytest.mark.parametrize("model, data", [
+    (bam.models.nmf(2, a=1.0), X1),
+    (bam.models.lda(3, a=0.5), X1),
+    (bam.models.cp(3, order=3, a=0.7), np.random.default_rng(0).poisson(1.0, (3, 4, 2))),
+])
+def test_factorised_sweep_draws_what_the_general_sweep_draws(model, data):
+    """One free node: the factorised numba sweep applies and, from the same keys, gives the
+    allocations and counts of the general sweep."""
+    data = as_count_tensor(data)
+    bound = model.bind(data)
+    spec, problem = gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(5), 3))
+    results = []
+    for factorised in (True, False):
+        chains = gibbs_numba.NumbaChains(spec, problem, keys, keys[::-1], "urn", factorised=factorised)
+        assert (chains._factorised is not None) == factorised
+        chains.advance(20)
+        chains.close()
+        results.append((chains.config, chains.counts))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    np.testing.assert_array_equal(results[0][1][0], _recount(spec, problem, results[0][0][0]))
+
+
+def test_factorised_sweep_does_not_apply_to_ties_or_missing_entries():
+    data = as_count_tensor(np.array([[3, 1, 0], [1, 0, 1], [0, 1, 2]]))
+    bound = bam.models.symmetric_nmf(2, a=1.0).bind(data)
+    tied = gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+    keys = np.asarray(jax.random.split(jax.random.PRNGKey(1), 1))
+    for spec, problem in (tied, _missing_cp_problem(2.0)):
+        chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "urn")
+        chains.close()
+        assert chains._factorised is None
