@@ -339,3 +339,26 @@ def test_factorised_sweep_does_not_apply_to_ties_or_missing_entries():
         chains = gibbs_numba.NumbaChains(spec, problem, keys, keys, "urn")
         chains.close()
         assert chains._factorised is None
+
+
+@pytest.mark.parametrize("a", [0.3, 1e-200])
+def test_host_draws_are_dirichlet(a):
+    """Θ drawn on the host for the numba kernel: column means (α + S) / Σ(α + S) within Monte
+    Carlo error; columns sum to one even when α is far below the float64 range of a Gamma draw."""
+    data = as_count_tensor(X1)
+    bound = bam.models.nmf(2, a=a).bind(data)
+    spec, problem = gibbs_core.build_problem(bound, data, bound.cell_layout(data))
+    F = spec.num_table_entries
+    counts = np.random.default_rng(0).integers(0, 4, F)
+    draws = gibbs_core.HostDraws(spec, problem, np.asarray(jax.random.split(jax.random.PRNGKey(0), 1)))
+    theta = np.array([draws(0, counts)[0] for _ in range(4000)], np.float64)
+    assert np.isfinite(theta).all()
+    column_of = np.asarray(problem.column_of)
+    sums = np.zeros((theta.shape[0], column_of.max() + 1))
+    np.add.at(sums.T, column_of, theta.T)
+    np.testing.assert_allclose(sums, 1.0, atol=1e-5)
+    shape = np.asarray(problem.concentration[:F]) + counts
+    total = np.bincount(column_of, weights=shape)[column_of]
+    mean = shape / total
+    standard_error = np.sqrt(mean * (1 - mean) / (total + 1) / theta.shape[0])
+    assert np.all(np.abs(theta.mean(0) - mean) <= Z * standard_error + 1e-6)
