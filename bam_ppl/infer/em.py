@@ -72,9 +72,7 @@ def check_concentrations(bound: BoundModel) -> None:
 def build_problem(bound: BoundModel, data, layout: CellLayout) -> EMProblem:
     """Arrays for ``data`` under ``bound`` (see :class:`EMProblem`)."""
     alpha = bound.flat_concentration
-    column_of = np.concatenate([
-        start + np.arange(t.size) // t.shape[-1] for start, t in zip(bound.column_starts, bound.tables)
-    ])
+    column_of = bound.column_of
     column_size = np.concatenate([np.full(t.size, t.shape[-1]) for t in bound.tables])
     index = layout.cell_flat[:, :, None] + layout.config_flat[:, None, :]
     # Dirichlet normalisers Σ_columns [lnΓ(Σα) − Σ lnΓ(α)], and the multinomial coefficient of X

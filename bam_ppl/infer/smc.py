@@ -48,7 +48,8 @@ from ..convert import allocation_inference_data
 from ..data import MISSING, CountTensor
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
-from ..types import Array, PRNGKey, as_key
+from ..models.sampling import dirichlet_log_draws
+from ..types import Array, PRNGKey, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from .registry import register
 from .resampling import RESAMPLERS, weight_summary
@@ -522,20 +523,18 @@ def pooled_log_evidence(chain_log_evidence) -> tuple[float, float]:
 
 
 def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
-    """θ per particle from Dirichlet(α + S_fa) (eq. 3.10), and λ ~ Gamma(a + T, b + 1)."""
-    theta_key, rate_key = jax.random.split(key)
-    keys = jax.random.split(theta_key, len(bound.tables))
-    theta = {}
-    for k, (name, table_counts) in zip(keys, bound.split_flat(counts).items()):
-        table = next(t for t in bound.tables if t.name == name)
-        concentration = jnp.asarray(table.concentration + table_counts, jnp.float64)
-        # Log-space Gamma draws: small concentrations would underflow ordinary Gamma variates.
-        log_gamma = jax.random.loggamma(k, concentration, dtype=jnp.float64)
-        theta[name] = np.asarray(jax.nn.softmax(log_gamma, axis=-1))
+    """θ per particle from Dirichlet(α + S_fa) (eq. 3.10), and λ ~ Gamma(a + T, b + 1).
+
+    Drawn with NumPy on the host (the particles' counts are there already; NumPy's Gamma
+    sampler is far faster than JAX's on a CPU), in log space so that tiny concentrations stay
+    normalisable.
+    """
+    rng = numpy_generator(key)
+    log_theta = dirichlet_log_draws(rng, bound.flat_concentration + counts, bound.column_of)
+    theta = bound.split_flat(np.exp(log_theta))
     rate = None
     if bound.has_total_term:
-        shape = counts.shape[:2]
-        rate = np.asarray(jax.random.gamma(rate_key, bound.a + bound.total, shape, jnp.float64) / (bound.b + 1.0))
+        rate = rng.gamma(bound.a + bound.total, 1.0 / (bound.b + 1.0), size=counts.shape[:2])
     return theta, rate
 
 
@@ -557,9 +556,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
                      progress_bar=progress_bar)
     data = model.as_data(data)
     bound = model.bind(data)
-    with jax.enable_x64(True):
-        posterior_key = jax.random.fold_in(as_key(rng_key), 1)
-        theta, rate = _draw_posterior(posterior_key, bound, result.counts)
+    theta, rate = _draw_posterior(jax.random.fold_in(as_key(rng_key), 1), bound, result.counts)
     stats = {
         "log_marginal_likelihood": (("chain",), result.chain_log_evidence),
         "ess": (("chain", "token"), result.ess),

@@ -25,6 +25,7 @@ from scipy.special import gammaln as np_gammaln
 from ..convert import allocation_inference_data
 from ..evidence import EvidenceEstimate, register_evidence
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
+from ..models.sampling import dirichlet_log_draws
 from ..types import Array, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from .registry import register
@@ -91,14 +92,6 @@ class CellProblem(NamedTuple):
     row_col: tuple
 
 
-def column_index(bound: BoundModel) -> np.ndarray:
-    """Column index of every entry of the concatenated table vector."""
-    starts = bound.column_starts
-    return np.concatenate(
-        [starts[k] + np.arange(t.size) // t.shape[-1] for k, t in enumerate(bound.tables)]
-    )
-
-
 def conditioned_log_factorials(bound: BoundModel, data) -> float:
     """Σ_c lnΓ(n_c + 1) over the conditioned cells' totals, as in ``BoundModel.log_prob_cells``."""
     if not bound.conditioned:
@@ -138,7 +131,7 @@ def build_problem(bound: BoundModel, data, layout: CellLayout) -> CellProblem:
         valid=None if layout.valid is None else jnp.asarray(layout.valid),
         alpha=jnp.asarray(bound.flat_concentration, dtype=float),
         alpha_col=jnp.asarray(bound.flat_column_concentration, dtype=float),
-        column_of=jnp.asarray(column_index(bound)),
+        column_of=jnp.asarray(bound.column_of),
         constant=jnp.asarray(data_constant(bound, data), dtype=float),
         row_of_cell=row_of_cell,
         row_flat=row_flat,
@@ -304,23 +297,6 @@ def training_log_likelihood(problem: CellProblem, alpha_hat: Array) -> Array:
     log_mean = jnp.log(alpha_hat) - jnp.log(column_sums(problem, alpha_hat))[problem.column_of]
     log_cell = mask_invalid(problem, sum_over_members(problem, log_mean), -jnp.inf)
     return jnp.sum(problem.counts * jax.scipy.special.logsumexp(log_cell, axis=1))
-
-
-def dirichlet_log_draws(rng: np.random.Generator, concentration: np.ndarray, column_of: np.ndarray,
-                        size: int) -> np.ndarray:
-    """log θ, shape ``(size, F)``, for θ ~ Dirichlet(concentration) in every column.
-
-    Uses Gamma(c) = Gamma(c + 1) · U^{1/c} in log space, so concentrations far below one (BDeu at
-    small a) give finite log θ instead of zeros.
-    """
-    concentration = np.asarray(concentration, dtype=np.float64)
-    shape = (size, concentration.size)
-    log_gamma = np.log(rng.standard_gamma(concentration + 1.0, size=shape)) + np.log(
-        rng.random(shape)) / concentration
-    starts = np.flatnonzero(np.diff(column_of, prepend=-1))
-    top = np.maximum.reduceat(log_gamma, starts, axis=1)[:, column_of]
-    log_total = np.log(np.add.reduceat(np.exp(log_gamma - top), starts, axis=1))[:, column_of]
-    return log_gamma - top - log_total
 
 
 def initial_log_theta(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
@@ -492,7 +468,7 @@ def prepare(model, data):
 def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_samples: int):
     """θ ~ q(θ) = Dirichlet(α̂) per table (one chain) and λ ~ Gamma(a + T, b + 1) if it exists."""
     rng = numpy_generator(rng_key)
-    log_theta = dirichlet_log_draws(rng, alpha_hat, column_index(bound), num_samples)
+    log_theta = dirichlet_log_draws(rng, alpha_hat, bound.column_of, num_samples)
     theta = bound.split_flat(np.exp(log_theta)[None])
     rate = None
     if bound.has_total_term:

@@ -154,6 +154,13 @@ class BoundModel:
         return np.concatenate([t.concentration.reshape(-1) for t in self.tables])
 
     @property
+    def column_of(self) -> np.ndarray:
+        """Column index of every entry of the concatenated table vector (columns are contiguous)."""
+        return np.concatenate([
+            start + np.arange(t.size) // t.shape[-1] for start, t in zip(self.column_starts, self.tables)
+        ])
+
+    @property
     def flat_column_concentration(self) -> np.ndarray:
         return np.concatenate([t.concentration.sum(-1).reshape(-1) for t in self.tables])
 

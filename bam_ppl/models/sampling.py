@@ -11,6 +11,25 @@ import numpy as np
 from ..types import PRNGKey, numpy_generator
 
 
+def dirichlet_log_draws(rng: np.random.Generator, concentration, column_of: np.ndarray,
+                        size: int | None = None) -> np.ndarray:
+    """log θ for θ ~ Dirichlet(concentration) in every column of a concatenated table vector.
+
+    ``concentration`` is (..., F) with the columns of ``column_of`` (F,) contiguous; the result
+    has its shape, or (size, F) for a (F,) concentration and an int ``size``. Gamma variates are
+    drawn as Gamma(c) = Gamma(c + 1) · U^{1/c} in log space, so that concentrations far below
+    one (BDeu at small a, sparse posteriors) give finite log θ instead of columns of zeros.
+    """
+    concentration = np.asarray(concentration, dtype=np.float64)
+    shape = concentration.shape if size is None else (size, *concentration.shape)
+    log_gamma = np.log(rng.standard_gamma(concentration + 1.0, size=shape)) + np.log(
+        rng.random(shape)) / concentration
+    starts = np.flatnonzero(np.diff(column_of, prepend=-1))
+    top = np.maximum.reduceat(log_gamma, starts, axis=-1)[..., column_of]
+    log_total = np.log(np.add.reduceat(np.exp(log_gamma - top), starts, axis=-1))[..., column_of]
+    return log_gamma - top - log_total
+
+
 def _draw_tables(rng: np.random.Generator, bound) -> dict[str, np.ndarray]:
     out = {}
     for table in bound.tables:
