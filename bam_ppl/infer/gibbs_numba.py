@@ -280,6 +280,8 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
     if len(rows) * exponents.max() + np.log10(num_configs) > 300:
         return None
     starts = row_base + row_offset[:, :1]  # (R, U)
+    if starts.max() + num_configs >= 2**31:  # the token records are int32
+        return None
     constant = np.all(starts == starts[:, :1], axis=1)
     varying_numerators = [r for r in spec.numerator_rows if not constant[r]]
     varying = varying_numerators + [r for r in spec.denominator_rows if not constant[r]]
@@ -290,6 +292,7 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
         numerator_starts=constant_starts(spec.numerator_rows),
         denominator_starts=constant_starts(spec.denominator_rows),
     )
+
 
 if HAVE_NUMBA:
     _row_values = numba.njit(inline="always", cache=True)(_row_values)
