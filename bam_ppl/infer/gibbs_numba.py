@@ -44,6 +44,13 @@ URN = 1  # add the token, drawn from the urn given the tokens placed so far (pap
 UNIFORM = 2  # add the token with a configuration drawn uniformly among those its cell allows
 
 
+def _shuffle(rng, order):
+    """Fisher–Yates shuffle of ``order`` in place, one uniform from ``rng`` per position."""
+    for i in range(order.shape[0] - 1, 0, -1):
+        j = int(rng.random() * (i + 1))
+        order[i], order[j] = order[j], order[i]
+
+
 def _row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
     """values[c] = (α + S)[index of ``row`` at configuration c], plus one where a tied earlier
     member of the same token has its increment at the same index."""
@@ -89,9 +96,7 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
-            for i in range(num_tokens - 1, 0, -1):
-                j = int(rng.random() * (i + 1))
-                order[i], order[j] = order[j], order[i]
+            _shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
             cell = token_cell[token]
@@ -204,9 +209,7 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, num_conf
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
-            for i in range(num_tokens - 1, 0, -1):
-                j = int(rng.random() * (i + 1))
-                order[i], order[j] = order[j], order[i]
+            _shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
             old = tokens[token, 0]
@@ -295,6 +298,7 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
 
 
 if HAVE_NUMBA:
+    _shuffle = numba.njit(nogil=True, cache=True)(_shuffle)
     _row_values = numba.njit(inline="always", cache=True)(_row_values)
     # nogil: chains run in threads, each with its own Generator and arrays.
     _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
