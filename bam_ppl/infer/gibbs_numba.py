@@ -51,6 +51,23 @@ def _shuffle(rng, order):
         order[i], order[j] = order[j], order[i]
 
 
+def _inverse_cdf(weight, target):
+    """The first configuration whose cumulative weight exceeds ``target`` (uniform × total).
+
+    Rounding can leave the target at the total: then the last configuration with a positive
+    weight.
+    """
+    cumulative = 0.0
+    for c in range(weight.shape[0]):
+        cumulative += weight[c]
+        if target < cumulative:
+            return c
+    new = weight.shape[0] - 1
+    while new > 0 and weight[new] == 0.0:
+        new -= 1
+    return new
+
+
 def _row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
     """values[c] = (α + S)[index of ``row`` at configuration c], plus one where a tied earlier
     member of the same token has its increment at the same index."""
@@ -161,19 +178,7 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_
                     for c in range(num_configs):
                         weight[c] = math.exp(weight[c] - largest)
                 total = weight.sum()
-            # Inverse CDF, accumulating only up to the target. Rounding can leave the target at
-            # the total: then the last configuration with a positive weight.
-            target = rng.random() * total
-            new = num_configs - 1
-            cumulative = 0.0
-            for c in range(num_configs):
-                cumulative += weight[c]
-                if target < cumulative:
-                    new = c
-                    break
-            else:
-                while new > 0 and weight[new] == 0.0:
-                    new -= 1
+            new = _inverse_cdf(weight, rng.random() * total)
             for m in moved:
                 i = base[m] + row_offset[m, new]
                 shifted[i] += 1.0
@@ -238,14 +243,7 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, num_conf
             total = 0.0
             for c in range(num_configs):
                 total += weight[c]
-            target = rng.random() * total
-            new = num_configs - 1  # if rounding leaves the target at the total
-            cumulative = 0.0
-            for c in range(num_configs):
-                cumulative += weight[c]
-                if target < cumulative:
-                    new = c
-                    break
+            new = _inverse_cdf(weight, rng.random() * total)
             for v in range(1, num_varying + 1):
                 shifted[tokens[token, v] + new] += 1.0
             for start in numerator_starts:
@@ -299,6 +297,7 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
 
 if HAVE_NUMBA:
     _shuffle = numba.njit(nogil=True, cache=True)(_shuffle)
+    _inverse_cdf = numba.njit(inline="always", cache=True)(_inverse_cdf)
     _row_values = numba.njit(inline="always", cache=True)(_row_values)
     # nogil: chains run in threads, each with its own Generator and arrays.
     _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
