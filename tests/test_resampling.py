@@ -65,7 +65,9 @@ def test_effective_sample_size():
 def test_weight_summary_equals_ess_and_log_mean():
     # float64, as in the SMC: large-magnitude log weights cost the two-logsumexp ESS digits in float32.
     with jax.enable_x64(True):
-        log_weights = jnp.array([[-1e3, -1e3 + 0.5, -1e3 - 2.0, -jnp.inf], [0.0, 0.0, 0.0, 0.0]])
+        # The last row spans more than the float64 range: weights below e^-700 are flushed to 0.
+        log_weights = jnp.array([[-1e3, -1e3 + 0.5, -1e3 - 2.0, -jnp.inf], [0.0, 0.0, 0.0, 0.0],
+                                 [0.0, -1.0, -710.0, -1e4]])
         ess, log_mean = weight_summary(log_weights)
         np.testing.assert_allclose(ess, effective_sample_size(log_weights), rtol=1e-9)
         np.testing.assert_allclose(log_mean, jax.nn.logsumexp(log_weights, axis=-1) - np.log(4), rtol=1e-12)

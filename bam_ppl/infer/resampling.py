@@ -92,7 +92,10 @@ def weight_summary(log_weights: Array) -> tuple[Array, Array]:
     """
     peak = jnp.max(log_weights, axis=-1, keepdims=True)
     peak = jnp.where(jnp.isfinite(peak), peak, 0.0)
-    weights = jnp.exp(log_weights - peak)
+    # Weights below e^-700 of the largest are negligible in both sums; flushing them to zero
+    # keeps the exponentials out of the (very slow) subnormal range once weights degenerate.
+    shifted = log_weights - peak
+    weights = jnp.where(shifted > -700.0, jnp.exp(shifted), 0.0)
     total = jnp.sum(weights, axis=-1)
     ess = total**2 / jnp.sum(weights**2, axis=-1)
     log_mean = peak[..., 0] + jnp.log(total) - jnp.log(log_weights.shape[-1])
