@@ -259,3 +259,35 @@ def test_best_particle_log_prob_is_the_urn_probability(name):
     evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False)
     assert evidence_only.counts is None
     np.testing.assert_array_equal(evidence_only.chain_log_evidence, result.chain_log_evidence)
+
+
+def test_configuration_draw_is_the_exact_inverse_cdf():
+    # Cumulative masses [0, 3, 3, 4, 8, 8] of 8: level u · 8 picks the first l with mass above
+    # it; configurations of probability zero are never drawn, even at levels on a boundary.
+    import jax
+    import jax.numpy as jnp
+
+    probabilities = np.array([0.0, 3.0, 0.0, 1.0, 4.0, 0.0])
+    uniforms = np.arange(64) / 64.0
+    with jax.enable_x64(True):
+        columns = jnp.asarray(np.tile(probabilities[:, None] * 2.0**-40, (1, uniforms.size)))
+        chosen = np.asarray(smc_module._draw_configuration(columns, jnp.asarray(uniforms)))
+        empty = smc_module._draw_configuration(jnp.zeros((6, 2)), jnp.asarray([0.0, 0.5]))
+    cumulative = np.cumsum(probabilities)
+    expected = [int(np.argmax(cumulative > u * cumulative[-1])) for u in uniforms]
+    np.testing.assert_array_equal(chosen, expected)
+    assert set(chosen) == {1, 3, 4}
+    np.testing.assert_array_equal(empty, [0, 0])
+    # Many configurations over 60 orders of magnitude, a third of them impossible.
+    rng = np.random.default_rng(3)
+    probabilities = rng.random((100, 500)) * 10.0 ** rng.integers(-30, 30, (100, 500))
+    probabilities[rng.random((100, 500)) < 0.3] = 0.0
+    uniforms = rng.random(500)
+    with jax.enable_x64(True):
+        chosen = np.asarray(smc_module._draw_configuration(jnp.asarray(probabilities), jnp.asarray(uniforms)))
+    particles = np.arange(500)
+    assert np.all(probabilities[chosen, particles] > 0)
+    cumulative = np.cumsum(probabilities, axis=0)
+    level = uniforms * cumulative[-1]
+    before = np.where(chosen > 0, cumulative[chosen - 1, particles], 0.0)
+    assert np.all(before <= level * (1 + 1e-12)) and np.all(cumulative[chosen, particles] >= level * (1 - 1e-12))
