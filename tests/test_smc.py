@@ -16,6 +16,12 @@ X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
 
 
+@pytest.fixture(params=["jax", "numba"])
+def kernel(request):
+    """Both SMC kernels: the JAX core and the numba CPU kernel (lineage rows)."""
+    return request.param
+
+
 def smc_estimate(model, X, rng_key=0, **options):
     options = {"num_particles": 2000, "num_chains": 8, **options}
     return bam.log_evidence(model, X, method="smc", rng_key=rng_key, **options)
@@ -28,9 +34,9 @@ def assert_matches_exact(estimate, exact):
 
 @pytest.mark.parametrize("name, X", [("X1", X1), ("X2", X2)])
 @pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
-def test_nmf_matches_exact_rank_two(name, X, a):
+def test_nmf_matches_exact_rank_two(name, X, a, kernel):
     model = bam.models.nmf(2, a=a)
-    assert_matches_exact(smc_estimate(model, X), exact_log_evidence(model, X))
+    assert_matches_exact(smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X))
 
 
 @pytest.mark.slow
@@ -70,16 +76,16 @@ OTHER_MODELS = {
 
 
 @pytest.mark.parametrize("name", sorted(OTHER_MODELS))
-def test_other_models_match_exact(name):
+def test_other_models_match_exact(name, kernel):
     model, X = OTHER_MODELS[name]
-    assert_matches_exact(smc_estimate(model, X), exact_log_evidence(model, X))
+    assert_matches_exact(smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X))
 
 
 @pytest.mark.parametrize("model", [bam.models.complete_graph(3, a=1.0), bam.models.independence(3, a=2.0)],
                          ids=["complete", "independence"])
-def test_latent_free_models_equal_closed_form(model):
+def test_latent_free_models_equal_closed_form(model, kernel):
     X = np.random.default_rng(3).integers(0, 5, (2, 3, 2))
-    estimate = smc_estimate(model, X, num_particles=10, num_chains=2)
+    estimate = smc_estimate(model, X, num_particles=10, num_chains=2, kernel=kernel)
     assert abs(estimate.value - exact_log_evidence(model, X)) < 1e-8
 
 
@@ -94,17 +100,17 @@ def test_markov_equivalent_structures_agree():
     assert abs(first.value - second.value) <= max(0.05, 3 * combined)
 
 
-def test_plain_sis_is_unbiased():
+def test_plain_sis_is_unbiased(kernel):
     # Without resampling every run is an unbiased estimate of L_X: the natural-scale mean of many
     # independent runs matches the exact evidence within its Monte Carlo error.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
-    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0)
+    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0, kernel=kernel)
     assert not result.resampled.any()
     ratios = np.exp(result.chain_log_evidence - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 3 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
 
-def test_posterior_matches_exact_expected_counts():
+def test_posterior_matches_exact_expected_counts(kernel):
     # Label-invariant statistic: the visible node's marginal counts, which are random only through
     # the missing entries (free visible indices).
     model, X = OTHER_MODELS["missing_entries"]
@@ -116,7 +122,7 @@ def test_posterior_matches_exact_expected_counts():
         return flat[:, start:start + table_i.size].reshape(-1, *table_i.shape).sum(1)
 
     exact = exact_posterior_mean(model, X, marginal)
-    result = smc_module.run_smc(model, X, 3, num_particles=2000, num_chains=8)
+    result = smc_module.run_smc(model, X, 3, num_particles=2000, num_chains=8, kernel=kernel)
     per_chain = marginal(result.counts.reshape(-1, result.counts.shape[-1])).reshape(8, 2000, -1).mean(1)
     error = per_chain.std(0, ddof=1) / np.sqrt(8)
     assert np.all(np.abs(per_chain.mean(0) - exact) <= np.maximum(4 * error, 0.02))
@@ -140,19 +146,19 @@ def test_inference_data_layout():
     assert attrs["method"] == "smc" and attrs["num_particles"] == 50
 
 
-def test_same_key_same_result_and_no_retracing():
+def test_same_key_same_result_and_no_retracing(kernel):
     model = bam.models.nmf(2, a=1.0)
-    first = bam.log_evidence(model, X1, method="smc", rng_key=11, num_particles=64, num_chains=2)
+    options = dict(method="smc", num_particles=64, num_chains=2, kernel=kernel)
+    first = bam.log_evidence(model, X1, rng_key=11, **options)
     traced = smc_module.run_tokens._cache_size()
-    again = bam.log_evidence(model, X1, method="smc", rng_key=11, num_particles=64, num_chains=2)
+    again = bam.log_evidence(model, X1, rng_key=11, **options)
     other_values = X1[::-1].copy()  # same shapes, other counts: no new compilation
-    bam.log_evidence(model, other_values, method="smc", rng_key=12, num_particles=64, num_chains=2)
+    bam.log_evidence(model, other_values, rng_key=12, **options)
     assert smc_module.run_tokens._cache_size() == traced
     assert again.details["chain_log_evidence"] == first.details["chain_log_evidence"]
     import jax
 
-    with_jax_key = bam.log_evidence(model, X1, method="smc", rng_key=jax.random.key(11), num_particles=64,
-                                    num_chains=2)
+    with_jax_key = bam.log_evidence(model, X1, rng_key=jax.random.key(11), **options)
     assert with_jax_key.details["chain_log_evidence"] == first.details["chain_log_evidence"]
 
 
@@ -164,29 +170,31 @@ def test_compare_table_ranks_models():
     assert table["prob"].sum() == pytest.approx(1.0)
 
 
-def test_rescaled_probability_products_give_the_same_estimate(monkeypatch):
+def test_rescaled_probability_products_give_the_same_estimate(monkeypatch, kernel):
     # With extreme concentrations the per-token product over members is rescaled after every
     # member; forcing that path on ordinary data must leave the estimate unchanged.
     model, X = OTHER_MODELS["tucker"]
-    plain = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2)
+    plain = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, kernel=kernel)
     assert smc_module.rescale_interval(model.bind(X), int(X.sum())) == len(model.bind(X).members)
     monkeypatch.setattr(smc_module, "rescale_interval", lambda bound, num_tokens: 1)
-    rescaled = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2)
+    rescaled = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, kernel=kernel)
     np.testing.assert_allclose(rescaled.chain_log_evidence, plain.chain_log_evidence, rtol=0, atol=1e-9)
 
 
-def test_tiny_concentrations_match_exact():
+def test_tiny_concentrations_match_exact(kernel):
     # a = 1e-150: the product of a token's factors would underflow without rescaling.
     model = bam.models.nmf(2, a=1e-150)
     assert smc_module.rescale_interval(model.bind(X2), int(X2.sum())) < len(model.bind(X2).members)
-    assert_matches_exact(smc_estimate(model, X2, num_particles=500, num_chains=4), exact_log_evidence(model, X2))
+    estimate = smc_estimate(model, X2, num_particles=500, num_chains=4, kernel=kernel)
+    assert_matches_exact(estimate, exact_log_evidence(model, X2))
 
 
-def test_progress_bar_blocks_give_the_same_estimate():
+def test_progress_bar_blocks_give_the_same_estimate(kernel):
     # The bar splits the scan into blocks of tokens; the random stream does not depend on it.
     model, X = bam.models.nmf(2, a=1.0), np.array([[200, 100], [50, 3]])
-    quiet = smc_module.run_smc(model, X, 4, num_particles=16, num_chains=2, progress_bar=False)
-    shown = smc_module.run_smc(model, X, 4, num_particles=16, num_chains=2, progress_bar=True)
+    options = dict(num_particles=16, num_chains=2, kernel=kernel)
+    quiet = smc_module.run_smc(model, X, 4, progress_bar=False, **options)
+    shown = smc_module.run_smc(model, X, 4, progress_bar=True, **options)
     np.testing.assert_allclose(quiet.chain_log_evidence, shown.chain_log_evidence, rtol=0, atol=1e-9)
 
 
@@ -201,6 +209,7 @@ def test_progress_bar_blocks_give_the_same_estimate():
     (dict(rng_key=-1), ValueError, "rng_key"),
     (dict(rng_key="seed"), TypeError, "rng_key"),
     (dict(max_configs=2), ValueError, "max_configs"),
+    (dict(kernel="cuda"), ValueError, "kernel"),
 ])
 def test_bad_options_raise_before_compiling(options, error, match):
     before = smc_module.run_tokens._cache_size()
@@ -220,9 +229,10 @@ def test_bad_data_raise():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
-def test_every_resampling_scheme_matches_exact(resampling):
+def test_every_resampling_scheme_matches_exact(resampling, kernel):
     model = bam.models.nmf(2, a=1.0)
-    assert_matches_exact(smc_estimate(model, X1, resampling=resampling), exact_log_evidence(model, X1))
+    estimate = smc_estimate(model, X1, resampling=resampling, kernel=kernel)
+    assert_matches_exact(estimate, exact_log_evidence(model, X1))
 
 
 @pytest.mark.slow
@@ -239,14 +249,14 @@ def test_parafac_rank_recovery():
 
 
 @pytest.mark.parametrize("name", ["symmetric_nmf_tied", "missing_entries", "tucker"])
-def test_best_particle_log_prob_is_the_urn_probability(name):
+def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
     # Each particle's log urn probability is accumulated token by token (eq. 4.1); by
     # exchangeability it equals Σ_tables Σ lnΓ(α + S) − lnΓ(α) − Σ_columns lnΓ(α_c + S_c) − lnΓ(α_c).
     from scipy.special import gammaln
 
     model, X = OTHER_MODELS[name]
     bound = model.bind(model.as_data(X))
-    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3)
+    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, kernel=kernel)
     for counts, log_prob in zip(result.best_counts, result.best_log_prob):
         closed_form = 0.0
         for table in bound.tables:
@@ -256,7 +266,8 @@ def test_best_particle_log_prob_is_the_urn_probability(name):
             closed_form -= np.sum(gammaln(alpha.sum(-1) + S.sum(-1)) - gammaln(alpha.sum(-1)))
         assert log_prob == pytest.approx(closed_form, abs=1e-9)
     assert result.counts.shape[:2] == (3, 50)
-    evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False)
+    evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False,
+                                       kernel=kernel)
     assert evidence_only.counts is None
     np.testing.assert_array_equal(evidence_only.chain_log_evidence, result.chain_log_evidence)
 
@@ -291,3 +302,39 @@ def test_configuration_draw_is_the_exact_inverse_cdf():
     level = uniforms * cumulative[-1]
     before = np.where(chosen > 0, cumulative[chosen - 1, particles], 0.0)
     assert np.all(before <= level * (1 + 1e-12)) and np.all(cumulative[chosen, particles] >= level * (1 - 1e-12))
+
+
+def test_numba_lineage_rows_equal_copying_at_every_resampling(monkeypatch):
+    # The numba kernel reads rows through the ancestor maps of the generation that wrote them and
+    # re-indexes every LINEAGE_DEPTH resamplings; a depth of 1 re-indexes at every resampling,
+    # i.e. copies the particles' counts as the JAX kernel does. Same draws, same results.
+    from bam_ppl.infer import smc_numba
+
+    model, X = bam.models.cp(3, a=2.0), np.random.default_rng(5).integers(0, 3, (4, 5, 3))
+    options = dict(num_particles=40, num_chains=2, kernel="numba")
+    monkeypatch.setattr(smc_numba, "LINEAGE_DEPTH", 3)
+    lazy = smc_module.run_smc(model, X, 8, **options)
+    assert lazy.resampled.sum(axis=1).min() > 2 * smc_numba.LINEAGE_DEPTH  # rows several generations old
+    monkeypatch.setattr(smc_numba, "LINEAGE_DEPTH", 1)
+    eager = smc_module.run_smc(model, X, 8, **options)
+    np.testing.assert_array_equal(lazy.resampled, eager.resampled)
+    np.testing.assert_allclose(lazy.chain_log_evidence, eager.chain_log_evidence, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(lazy.counts, eager.counts)
+    np.testing.assert_array_equal(lazy.best_counts, eager.best_counts)
+
+
+@pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
+def test_numba_resampling_schemes_copy_each_particle_in_proportion(resampling):
+    from bam_ppl.infer import smc_numba
+
+    weights = np.array([0.05, 0.0, 0.4, 0.15, 0.3, 0.1])
+    rng = np.random.default_rng(0)
+    ancestors, scratch = np.empty(6, np.int64), np.empty(6)
+    offspring = []
+    for _ in range(4000):
+        smc_numba._resample(rng, smc_numba.SCHEMES.index(resampling), weights, ancestors, scratch)
+        offspring.append(np.bincount(ancestors, minlength=6))
+    offspring = np.array(offspring)
+    error = offspring.std(0, ddof=1) / np.sqrt(offspring.shape[0])
+    assert np.all(np.abs(offspring.mean(0) - 6 * weights) <= 4 * error + 1e-12)
+    assert offspring[:, 1].max() == 0  # a particle of weight zero is never copied

@@ -51,6 +51,8 @@ from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ..models.sampling import dirichlet_log_draws
 from ..types import Array, PRNGKey, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
+from . import smc_numba
+from .gibbs import resolve_kernel
 from .registry import register
 from .resampling import RESAMPLERS, weight_summary
 
@@ -449,7 +451,7 @@ def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS
 def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,
             ess_threshold: float = 0.5, resampling: str = "systematic",
             max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
-            keep_particles: bool = True) -> SMCResult:
+            keep_particles: bool = True, kernel: str = "auto") -> SMCResult:
     """Run ``num_chains`` independent Pólya-urn SMC runs of ``num_particles`` particles.
 
     Parameters
@@ -470,8 +472,15 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
     keep_particles : bool
         Resample the final particles and return their counts (needed for the posterior only;
         the evidence alone skips this O(chains × P × Σ table sizes) copy and transfer).
+    kernel : {"auto", "jax", "numba"}
+        What runs the filter: the JAX core (``vmap`` over particles, ``lax.scan`` over tokens;
+        any JAX device) or the numba CPU kernel (:mod:`bam_ppl.infer.smc_numba`, extra
+        ``fast``), whose resamplings move no counts, so its cost does not grow with the size of
+        the tables. ``"auto"`` picks numba on a CPU when it is installed. Same estimator, other
+        random streams.
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
+    kernel = resolve_kernel(kernel)
     key = as_key(rng_key)
     data, bound, layout = prepare(model, data, max_configs)
     num_tokens = data.total
@@ -485,37 +494,81 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         padded = num_blocks * block
         tokens = np.repeat(np.arange(data.nnz, dtype=np.int32), data.counts)
         cells = _token_orders(order_key, tokens, num_chains=num_chains, padded=padded)
-        active = jnp.arange(padded) < num_tokens
-        state = init(jax.random.split(run_key, num_chains), urn, num_particles)
-        threshold = jnp.asarray(ess_threshold, jnp.float64)
         rescale_every = rescale_interval(bound, num_tokens)
-        infos = []
-        blocks = range(num_blocks)
-        if progress_bar:
-            from tqdm.auto import tqdm
+        run = _run_numba if kernel == "numba" else _run_jax
+        chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled = run(
+            bound, layout, urn, cells, num_tokens=num_tokens, block=block, num_chains=num_chains,
+            num_particles=num_particles, ess_threshold=ess_threshold, resampling=resampling,
+            rescale_every=rescale_every, progress_bar=progress_bar, keep_particles=keep_particles,
+            run_key=run_key, final_key=final_key)
+    return SMCResult(
+        chain_log_evidence=np.asarray(chain_log) + log_evidence_constant(bound, data),
+        counts=None if counts is None else np.asarray(counts, np.int32),
+        column_counts=None if column_counts is None else np.asarray(column_counts, np.int32),
+        best_counts=np.asarray(best_counts, np.int32),
+        best_log_prob=np.asarray(best_log_prob),
+        ess=np.asarray(ess),
+        resampled=np.asarray(resampled),
+    )
 
-            blocks = tqdm(blocks, desc=f"SMC ({num_chains}×{num_particles})", unit="block")
-        for b in blocks:
-            rows = slice(b * block, (b + 1) * block)
-            state, info = run_tokens(state, cells[rows], active[rows], urn, threshold,
-                                     same_table_before=layout.same_table_before, resampling=resampling,
-                                     rescale_every=rescale_every)
-            infos.append(info)
-        chain_log, best_counts, best_log_prob = _close_runs(state)
-        counts = column_counts = None
-        if keep_particles:
-            counts, column_counts = _final_particles(state, final_key, resampling=resampling)
-        ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
-        resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
-        return SMCResult(
-            chain_log_evidence=np.asarray(chain_log) + log_evidence_constant(bound, data),
-            counts=None if counts is None else np.asarray(counts, np.int32),
-            column_counts=None if column_counts is None else np.asarray(column_counts, np.int32),
-            best_counts=np.asarray(best_counts, np.int32),
-            best_log_prob=np.asarray(best_log_prob),
-            ess=np.asarray(ess),
-            resampled=np.asarray(resampled),
-        )
+
+def _token_blocks(num_tokens: int, block: int, progress_bar: bool, description: str):
+    """Token ranges of the calls that run the filter, with a tqdm bar when asked for."""
+    blocks = range(-(-num_tokens // block))
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        blocks = tqdm(blocks, desc=description, unit="block")
+    return blocks
+
+
+def _run_jax(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
+             resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
+    """The JAX core over all tokens; see :func:`run_smc`."""
+    active = jnp.arange(cells.shape[0]) < num_tokens
+    state = init(jax.random.split(run_key, num_chains), urn, num_particles)
+    threshold = jnp.asarray(ess_threshold, jnp.float64)
+    infos = []
+    for b in _token_blocks(num_tokens, block, progress_bar, f"SMC ({num_chains}×{num_particles})"):
+        rows = slice(b * block, (b + 1) * block)
+        state, info = run_tokens(state, cells[rows], active[rows], urn, threshold,
+                                 same_table_before=layout.same_table_before, resampling=resampling,
+                                 rescale_every=rescale_every)
+        infos.append(info)
+    chain_log, best_counts, best_log_prob = _close_runs(state)
+    counts = column_counts = None
+    if keep_particles:
+        counts, column_counts = _final_particles(state, final_key, resampling=resampling)
+    ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
+    resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
+    return chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled
+
+
+def _run_numba(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
+               resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
+    """The numba kernel over all tokens (one NumPy Generator per run); see :func:`run_smc`."""
+    host_urn = UrnTables(
+        concentration=bound.flat_concentration, column_concentration=bound.flat_column_concentration,
+        cell_flat=layout.cell_flat, config_flat=layout.config_flat, cell_col=layout.cell_col,
+        config_col=layout.config_col, valid=layout.valid)
+    rngs = [numpy_generator(k) for k in jax.random.split(run_key, num_chains)]
+    runs = smc_numba.NumbaRuns(host_urn, layout.same_table_before, num_particles, rngs, resampling=resampling,
+                               ess_threshold=ess_threshold, rescale_every=rescale_every)
+    cells = np.asarray(cells)[:num_tokens]
+    traces = []
+    try:
+        for b in _token_blocks(num_tokens, block, progress_bar, f"SMC ({num_chains}×{num_particles})"):
+            traces.append(runs.run(cells[b * block:(b + 1) * block]))
+    finally:
+        runs.close()
+    best_counts, best_log_prob = runs.best_particles()
+    counts = column_counts = None
+    if keep_particles:
+        counts, column_counts = runs.final_particles(
+            [numpy_generator(k) for k in jax.random.split(final_key, num_chains)])
+    ess = np.concatenate([t[0] for t in traces], axis=1)
+    resampled = np.concatenate([t[1] for t in traces], axis=1)
+    return runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess, resampled
 
 
 def pooled_log_evidence(chain_log_evidence) -> tuple[float, float]:
@@ -553,7 +606,7 @@ def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
 @register("smc", models=(AllocationModel,))
 def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
         ess_threshold: float = 0.5, resampling: str = "systematic",
-        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None):
+        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, kernel: str = "auto"):
     """Pólya-urn SMC (papers/000 §4.2): posterior particles and per-run evidence estimates.
 
     Chains are independent SMC runs; draws are the equally weighted particles after a final
@@ -565,7 +618,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     """
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
-                     progress_bar=progress_bar)
+                     progress_bar=progress_bar, kernel=kernel)
     data = model.as_data(data)
     bound = model.bind(data)
     theta, rate = _draw_posterior(jax.random.fold_in(as_key(rng_key), 1), bound, result.counts)
@@ -582,7 +635,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="smc", sample_stats=stats,
         attrs=dict(num_particles=num_particles, num_chains=num_chains, ess_threshold=ess_threshold,
-                   resampling=resampling, log_marginal_likelihood=value,
+                   resampling=resampling, kernel=kernel, log_marginal_likelihood=value,
                    log_marginal_likelihood_stderr=stderr),
     )
 
@@ -590,11 +643,12 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
 @register_evidence("smc", models=(AllocationModel,))
 def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
                      ess_threshold: float = 0.5, resampling: str = "systematic",
-                     max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None):
+                     max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
+                     kernel: str = "auto"):
     """Unbiased SMC estimate of L_X, pooled over ``num_chains`` runs (log-mean-exp ± delta-method SE)."""
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
-                     progress_bar=progress_bar, keep_particles=False)
+                     progress_bar=progress_bar, keep_particles=False, kernel=kernel)
     value, stderr = pooled_log_evidence(result.chain_log_evidence)
     return EvidenceEstimate(
         value=value, stderr=stderr, method="smc", kind="estimate",

@@ -1,0 +1,359 @@
+"""Numba CPU kernel for the Pólya-urn SMC of :mod:`bam_ppl.infer.smc` (``kernel="numba"``).
+
+The same filter as the JAX core: one shared token order per run, the free configuration drawn
+from its exact conditional, the incremental weight p_V(c_V | S) of eq. 4.11, adaptive
+resampling with the same four schemes, and the same rules for tied tables, missing entries and
+the rescaling of extreme products. Each run is a compiled loop over tokens and particles; runs
+go to threads (the kernel releases the GIL). Only the random streams differ from the JAX
+kernel (a NumPy ``Generator`` per run, seeded from the JAX key).
+
+Resampling moves no counts. A table row (one entry or column, all particles) is stored in the
+particle order of the *generation* — the number of resamplings since the last re-indexing — in
+which a token last wrote it, and ``lineage[k, p]`` is the slot that the ancestor of the current
+particle p held in generation k. A token reads its rows through their lineage and writes them
+back in the current order, so a resampling costs O(depth × P) instead of copying every
+particle's tables, O(P × Σ table sizes); only when ``depth`` generations are used up are all
+rows re-indexed at once. The run time then depends on T and P, not on the size of the tables
+(papers/000 Fig. 10b). In XLA the reads through the lineage are element gathers several times
+slower than the row reads of the eager copy (benchmarks/README.md), so the JAX kernel copies.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .gibbs_numba import HAVE_NUMBA, _inverse_cdf, numba
+
+SCHEMES = ("systematic", "stratified", "multinomial", "residual")
+# Resamplings between two re-indexings of all rows: a resampling costs O(depth × P).
+LINEAGE_DEPTH = 32
+
+
+def _search(cdf, positions, ancestors, start):
+    """ancestors[start + k] = the first p with cdf[p] > positions[k] (clipped to the last)."""
+    found = np.searchsorted(cdf, positions, side="right")
+    last = cdf.shape[0] - 1
+    for k in range(positions.shape[0]):
+        ancestors[start + k] = min(found[k], last)
+
+
+def _normalised_cdf(weights, cdf):
+    total = weights.sum()
+    running = 0.0
+    for p in range(weights.shape[0]):
+        running += weights[p] / total
+        cdf[p] = running
+    cdf[weights.shape[0] - 1] = 1.0
+
+
+def _resample(rng, scheme, weights, ancestors, cdf):
+    """Ancestors of one run's particles from non-negative ``weights`` with a positive sum
+    (the schemes of :mod:`bam_ppl.infer.resampling`, in the order of ``SCHEMES``)."""
+    num = weights.shape[0]
+    if scheme == 3:  # residual: floor(num · w) copies, the rest multinomial on the remainders
+        total = weights.sum()
+        filled = 0
+        for p in range(num):
+            copies = int(math.floor(num * weights[p] / total))
+            for _ in range(min(copies, num - filled)):
+                ancestors[filled] = p
+                filled += 1
+            cdf[p] = num * weights[p] / total - copies
+        if filled < num:
+            remainder = cdf.copy()
+            if remainder.sum() > 0.0:
+                _normalised_cdf(remainder, cdf)
+                _search(cdf, rng.random(num - filled), ancestors, filled)
+            else:  # the copies fell short only by rounding
+                ancestors[filled:] = np.argmax(weights)
+        return
+    _normalised_cdf(weights, cdf)
+    if scheme == 0:
+        positions = (np.arange(num) + rng.random()) / num
+    elif scheme == 1:
+        positions = (np.arange(num) + rng.random(num)) / num
+    else:
+        positions = rng.random(num)
+    _search(cdf, positions, ancestors, 0)
+
+
+def _read_row(row, row_generation, generation, lineage, out):
+    """The current values of one row: its slots in the generation that last wrote it."""
+    if row_generation == generation:
+        for p in range(out.shape[0]):
+            out[p] = row[p]
+    else:
+        slots = lineage[row_generation]
+        for p in range(out.shape[0]):
+            out[p] = row[slots[p]]
+
+
+def _permute(values, ancestors, scratch):
+    """values[..., p] = values[..., ancestors[p]] for a 2-d (rows, P) array, in place."""
+    for r in range(values.shape[0]):
+        for p in range(values.shape[1]):
+            scratch[p] = values[r, ancestors[p]]
+        for p in range(values.shape[1]):
+            values[r, p] = scratch[p]
+
+
+def _reindex(table, row_generation, lineage, scratch):
+    """Every row of ``table`` in the current particle order; their generations set to 0."""
+    for r in range(table.shape[0]):
+        slots = lineage[row_generation[r]]
+        for p in range(table.shape[1]):
+            scratch[p] = table[r, slots[p]]
+        for p in range(table.shape[1]):
+            table[r, p] = scratch[p]
+        row_generation[r] = 0
+
+
+def _run_tokens(rng, cells, counts, column_counts, count_generation, column_generation, lineage,
+                generation, log_weights, log_prob, log_evidence, ess_out, resampled_out,
+                cell_flat, config_flat, cell_col, config_col, alpha, alpha_col, tied_before, valid,
+                has_valid, rescale_every, threshold, scheme):
+    """Add the tokens ``cells`` to every particle of one run, in place (see :func:`smc.step`).
+
+    ``generation`` and ``log_evidence`` are one-element arrays; ``ess_out`` and
+    ``resampled_out`` receive the per-token diagnostics.
+    """
+    num_members, num_configs = config_flat.shape
+    num_particles = counts.shape[1]
+    depth = lineage.shape[0]
+    values = np.empty((num_members, num_configs, num_particles), np.int32)
+    column_values = np.empty((num_members, num_configs, num_particles), np.int32)
+    entry = np.empty((num_members, num_configs), np.int64)
+    column = np.empty((num_members, num_configs), np.int64)
+    numerator = np.empty((num_configs, num_particles))
+    denominator = np.empty((num_configs, num_particles))
+    log_scale = np.empty(num_particles)
+    total = np.empty(num_particles)
+    weights = np.empty(num_particles)
+    cdf = np.empty(num_particles)
+    ancestors = np.empty(num_particles, np.int64)
+    chosen = np.empty(num_particles, np.int64)
+    int_scratch = np.empty(num_particles, np.int32)
+    float_scratch = np.empty(num_particles)
+    for t in range(cells.shape[0]):
+        u = cells[t]
+        g = generation[0]
+        numerator[:] = 1.0
+        denominator[:] = 1.0
+        log_scale[:] = 0.0
+        for m in range(num_members):
+            for l in range(num_configs):
+                e = cell_flat[m, u] + config_flat[m, l]
+                c = cell_col[m, u] + config_col[m, l]
+                entry[m, l] = e
+                column[m, l] = c
+                # Earlier members of the same (tied) table have already added this token.
+                prior = alpha[e]
+                prior_column = alpha_col[c]
+                for k in range(m):
+                    if tied_before[m, k]:
+                        prior += 1.0 if entry[k, l] == e else 0.0
+                        prior_column += 1.0 if column[k, l] == c else 0.0
+                _read_row(counts[e], count_generation[e], g, lineage, values[m, l])
+                _read_row(column_counts[c], column_generation[c], g, lineage, column_values[m, l])
+                row, column_row = values[m, l], column_values[m, l]
+                num_row, den_row = numerator[l], denominator[l]
+                for p in range(num_particles):
+                    num_row[p] *= prior + row[p]
+                    den_row[p] *= prior_column + column_row[p]
+            if has_valid and m == 0:
+                for l in range(num_configs):
+                    if not valid[u, l]:
+                        numerator[l, :] = 0.0
+            if (m + 1) % rescale_every == 0 and m + 1 < num_members:
+                for p in range(num_particles):
+                    peak = 0.0
+                    for l in range(num_configs):
+                        ratio = numerator[l, p] / denominator[l, p]
+                        numerator[l, p] = ratio
+                        denominator[l, p] = 1.0
+                        peak = max(peak, ratio)
+                    if peak > 0.0:
+                        for l in range(num_configs):
+                            numerator[l, p] /= peak
+                        log_scale[p] += np.log(peak)
+                    else:
+                        log_scale[p] = -np.inf
+        total[:] = 0.0
+        for l in range(num_configs):
+            for p in range(num_particles):
+                probability = numerator[l, p] / denominator[l, p]
+                numerator[l, p] = probability
+                total[p] += probability
+        peak = -np.inf
+        for p in range(num_particles):
+            log_weights[p] += np.log(total[p]) + log_scale[p]
+            peak = max(peak, log_weights[p])
+        if not np.isfinite(peak):
+            peak = 0.0
+        weight_sum = 0.0
+        square_sum = 0.0
+        for p in range(num_particles):
+            shifted = log_weights[p] - peak
+            weights[p] = math.exp(shifted) if shifted > -700.0 else 0.0
+            weight_sum += weights[p]
+            square_sum += weights[p] * weights[p]
+        ess = weight_sum * weight_sum / square_sum if square_sum > 0.0 else np.nan
+        resample = ess < threshold * num_particles
+        ess_out[t] = ess
+        resampled_out[t] = resample
+        if resample:
+            log_evidence[0] += peak + np.log(weight_sum / num_particles)
+            _resample(rng, scheme, weights, ancestors, cdf)
+            for m in range(num_members):
+                _permute(values[m], ancestors, int_scratch)
+                _permute(column_values[m], ancestors, int_scratch)
+            _permute(numerator, ancestors, float_scratch)
+            for x in (total, log_scale, log_prob):
+                for p in range(num_particles):
+                    float_scratch[p] = x[ancestors[p]]
+                x[:] = float_scratch
+            _permute(lineage[: g + 1], ancestors, int_scratch)
+            g += 1
+            if g == depth:
+                _reindex(counts, count_generation, lineage, int_scratch)
+                _reindex(column_counts, column_generation, lineage, int_scratch)
+                g = 0
+            for p in range(num_particles):
+                lineage[g, p] = p
+            generation[0] = g
+            log_weights[:] = 0.0
+        for p in range(num_particles):
+            pick = _inverse_cdf(numerator[:, p], rng.random() * total[p])
+            chosen[p] = pick
+            log_prob[p] += np.log(numerator[pick, p]) + log_scale[p]
+        # Write the rows back in the current order, then add each particle's draw; rows that
+        # repeat within the token carry the same values, and every increment is added.
+        for m in range(num_members):
+            for l in range(num_configs):
+                counts[entry[m, l]] = values[m, l]
+                column_counts[column[m, l]] = column_values[m, l]
+                count_generation[entry[m, l]] = g
+                column_generation[column[m, l]] = g
+        for m in range(num_members):
+            for p in range(num_particles):
+                counts[entry[m, chosen[p]], p] += 1
+                column_counts[column[m, chosen[p]], p] += 1
+
+
+def _current_columns(table, row_generation, lineage, particles):
+    """out[k, r] = the value of row r for current particle ``particles[k]``."""
+    out = np.empty((particles.shape[0], table.shape[0]), table.dtype)
+    for r in range(table.shape[0]):
+        slots = lineage[row_generation[r]]
+        for k in range(particles.shape[0]):
+            out[k, r] = table[r, slots[particles[k]]]
+    return out
+
+
+if HAVE_NUMBA:
+    _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+    _search = numba.njit(cache=True)(_search)
+    _normalised_cdf = numba.njit(cache=True)(_normalised_cdf)
+    _resample = numba.njit(cache=True)(_resample)
+    _read_row = numba.njit(inline="always", cache=True)(_read_row)
+    _permute = numba.njit(cache=True)(_permute)
+    _reindex = numba.njit(cache=True)(_reindex)
+    _run_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_run_tokens)
+    _current_columns = numba.njit(nogil=True, cache=True)(_current_columns)
+
+
+class NumbaRuns:
+    """``num_chains`` SMC runs of ``num_particles`` particles on the host, advanced block by block.
+
+    ``urn`` is the :class:`~bam_ppl.infer.smc.UrnTables` content as NumPy arrays; ``rngs`` one
+    Generator per run. Runs go to threads (at most the number of CPUs).
+    """
+
+    def __init__(self, urn, same_table_before, num_particles: int, rngs, *, resampling: str,
+                 ess_threshold: float, rescale_every: int, lineage_depth: int | None = None):
+        num_chains = len(rngs)
+        lineage_depth = LINEAGE_DEPTH if lineage_depth is None else lineage_depth
+        num_members = urn.cell_flat.shape[0]
+        self.rngs = rngs
+        self.cell_flat = np.ascontiguousarray(urn.cell_flat, np.int64)
+        self.config_flat = np.ascontiguousarray(urn.config_flat, np.int64)
+        self.cell_col = np.ascontiguousarray(urn.cell_col, np.int64)
+        self.config_col = np.ascontiguousarray(urn.config_col, np.int64)
+        self.alpha = np.ascontiguousarray(urn.concentration, np.float64)
+        self.alpha_col = np.ascontiguousarray(urn.column_concentration, np.float64)
+        self.has_valid = urn.valid is not None
+        self.valid = (np.ascontiguousarray(urn.valid, np.bool_) if self.has_valid
+                      else np.ones((1, 1), np.bool_))
+        self.tied_before = np.zeros((num_members, num_members), np.bool_)
+        for m, earlier in enumerate(same_table_before):
+            self.tied_before[m, list(earlier)] = True
+        self.scheme = SCHEMES.index(resampling)
+        self.threshold = float(ess_threshold)
+        self.rescale_every = int(rescale_every)
+        entries, columns = self.alpha.shape[0], self.alpha_col.shape[0]
+        self.counts = np.zeros((num_chains, entries, num_particles), np.int32)
+        self.column_counts = np.zeros((num_chains, columns, num_particles), np.int32)
+        self.count_generation = np.zeros((num_chains, entries), np.int64)
+        self.column_generation = np.zeros((num_chains, columns), np.int64)
+        self.lineage = np.ascontiguousarray(np.broadcast_to(
+            np.arange(num_particles, dtype=np.int64), (num_chains, lineage_depth, num_particles)))
+        self.generation = np.zeros((num_chains, 1), np.int64)
+        self.log_weights = np.zeros((num_chains, num_particles))
+        self.log_prob = np.zeros((num_chains, num_particles))
+        self.log_evidence = np.zeros((num_chains, 1))
+        workers = min(num_chains, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(max_workers=workers)
+
+    def close(self):
+        self._pool.shutdown()
+
+    def run(self, cells: np.ndarray):
+        """Add the tokens ``cells`` (tokens, chain) to every run; returns (ess, resampled),
+        each (chain, tokens)."""
+        num_tokens, num_chains = cells.shape
+        ess = np.empty((num_chains, num_tokens))
+        resampled = np.empty((num_chains, num_tokens), np.bool_)
+
+        def one(c):
+            _run_tokens(self.rngs[c], np.ascontiguousarray(cells[:, c], np.int64), self.counts[c],
+                        self.column_counts[c], self.count_generation[c], self.column_generation[c],
+                        self.lineage[c], self.generation[c], self.log_weights[c], self.log_prob[c],
+                        self.log_evidence[c], ess[c], resampled[c], self.cell_flat, self.config_flat,
+                        self.cell_col, self.config_col, self.alpha, self.alpha_col, self.tied_before,
+                        self.valid, self.has_valid, self.rescale_every, self.threshold, self.scheme)
+
+        list(self._pool.map(one, range(num_chains)))
+        return ess, resampled
+
+    def chain_log_evidence(self) -> np.ndarray:
+        """Per-run log of the product of epoch means, including the last, un-resampled epoch."""
+        peak = self.log_weights.max(axis=1, keepdims=True)
+        peak = np.where(np.isfinite(peak), peak, 0.0)
+        mean = np.mean(np.exp(self.log_weights - peak), axis=1)
+        return self.log_evidence[:, 0] + peak[:, 0] + np.log(mean)
+
+    def best_particles(self):
+        """Each run's most probable final particle: its family counts and log urn probability."""
+        best = np.argmax(self.log_prob, axis=1)
+        counts = np.stack([
+            _current_columns(self.counts[c], self.count_generation[c], self.lineage[c], best[c:c + 1])[0]
+            for c in range(best.shape[0])])
+        return counts, self.log_prob[np.arange(best.shape[0]), best]
+
+    def final_particles(self, rngs):
+        """Equally weighted particles by a final resampling: (chain, particle, entries) counts
+        and column counts."""
+        counts, column_counts = [], []
+        for c, rng in enumerate(rngs):
+            peak = self.log_weights[c].max()
+            weights = np.exp(self.log_weights[c] - (peak if np.isfinite(peak) else 0.0))
+            ancestors = np.empty(weights.shape[0], np.int64)
+            _resample(rng, self.scheme, weights, ancestors, np.empty_like(weights))
+            counts.append(_current_columns(self.counts[c], self.count_generation[c], self.lineage[c], ancestors))
+            column_counts.append(_current_columns(self.column_counts[c], self.column_generation[c],
+                                                  self.lineage[c], ancestors))
+        return np.stack(counts), np.stack(column_counts)
