@@ -2,7 +2,7 @@
 
 Prints one row per size I×I×I and version: compile+first run, the best of the following runs in
 wall-clock and CPU time, and the CPU-time ratio to the smallest size. The SMC cost should depend
-on T, not on the dense size. Versions as in ``smc_throughput.py`` (``evidence`` and ``full``);
+on T, not on the dense size. Versions as in ``smc_throughput.py`` (per kernel, evidence and full);
 ``--baseline REV`` also times ``smc.py`` at git revision REV, interleaved with the current code.
 
     python benchmarks/smc_runtime.py --sizes 4 8 16 32 64 --particles 500 --repeats 3
@@ -26,11 +26,12 @@ def main():
     parser.add_argument("--particles", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
+    parser.add_argument("--kernels", nargs="+", default=["numba", "jax"], choices=["numba", "jax"])
     args = parser.parse_args()
-    versions = timed_versions(args.baseline)
+    versions = timed_versions(args.baseline, args.kernels)
     model = bam.models.cp(args.rank, a=args.a)
     options = dict(num_particles=args.particles, num_chains=1, progress_bar=False)
-    print(f"{'size':>6} {'nnz':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} {'ratio cpu':>9}")
+    print(f"{'size':>6} {'nnz':>6} {'version':>10} {'compile s':>10} {'wall s':>7} {'cpu s':>7} {'ratio cpu':>9}")
     base = {}
     for size in args.sizes:
         _, X = model.sample(size, shape=(size,) * 3, total=args.tokens)
@@ -38,7 +39,7 @@ def main():
         rows = time_versions(versions, model, X, args.repeats, options)
         for name, (compile_s, wall, cpu, _) in rows.items():
             base.setdefault(name, cpu)
-            print(f"{size:>4}^3 {X.nnz:>6} {name:>8} {compile_s:>10.2f} {wall:>7.3f} {cpu:>7.3f} "
+            print(f"{size:>4}^3 {X.nnz:>6} {name:>10} {compile_s:>10.2f} {wall:>7.3f} {cpu:>7.3f} "
                   f"{cpu / base[name]:>9.2f}", flush=True)
 
 

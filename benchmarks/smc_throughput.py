@@ -2,9 +2,10 @@
 
 Compile time (first call) is reported separately from the steady-state rate, which is the best of
 ``--repeats`` calls in wall-clock and in process CPU time (the CPU time is the steadier figure
-on a shared machine). Two current variants are timed: ``evidence`` (``keep_particles=False``,
-what ``bam.log_evidence`` runs) and ``full`` (also the final resampled particles, what
-``bam.infer`` needs for the posterior). ``--baseline REV`` also times ``bam_ppl/infer/smc.py``
+on a shared machine). For each kernel of ``--kernels`` (numba, jax) two variants are timed:
+``<kernel>-ev`` (``keep_particles=False``, what ``bam.log_evidence`` runs) and ``<kernel>-full``
+(also the final resampled particles, what ``bam.infer`` needs for the posterior).
+``--baseline REV`` also times ``bam_ppl/infer/smc.py``
 as it was at git revision REV, interleaved with the current code on the same data, and prints
 the speed-up.
 
@@ -73,11 +74,14 @@ def time_versions(versions, model, X, repeats, options):
             for name in versions}
 
 
-def timed_versions(baseline: str | None) -> dict:
-    """``run_smc`` variants to time: the evidence path (what ``bam.log_evidence`` runs), the full
-    run that also returns the final particles for the posterior, and optionally ``baseline``'s
-    (which always returns them)."""
-    versions = {"evidence": partial(smc.run_smc, keep_particles=False), "full": smc.run_smc}
+def timed_versions(baseline: str | None, kernels=("numba", "jax")) -> dict:
+    """``run_smc`` variants to time, per kernel: the evidence path (what ``bam.log_evidence``
+    runs) and the full run that also returns the final particles for the posterior; optionally
+    ``baseline``'s (which always returns them)."""
+    versions = {}
+    for kernel in kernels:
+        versions[f"{kernel}-ev"] = partial(smc.run_smc, keep_particles=False, kernel=kernel)
+        versions[f"{kernel}-full"] = partial(smc.run_smc, kernel=kernel)
     if baseline:
         versions[baseline] = load_revision(baseline).run_smc
     return versions
@@ -92,9 +96,10 @@ def main():
     parser.add_argument("--a", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", default=None, help="git revision of smc.py to compare against")
+    parser.add_argument("--kernels", nargs="+", default=["numba", "jax"], choices=["numba", "jax"])
     args = parser.parse_args()
-    versions = timed_versions(args.baseline)
-    print(f"{'R':>3} {'P':>6} {'version':>8} {'compile s':>10} {'wall s':>7} {'cpu s':>7} "
+    versions = timed_versions(args.baseline, args.kernels)
+    print(f"{'R':>3} {'P':>6} {'version':>10} {'compile s':>10} {'wall s':>7} {'cpu s':>7} "
           f"{'upd/s wall':>10} {'upd/s cpu':>10} {'resampled':>9} {'speed-up cpu':>12}")
     for rank in args.ranks:
         model = bam.models.cp(rank, a=args.a)
@@ -105,7 +110,7 @@ def main():
             rows = time_versions(versions, model, X, args.repeats, options)
             for name, (compile_s, wall, cpu, resampled) in rows.items():
                 ratio = rows[args.baseline][2] / cpu if args.baseline else float("nan")
-                print(f"{rank:>3} {particles:>6} {name:>8} {compile_s:>10.2f} {wall:>7.3f} {cpu:>7.3f} "
+                print(f"{rank:>3} {particles:>6} {name:>10} {compile_s:>10.2f} {wall:>7.3f} {cpu:>7.3f} "
                       f"{updates / wall:>10.3g} {updates / cpu:>10.3g} {resampled:>9.3f} {ratio:>12.2f}",
                       flush=True)
 
