@@ -81,8 +81,9 @@ def _resample(rng, scheme, weights, ancestors, cdf):
     _search(cdf, positions, ancestors, 0)
 
 
-def _read_row(row, row_generation, generation, lineage, out):
-    """The current values of one row: its slots in the generation that last wrote it."""
+def _read_row(row, row_generation, generation, lineage, prior, out, product, first):
+    """The current values of one row (its slots in the generation that last wrote it) into
+    ``out``, and ``product *= prior + values`` (``product = prior + values`` when ``first``)."""
     if row_generation == generation:
         for p in range(out.shape[0]):
             out[p] = row[p]
@@ -90,6 +91,12 @@ def _read_row(row, row_generation, generation, lineage, out):
         slots = lineage[row_generation]
         for p in range(out.shape[0]):
             out[p] = row[slots[p]]
+    if first:
+        for p in range(out.shape[0]):
+            product[p] = prior + out[p]
+    else:
+        for p in range(out.shape[0]):
+            product[p] *= prior + out[p]
 
 
 def _permute(values, ancestors, scratch):
@@ -136,13 +143,13 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
     cdf = np.empty(num_particles)
     ancestors = np.empty(num_particles, np.int64)
     chosen = np.empty(num_particles, np.int64)
+    level = np.empty(num_particles)
+    cumulative = np.empty(num_particles)
     int_scratch = np.empty(num_particles, np.int32)
     float_scratch = np.empty(num_particles)
     for t in range(cells.shape[0]):
         u = cells[t]
         g = generation[0]
-        numerator[:] = 1.0
-        denominator[:] = 1.0
         log_scale[:] = 0.0
         for m in range(num_members):
             for l in range(num_configs):
@@ -157,13 +164,9 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                     if tied_before[m, k]:
                         prior += 1.0 if entry[k, l] == e else 0.0
                         prior_column += 1.0 if column[k, l] == c else 0.0
-                _read_row(counts[e], count_generation[e], g, lineage, values[m, l])
-                _read_row(column_counts[c], column_generation[c], g, lineage, column_values[m, l])
-                row, column_row = values[m, l], column_values[m, l]
-                num_row, den_row = numerator[l], denominator[l]
-                for p in range(num_particles):
-                    num_row[p] *= prior + row[p]
-                    den_row[p] *= prior_column + column_row[p]
+                _read_row(counts[e], count_generation[e], g, lineage, prior, values[m, l], numerator[l], m == 0)
+                _read_row(column_counts[c], column_generation[c], g, lineage, prior_column,
+                          column_values[m, l], denominator[l], m == 0)
             if has_valid and m == 0:
                 for l in range(num_configs):
                     if not valid[u, l]:
@@ -226,18 +229,32 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                 lineage[g, p] = p
             generation[0] = g
             log_weights[:] = 0.0
+        # Inverse CDF for all particles at once, configurations outer: the same left-to-right
+        # sums as a per-particle search, in loops over contiguous particles.
         for p in range(num_particles):
-            pick = _inverse_cdf(numerator[:, p], rng.random() * total[p])
-            chosen[p] = pick
-            log_prob[p] += np.log(numerator[pick, p]) + log_scale[p]
-        # Write the rows back in the current order, then add each particle's draw; rows that
-        # repeat within the token carry the same values, and every increment is added.
+            level[p] = rng.random() * total[p]
+            cumulative[p] = 0.0
+            chosen[p] = -1
+        for l in range(num_configs):
+            row = numerator[l]
+            for p in range(num_particles):
+                cumulative[p] += row[p]
+                if chosen[p] < 0 and cumulative[p] > level[p]:
+                    chosen[p] = l
+        for p in range(num_particles):
+            if chosen[p] < 0:  # rounding left the level at the total
+                chosen[p] = _inverse_cdf(numerator[:, p], level[p])
+            log_prob[p] += np.log(numerator[chosen[p], p]) + log_scale[p]
+        # Rows of an earlier generation are written back in the current order (rows that
+        # repeat within the token carry the same values); then every increment is added.
         for m in range(num_members):
             for l in range(num_configs):
-                counts[entry[m, l]] = values[m, l]
-                column_counts[column[m, l]] = column_values[m, l]
-                count_generation[entry[m, l]] = g
-                column_generation[column[m, l]] = g
+                if count_generation[entry[m, l]] != g:
+                    counts[entry[m, l]] = values[m, l]
+                    count_generation[entry[m, l]] = g
+                if column_generation[column[m, l]] != g:
+                    column_counts[column[m, l]] = column_values[m, l]
+                    column_generation[column[m, l]] = g
         for m in range(num_members):
             for p in range(num_particles):
                 counts[entry[m, chosen[p]], p] += 1
