@@ -81,22 +81,27 @@ def _resample(rng, scheme, weights, ancestors, cdf):
     _search(cdf, positions, ancestors, 0)
 
 
-def _read_row(row, row_generation, generation, lineage, prior, out, product, first):
-    """The current values of one row (its slots in the generation that last wrote it) into
-    ``out``, and ``product *= prior + values`` (``product = prior + values`` when ``first``)."""
-    if row_generation == generation:
-        for p in range(out.shape[0]):
-            out[p] = row[p]
-    else:
-        slots = lineage[row_generation]
-        for p in range(out.shape[0]):
-            out[p] = row[slots[p]]
+def _to_current(table, row, row_generation, generation, lineage, scratch):
+    """Store ``table[row]`` in the current particle order (copy on write: particles that share
+    an ancestor share its slot until then)."""
+    if row_generation[row] != generation:
+        slots = lineage[row_generation[row]]
+        values = table[row]
+        for p in range(values.shape[0]):
+            scratch[p] = values[slots[p]]
+        for p in range(values.shape[0]):
+            values[p] = scratch[p]
+        row_generation[row] = generation
+
+
+def _multiply(product, prior, values, first):
+    """``product *= prior + values`` (``product = prior + values`` when ``first``)."""
     if first:
-        for p in range(out.shape[0]):
-            product[p] = prior + out[p]
+        for p in range(values.shape[0]):
+            product[p] = prior + values[p]
     else:
-        for p in range(out.shape[0]):
-            product[p] *= prior + out[p]
+        for p in range(values.shape[0]):
+            product[p] *= prior + values[p]
 
 
 def _permute(values, ancestors, scratch):
@@ -131,8 +136,6 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
     num_members, num_configs = config_flat.shape
     num_particles = counts.shape[1]
     depth = lineage.shape[0]
-    values = np.empty((num_members, num_configs, num_particles), np.int32)
-    column_values = np.empty((num_members, num_configs, num_particles), np.int32)
     entry = np.empty((num_members, num_configs), np.int64)
     column = np.empty((num_members, num_configs), np.int64)
     numerator = np.empty((num_configs, num_particles))
@@ -164,9 +167,10 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                     if tied_before[m, k]:
                         prior += 1.0 if entry[k, l] == e else 0.0
                         prior_column += 1.0 if column[k, l] == c else 0.0
-                _read_row(counts[e], count_generation[e], g, lineage, prior, values[m, l], numerator[l], m == 0)
-                _read_row(column_counts[c], column_generation[c], g, lineage, prior_column,
-                          column_values[m, l], denominator[l], m == 0)
+                _to_current(counts, e, count_generation, g, lineage, int_scratch)
+                _to_current(column_counts, c, column_generation, g, lineage, int_scratch)
+                _multiply(numerator[l], prior, counts[e], m == 0)
+                _multiply(denominator[l], prior_column, column_counts[c], m == 0)
             if has_valid and m == 0:
                 for l in range(num_configs):
                     if not valid[u, l]:
@@ -211,9 +215,6 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
         if resample:
             log_evidence[0] += peak + np.log(weight_sum / num_particles)
             _resample(rng, scheme, weights, ancestors, cdf)
-            for m in range(num_members):
-                _permute(values[m], ancestors, int_scratch)
-                _permute(column_values[m], ancestors, int_scratch)
             _permute(numerator, ancestors, float_scratch)
             for x in (total, log_scale, log_prob):
                 for p in range(num_particles):
@@ -245,16 +246,12 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
             if chosen[p] < 0:  # rounding left the level at the total
                 chosen[p] = _inverse_cdf(numerator[:, p], level[p])
             log_prob[p] += np.log(numerator[chosen[p], p]) + log_scale[p]
-        # Rows of an earlier generation are written back in the current order (rows that
-        # repeat within the token carry the same values); then every increment is added.
+        # After a resampling the token's rows are of the previous generation: into the new
+        # order before the increments.
         for m in range(num_members):
             for l in range(num_configs):
-                if count_generation[entry[m, l]] != g:
-                    counts[entry[m, l]] = values[m, l]
-                    count_generation[entry[m, l]] = g
-                if column_generation[column[m, l]] != g:
-                    column_counts[column[m, l]] = column_values[m, l]
-                    column_generation[column[m, l]] = g
+                _to_current(counts, entry[m, l], count_generation, g, lineage, int_scratch)
+                _to_current(column_counts, column[m, l], column_generation, g, lineage, int_scratch)
         for m in range(num_members):
             for p in range(num_particles):
                 counts[entry[m, chosen[p]], p] += 1
@@ -276,7 +273,8 @@ if HAVE_NUMBA:
     _search = numba.njit(cache=True)(_search)
     _normalised_cdf = numba.njit(cache=True)(_normalised_cdf)
     _resample = numba.njit(cache=True)(_resample)
-    _read_row = numba.njit(inline="always", cache=True)(_read_row)
+    _to_current = numba.njit(inline="always", cache=True)(_to_current)
+    _multiply = numba.njit(inline="always", cache=True)(_multiply)
     _permute = numba.njit(cache=True)(_permute)
     _reindex = numba.njit(cache=True)(_reindex)
     _run_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_run_tokens)
