@@ -30,6 +30,12 @@ The core is functional: :class:`SMCState`, :func:`init`, :func:`step` and :func:
 state are ``(chain, particle)``; each particle carries only the concatenated table counts and
 their column sums (int32), so memory is O(chains × particles × Σ table sizes), independent of the
 dense size of X.
+
+On a CPU, :func:`run_smc` runs the same filter by default as a numba kernel
+(:mod:`bam_ppl.infer.smc_numba`, ``kernel="auto"``) whose resamplings move no counts: rows are
+copied into the new particle order only when a token reads them, so its cost does not grow
+with the size of the tables. In XLA those reads are element gathers several times slower than
+the row reads here, so this core copies the particles' counts at each resampling.
 """
 
 from __future__ import annotations

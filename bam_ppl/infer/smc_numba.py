@@ -10,10 +10,11 @@ kernel (a NumPy ``Generator`` per run, seeded from the JAX key).
 Resampling moves no counts. A table row (one entry or column, all particles) is stored in the
 particle order of the *generation* — the number of resamplings since the last re-indexing — in
 which a token last wrote it, and ``lineage[k, p]`` is the slot that the ancestor of the current
-particle p held in generation k. A token reads its rows through their lineage and writes them
-back in the current order, so a resampling costs O(depth × P) instead of copying every
-particle's tables, O(P × Σ table sizes); only when ``depth`` generations are used up are all
-rows re-indexed at once. The run time then depends on T and P, not on the size of the tables
+particle p held in generation k. Before a token reads or updates a row of an earlier
+generation, the row is copied into the current order through its lineage (copy on write), so a
+resampling costs O(depth × P) instead of copying every particle's tables, O(P × Σ table sizes),
+and only when ``depth`` generations are used up are all rows re-indexed at once. Rows no token
+touches are never copied, and the run time depends far less on the size of the tables
 (papers/000 Fig. 10b). In XLA the reads through the lineage are element gathers several times
 slower than the row reads of the eager copy (benchmarks/README.md), so the JAX kernel copies.
 """
