@@ -338,3 +338,13 @@ def test_numba_resampling_schemes_copy_each_particle_in_proportion(resampling):
     error = offspring.std(0, ddof=1) / np.sqrt(offspring.shape[0])
     assert np.all(np.abs(offspring.mean(0) - 6 * weights) <= 4 * error + 1e-12)
     assert offspring[:, 1].max() == 0  # a particle of weight zero is never copied
+
+
+def test_numba_counts_beyond_16_bits():
+    # The numba kernel stores counts in 16 bits up to 32 767 tokens and in 32 bits above; with a
+    # single latent class the urn is deterministic and the estimate exact.
+    model, X = bam.models.nmf(1, a=1.0), np.array([[20_000, 15_000], [0, 5_000]])
+    estimate = smc_estimate(model, X, num_particles=4, num_chains=1, kernel="numba")
+    assert estimate.value == pytest.approx(exact_log_evidence(model, X), abs=1e-6)
+    result = smc_module.run_smc(model, X, 0, num_particles=4, num_chains=1, kernel="numba")
+    assert result.best_counts.max() == 40_000

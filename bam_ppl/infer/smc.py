@@ -558,8 +558,8 @@ def _run_numba(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_
         cell_flat=layout.cell_flat, config_flat=layout.config_flat, cell_col=layout.cell_col,
         config_col=layout.config_col, valid=layout.valid)
     rngs = [numpy_generator(k) for k in jax.random.split(run_key, num_chains)]
-    runs = smc_numba.NumbaRuns(host_urn, layout.same_table_before, num_particles, rngs, resampling=resampling,
-                               ess_threshold=ess_threshold, rescale_every=rescale_every)
+    runs = smc_numba.NumbaRuns(host_urn, layout.same_table_before, num_particles, num_tokens, rngs,
+                               resampling=resampling, ess_threshold=ess_threshold, rescale_every=rescale_every)
     cells = np.asarray(cells)[:num_tokens]
     traces = []
     try:
