@@ -10,7 +10,8 @@ kernel (a NumPy ``Generator`` per run, seeded from the JAX key).
 Resampling moves no counts. A table row (one entry or column, all particles) is stored in the
 particle order of the *generation* — the number of resamplings since the last re-indexing — in
 which a token last wrote it, and ``lineage[k, p]`` is the slot that the ancestor of the current
-particle p held in generation k. Before a token reads or updates a row of an earlier
+particle p held in generation k (composed at each resampling for the generations that rows
+still refer to). Before a token reads or updates a row of an earlier
 generation, the row is copied into the current order through its lineage (copy on write), so a
 resampling costs O(depth × P) instead of copying every particle's tables, O(P × Σ table sizes),
 and only when ``depth`` generations are used up are all rows re-indexed at once. Rows no token
@@ -30,8 +31,9 @@ import numpy as np
 from .gibbs_numba import HAVE_NUMBA, _inverse_cdf, numba
 
 SCHEMES = ("systematic", "stratified", "multinomial", "residual")
-# Resamplings between two re-indexings of all rows: a resampling costs O(depth × P).
-LINEAGE_DEPTH = 32
+# Resamplings between two re-indexings of all rows. A resampling composes the ancestor maps of
+# the generations rows still refer to, at most depth × P indices.
+LINEAGE_DEPTH = 64
 
 
 def _search(cdf, positions, ancestors, start):
@@ -82,16 +84,21 @@ def _resample(rng, scheme, weights, ancestors, cdf):
     _search(cdf, positions, ancestors, 0)
 
 
-def _to_current(table, row, row_generation, generation, lineage, scratch):
+def _to_current(table, row, row_generation, generation, lineage, live, scratch):
     """Store ``table[row]`` in the current particle order (copy on write: particles that share
-    an ancestor share its slot until then)."""
-    if row_generation[row] != generation:
-        slots = lineage[row_generation[row]]
-        values = table[row]
-        for p in range(values.shape[0]):
-            scratch[p] = values[slots[p]]
-        for p in range(values.shape[0]):
-            values[p] = scratch[p]
+    an ancestor share its slot until then). A row never written (generation −1) is zero for
+    every particle and needs no copy; ``live`` counts the written rows of each generation."""
+    old = row_generation[row]
+    if old != generation:
+        if old >= 0:
+            slots = lineage[old]
+            values = table[row]
+            for p in range(values.shape[0]):
+                scratch[p] = values[slots[p]]
+            for p in range(values.shape[0]):
+                values[p] = scratch[p]
+            live[old] -= 1
+        live[generation] += 1
         row_generation[row] = generation
 
 
@@ -115,18 +122,24 @@ def _permute(values, ancestors, scratch):
 
 
 def _reindex(table, row_generation, lineage, scratch):
-    """Every row of ``table`` in the current particle order; their generations set to 0."""
+    """Every written row of ``table`` in the current particle order, at generation 0; returns
+    how many."""
+    written = 0
     for r in range(table.shape[0]):
+        if row_generation[r] < 0:
+            continue
+        written += 1
         slots = lineage[row_generation[r]]
         for p in range(table.shape[1]):
             scratch[p] = table[r, slots[p]]
         for p in range(table.shape[1]):
             table[r, p] = scratch[p]
         row_generation[r] = 0
+    return written
 
 
 def _run_tokens(rng, cells, counts, column_counts, count_generation, column_generation, lineage,
-                generation, log_weights, log_prob, log_evidence, ess_out, resampled_out,
+                live, generation, log_weights, log_prob, log_evidence, ess_out, resampled_out,
                 cell_flat, config_flat, cell_col, config_col, alpha, alpha_col, tied_before, valid,
                 has_valid, rescale_every, threshold, scheme):
     """Add the tokens ``cells`` to every particle of one run, in place (see :func:`smc.step`).
@@ -169,8 +182,8 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                     if tied_before[m, k]:
                         prior += 1.0 if entry[k, l] == e else 0.0
                         prior_column += 1.0 if column[k, l] == c else 0.0
-                _to_current(counts, e, count_generation, g, lineage, count_scratch)
-                _to_current(column_counts, c, column_generation, g, lineage, count_scratch)
+                _to_current(counts, e, count_generation, g, lineage, live, count_scratch)
+                _to_current(column_counts, c, column_generation, g, lineage, live, count_scratch)
                 _multiply(numerator[l], prior, counts[e], m == 0)
                 _multiply(denominator[l], prior_column, column_counts[c], m == 0)
             if has_valid and m == 0:
@@ -222,11 +235,14 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                 for p in range(num_particles):
                     float_scratch[p] = x[ancestors[p]]
                 x[:] = float_scratch
-            _permute(lineage[: g + 1], ancestors, int_scratch)
+            for k in range(g + 1):  # only generations that rows still refer to
+                if live[k] > 0:
+                    _permute(lineage[k:k + 1], ancestors, int_scratch)
             g += 1
             if g == depth:
-                _reindex(counts, count_generation, lineage, count_scratch)
-                _reindex(column_counts, column_generation, lineage, count_scratch)
+                live[:] = 0
+                live[0] = (_reindex(counts, count_generation, lineage, count_scratch)
+                           + _reindex(column_counts, column_generation, lineage, count_scratch))
                 g = 0
             for p in range(num_particles):
                 lineage[g, p] = p
@@ -252,8 +268,8 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
         # order before the increments.
         for m in range(num_members):
             for l in range(num_configs):
-                _to_current(counts, entry[m, l], count_generation, g, lineage, count_scratch)
-                _to_current(column_counts, column[m, l], column_generation, g, lineage, count_scratch)
+                _to_current(counts, entry[m, l], count_generation, g, lineage, live, count_scratch)
+                _to_current(column_counts, column[m, l], column_generation, g, lineage, live, count_scratch)
         for m in range(num_members):
             for p in range(num_particles):
                 counts[entry[m, chosen[p]], p] += 1
@@ -264,7 +280,7 @@ def _current_columns(table, row_generation, lineage, particles):
     """out[k, r] = the value of row r for current particle ``particles[k]``."""
     out = np.empty((particles.shape[0], table.shape[0]), table.dtype)
     for r in range(table.shape[0]):
-        slots = lineage[row_generation[r]]
+        slots = lineage[max(row_generation[r], 0)]  # rows never written are zero
         for k in range(particles.shape[0]):
             out[k, r] = table[r, slots[particles[k]]]
     return out
@@ -317,8 +333,9 @@ class NumbaRuns:
         dtype = np.int16 if num_tokens <= np.iinfo(np.int16).max else np.int32
         self.counts = np.zeros((num_chains, entries, num_particles), dtype)
         self.column_counts = np.zeros((num_chains, columns, num_particles), dtype)
-        self.count_generation = np.zeros((num_chains, entries), np.int64)
-        self.column_generation = np.zeros((num_chains, columns), np.int64)
+        self.count_generation = np.full((num_chains, entries), -1, np.int64)  # −1: never written
+        self.column_generation = np.full((num_chains, columns), -1, np.int64)
+        self.live = np.zeros((num_chains, lineage_depth), np.int64)
         self.lineage = np.ascontiguousarray(np.broadcast_to(
             np.arange(num_particles, dtype=np.int64), (num_chains, lineage_depth, num_particles)))
         self.generation = np.zeros((num_chains, 1), np.int64)
@@ -341,7 +358,7 @@ class NumbaRuns:
         def one(c):
             _run_tokens(self.rngs[c], np.ascontiguousarray(cells[:, c], np.int64), self.counts[c],
                         self.column_counts[c], self.count_generation[c], self.column_generation[c],
-                        self.lineage[c], self.generation[c], self.log_weights[c], self.log_prob[c],
+                        self.lineage[c], self.live[c], self.generation[c], self.log_weights[c], self.log_prob[c],
                         self.log_evidence[c], ess[c], resampled[c], self.cell_flat, self.config_flat,
                         self.cell_col, self.config_col, self.alpha, self.alpha_col, self.tied_before,
                         self.valid, self.has_valid, self.rescale_every, self.threshold, self.scheme)
