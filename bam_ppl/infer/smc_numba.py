@@ -276,13 +276,13 @@ def _run_tokens(rng, cells, counts, column_counts, count_generation, column_gene
                 column_counts[column[m, chosen[p]], p] += 1
 
 
-def _current_columns(table, row_generation, lineage, particles):
-    """out[k, r] = the value of row r for current particle ``particles[k]``."""
-    out = np.empty((particles.shape[0], table.shape[0]), table.dtype)
+def _current_rows(table, row_generation, lineage, particles):
+    """out[r, k] = the value of row r for current particle ``particles[k]``."""
+    out = np.empty((table.shape[0], particles.shape[0]), table.dtype)
     for r in range(table.shape[0]):
         slots = lineage[max(row_generation[r], 0)]  # rows never written are zero
         for k in range(particles.shape[0]):
-            out[k, r] = table[r, slots[particles[k]]]
+            out[r, k] = table[r, slots[particles[k]]]
     return out
 
 
@@ -296,7 +296,7 @@ if HAVE_NUMBA:
     _permute = numba.njit(cache=True)(_permute)
     _reindex = numba.njit(cache=True)(_reindex)
     _run_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_run_tokens)
-    _current_columns = numba.njit(nogil=True, cache=True)(_current_columns)
+    _current_rows = numba.njit(nogil=True, cache=True)(_current_rows)
 
 
 class NumbaRuns:
@@ -377,7 +377,7 @@ class NumbaRuns:
         """Each run's most probable final particle: its family counts and log urn probability."""
         best = np.argmax(self.log_prob, axis=1)
         counts = np.stack([
-            _current_columns(self.counts[c], self.count_generation[c], self.lineage[c], best[c:c + 1])[0]
+            _current_rows(self.counts[c], self.count_generation[c], self.lineage[c], best[c:c + 1])[:, 0]
             for c in range(best.shape[0])])
         return counts, self.log_prob[np.arange(best.shape[0]), best]
 
@@ -390,7 +390,8 @@ class NumbaRuns:
             weights = np.exp(self.log_weights[c] - (peak if np.isfinite(peak) else 0.0))
             ancestors = np.empty(weights.shape[0], np.int64)
             _resample(rng, self.scheme, weights, ancestors, np.empty_like(weights))
-            counts.append(_current_columns(self.counts[c], self.count_generation[c], self.lineage[c], ancestors))
-            column_counts.append(_current_columns(self.column_counts[c], self.column_generation[c],
-                                                  self.lineage[c], ancestors))
+            # Rows gathered particle-contiguous, then one transposing copy to (particle, row).
+            counts.append(_current_rows(self.counts[c], self.count_generation[c], self.lineage[c], ancestors).T)
+            column_counts.append(_current_rows(self.column_counts[c], self.column_generation[c],
+                                               self.lineage[c], ancestors).T)
         return np.stack(counts), np.stack(column_counts)
