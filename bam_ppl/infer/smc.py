@@ -493,7 +493,6 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
     if progress_bar is None:
         progress_bar = num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES
     with jax.enable_x64(True):
-        urn = urn_tables(bound, layout)
         order_key, run_key, final_key = jax.random.split(key, 3)
         block = min(num_tokens, PROGRESS_CHUNK_TOKENS) if progress_bar else num_tokens
         num_blocks = -(-num_tokens // block)
@@ -503,7 +502,7 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         rescale_every = rescale_interval(bound, num_tokens)
         run = _run_numba if kernel == "numba" else _run_jax
         chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled = run(
-            bound, layout, urn, cells, num_tokens=num_tokens, block=block, num_chains=num_chains,
+            bound, layout, cells, num_tokens=num_tokens, block=block, num_chains=num_chains,
             num_particles=num_particles, ess_threshold=ess_threshold, resampling=resampling,
             rescale_every=rescale_every, progress_bar=progress_bar, keep_particles=keep_particles,
             run_key=run_key, final_key=final_key)
@@ -528,9 +527,10 @@ def _token_blocks(num_tokens: int, block: int, progress_bar: bool, description: 
     return blocks
 
 
-def _run_jax(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
+def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
              resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
     """The JAX core over all tokens; see :func:`run_smc`."""
+    urn = urn_tables(bound, layout)
     active = jnp.arange(cells.shape[0]) < num_tokens
     state = init(jax.random.split(run_key, num_chains), urn, num_particles)
     threshold = jnp.asarray(ess_threshold, jnp.float64)
@@ -550,7 +550,7 @@ def _run_jax(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_pa
     return chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled
 
 
-def _run_numba(bound, layout, urn, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
+def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
                resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
     """The numba kernel over all tokens (one NumPy Generator per run); see :func:`run_smc`."""
     host_urn = UrnTables(
@@ -641,7 +641,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="smc", sample_stats=stats,
         attrs=dict(num_particles=num_particles, num_chains=num_chains, ess_threshold=ess_threshold,
-                   resampling=resampling, kernel=kernel, log_marginal_likelihood=value,
+                   resampling=resampling, kernel=resolve_kernel(kernel), log_marginal_likelihood=value,
                    log_marginal_likelihood_stderr=stderr),
     )
 
