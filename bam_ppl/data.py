@@ -256,6 +256,25 @@ class CountTensor:
         """One row per token, ``(T, ndim)`` (cells repeated by their counts)."""
         return np.repeat(self.indices, self.counts, axis=0)
 
+    def transpose(self, dims) -> CountTensor:
+        """The same counts with the axes reordered to ``dims`` (a permutation of ``self.dims``)."""
+        if self.dims is None:
+            raise ValueError("transpose needs named dims")
+        dims = tuple(dims)
+        if sorted(dims) != sorted(self.dims):
+            raise ValueError(f"dims must be a permutation of {self.dims}, got {dims}")
+        perm = [self.dims.index(d) for d in dims]
+        out = CountTensor.__new__(CountTensor)
+        out.indices = self.indices[:, perm]
+        out.counts = self.counts
+        if perm != sorted(perm):  # keep the sorted-unique-cells invariant of __init__
+            order = np.lexsort(out.indices.T[::-1])
+            out.indices, out.counts = out.indices[order], out.counts[order]
+        out.shape = tuple(self.shape[p] for p in perm)
+        out.dims = dims
+        out.coords = {d: self.coords[d] for d in dims if d in (self.coords or {})}
+        return out
+
     def with_dims(self, dims) -> CountTensor:
         out = CountTensor.__new__(CountTensor)
         out.indices, out.counts, out.shape = self.indices, self.counts, self.shape
@@ -271,11 +290,16 @@ class CountTensor:
 
 
 def as_count_tensor(data, name: str = "X") -> CountTensor:
-    """Accept a :class:`CountTensor`, a dense array-like of counts, or a scipy sparse matrix."""
+    """Accept a :class:`CountTensor`, an ``xarray.DataArray`` (its dims and coords kept), a dense
+    array-like of counts, or a scipy sparse matrix."""
     if isinstance(data, CountTensor):
         return data
     if data is None:
         raise TypeError(f"{name} is None; expected a count tensor (array of nonnegative integers)")
+    if type(data).__name__ == "DataArray" and hasattr(data, "dims") and hasattr(data, "coords"):
+        dims = tuple(str(d) for d in data.dims)
+        coords = {d: list(np.asarray(data.coords[d])) for d in dims if d in data.coords}
+        return CountTensor.from_dense(np.asarray(data), dims=dims, coords=coords)
     try:
         import scipy.sparse as sp
 
@@ -366,3 +390,46 @@ def as_binary_matrix(V, mask=None, name: str = "V"):
         raise ValueError(f"{name} has no observed entry (all NaN or masked out)")
     values = np.where(observed, arr, 0.0).astype(np.int8)
     return values, observed, rows, cols
+
+
+def match_dims(data: CountTensor, nodes: Sequence[str], name: str = "X") -> CountTensor:
+    """Put the axes of ``data`` in the order of the model's visible ``nodes``, by name.
+
+    Named axes (CountTensor dims, xarray dims, DataFrame columns) are matched to the node names
+    whatever their order. Data without names, or whose names share none with the nodes (say a
+    ``hair × eye × sex`` table for a model over ``i, j, k``), are taken by position: axis n is
+    node ``nodes[n]``. Names that match some nodes but not all are an error, since a positional
+    reading would silently fit another graph.
+    """
+    nodes = tuple(nodes)
+    if data.dims is None or tuple(data.dims) == nodes:
+        return data
+    names = set(data.dims)
+    if names == set(nodes):
+        return data.transpose(nodes)
+    if names.isdisjoint(nodes):
+        return data
+    raise ValueError(
+        f"{name} has named axes {list(data.dims)} but the model's visible nodes are {list(nodes)}: "
+        "name every axis after a visible node (any order), or give data without names "
+        f"(axes in the order {list(nodes)})"
+    )
+
+
+def long_table(df, nodes: Sequence[str], name: str = "X") -> CountTensor:
+    """A long-format DataFrame with one column per visible node (any order) and, optionally, one
+    count column (any other single numeric column); without it each row is one token."""
+    nodes = list(nodes)
+    missing = [n for n in nodes if n not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{name}: the DataFrame has no column for node(s) {missing}; columns are "
+            f"{list(df.columns)}, the model's visible nodes {nodes}"
+        )
+    rest = [c for c in df.columns if c not in nodes]
+    if len(rest) > 1:
+        raise ValueError(
+            f"{name}: columns {rest} are neither visible nodes {nodes} nor a single count column; "
+            "select the columns to use, or build CountTensor.from_dataframe(df, dims=..., count=...)"
+        )
+    return CountTensor.from_dataframe(df, dims=nodes, count=rest[0] if rest else None)

@@ -115,11 +115,14 @@ def _check_grid(grid, fixed) -> tuple[dict, dict]:
 
 
 def _heldout_axes(model, heldout_axes) -> tuple[int, ...]:
+    observed = tuple(getattr(model, "observed", ()))
     if heldout_axes is not None:
-        axes = (heldout_axes,) if isinstance(heldout_axes, int | np.integer) else tuple(heldout_axes)
-        return tuple(int(a) for a in axes)
+        axes = (heldout_axes,) if isinstance(heldout_axes, int | np.integer | str) else tuple(heldout_axes)
+        unknown = [a for a in axes if isinstance(a, str) and a not in observed]
+        if unknown:
+            raise ValueError(f"heldout_axes names {unknown}, which are not visible nodes {list(observed)}")
+        return tuple(observed.index(a) if isinstance(a, str) else int(a) for a in axes)
     conditioned = getattr(model, "condition_on", ())
-    observed = getattr(model, "observed", ())
     if not conditioned:
         raise ValueError(
             "heldout_axes is required for a model that conditions on no totals: the data axes whose "
@@ -155,9 +158,10 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         values (summed for the table), higher is better. Default: the held-out log-likelihood of
         the fit by ``method`` (:func:`heldout_log_likelihood`), which for the Dirichlet Tucker
         model is eq. 2's multinomial log-likelihood of each held-out face.
-    heldout_axes : int or tuple of int, optional
-        Data axes whose slices are held out; default the model's conditioned axes (the (m, n)
-        faces for the Dirichlet Tucker model).
+    heldout_axes : int, str or tuple of them, optional
+        Data axes whose slices are held out, as positions in the model's ``observed`` order or
+        as node names; default the model's conditioned axes (the (m, n) faces for the Dirichlet
+        Tucker model).
     method : str, optional
         Backend of the default score (default: the model's ``default_method``).
     fit_options : dict, optional
@@ -187,10 +191,10 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     import jax
 
     mask_key, fit_key = jax.random.split(key)
-    data = as_count_tensor(X)
     names = list(grid)
     points = [dict(zip(names, values)) for values in itertools.product(*grid.values())]
     models = [model_factory(**point, **fixed, **model_kwargs) for point in points]
+    data = models[0].as_data(X) if hasattr(models[0], "as_data") else as_count_tensor(X)
     axes = _heldout_axes(models[0], heldout_axes)
     if any(a < 0 or a >= data.ndim for a in axes) or len(set(axes)) != len(axes):
         raise ValueError(f"heldout_axes must be distinct axes of the {data.ndim}-way data, got {axes}")

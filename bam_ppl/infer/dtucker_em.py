@@ -32,7 +32,6 @@ from jax.scipy.special import gammaln as jgammaln
 from scipy.special import gammaln
 
 from ..convert import observed_variables, to_inference_data
-from ..data import as_count_tensor
 from ..models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
 from ..types import numpy_generator
 from ..validation import check_choice, check_int, check_positive
@@ -288,7 +287,7 @@ def _run_sem(params: Params, batches, faces, alpha, scale, step_delay, step_powe
 # -- data preparation and validation ----------------------------------------------------------
 def _faces(model: DirichletTuckerModel, X, heldout):
     """Validate X and the held-out mask; return (CountTensor, dense 4-way counts, fitted mask, C)."""
-    data = as_count_tensor(X)
+    data = model.as_data(X)
     if data.has_missing:
         raise ValueError("X has missing coordinates; hold out whole (m, n) faces with heldout= instead")
     model.visible_sizes(data.shape)
@@ -376,7 +375,9 @@ def _inference_data(model, data, params: Params, fitted, total, loglik, *, metho
     held = ~fitted
     stats = dict(sample_stats)
     loglik = np.asarray(loglik, np.float64).reshape(fitted.shape)
-    stats["log_likelihood"] = (("chain",), np.array([loglik[fitted].sum()]))
+    # Not "log_likelihood": ArviZ reads sample_stats.log_likelihood as a pointwise (chain, draw, ...)
+    # array when no log_likelihood group exists.
+    stats["final_log_likelihood"] = (("chain",), np.array([loglik[fitted].sum()]))
     if held.any():
         stats["heldout_log_likelihood"] = (("chain",), np.array([loglik[held].sum()]))
         # Per held-out face, in row-major (m, n) order: paired comparisons between models.
@@ -443,7 +444,8 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         ``posterior``: ``psi, phi, theta, lambda, core`` (the paper's parameters), the allocation
         model tables ``theta_<node>``, and ``reconstruction`` = C · E-face probabilities, all as
         one chain with one draw (the MAP). ``sample_stats``: ``log_posterior`` (chain, iteration)
-        (entry t after t updates), ``log_likelihood``, ``heldout_log_likelihood`` and
+        (entry t after t updates), ``final_log_likelihood`` (fitted faces, at the estimate),
+        ``heldout_log_likelihood`` and
         ``pointwise_heldout_log_likelihood`` (chain, heldout_face) if any face is held out,
         ``num_iterations``, ``converged``, ``restart_log_posterior`` (chain, restart).
     """
@@ -510,7 +512,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
         As for ``method="map"``, except that ``sample_stats["log_posterior_minibatch"]``
         (chain, iteration) holds the minibatch estimate of the log posterior at each step (the
         likelihood part scaled from the minibatch), while ``final_log_posterior`` and
-        ``log_likelihood`` are exact full-data values for the final estimate.
+        ``final_log_likelihood`` are exact full-data values for the final estimate.
     """
     _common_options(model, num_iters, 0.0, dtype)
     check_int(batch_size, "batch_size")

@@ -273,8 +273,8 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
     num_configs = row_offset.shape[1]
     consecutive = np.all(row_offset == row_offset[:, :1] + np.arange(num_configs))
     rows = list(spec.numerator_rows) + list(spec.denominator_rows)
-    if spec.ties or spec.has_valid or not consecutive or sorted(spec.moved) != sorted(rows):
-        return None
+    if not rows or spec.ties or spec.has_valid or not consecutive or sorted(spec.moved) != sorted(rows):
+        return None  # no rows: nothing is free (a latent-free model), the general sweep is a no-op
     # Every factor lies in [α_min, α_max + T]; a partial product of all of them stays within
     # 10**±300 when each does within 10**±(300 / number of factors).
     exponents = np.abs(np.log10([concentration.min(), concentration.max() + num_tokens]))

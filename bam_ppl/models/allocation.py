@@ -18,7 +18,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from ..dag import DAG
-from ..data import MISSING, CountTensor, as_count_tensor
+from ..data import MISSING, CountTensor, as_count_tensor, long_table, match_dims
 from ..priors import log_beta, table_concentration
 from ..types import KeyLike, as_key
 
@@ -32,6 +32,10 @@ def _positive(value, name: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value}")
     return value
+
+
+def _is_dataframe(data) -> bool:
+    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
 
 
 class Table(NamedTuple):
@@ -319,8 +323,9 @@ class AllocationModel:
         Cardinalities of the latent nodes; every other node is visible and takes its size from
         the data.
     observed : sequence of str, optional
-        Order of the data's axes (visible nodes). Default: visible nodes in order of first
-        appearance in the structure.
+        Order of the axes of unnamed data (plain arrays, sparse matrices). Data with named axes
+        (CountTensor dims, xarray dims, DataFrame columns) are matched to the nodes by name.
+        Default: visible nodes in order of first appearance in the structure.
     a : float
         BDeu equivalent sample size and Gamma shape of the total rate λ ~ Gamma(a, b).
     b : float, optional
@@ -446,9 +451,13 @@ class AllocationModel:
         """Validate ``data`` for this model and return it as a :class:`CountTensor`.
 
         Every backend reads its data through this method, so a preset whose natural input is not a
-        dense count tensor (categorical samples, say) converts it in one place.
+        dense count tensor (categorical samples, say) converts it in one place. Named axes
+        (CountTensor dims, xarray dims, the columns of a long-format DataFrame) are matched to the
+        visible nodes by name (:func:`~bam_ppl.data.match_dims`); unnamed axes follow ``observed``.
         """
-        return as_count_tensor(data)
+        if _is_dataframe(data):
+            return long_table(data, self.observed)
+        return match_dims(as_count_tensor(data), self.observed)
 
     def visible_sizes(self, shape) -> dict[str, int]:
         shape = tuple(int(s) for s in shape)
