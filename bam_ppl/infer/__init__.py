@@ -1,6 +1,7 @@
 """Inference backends; importing this package registers all of them."""
 
 from . import (  # noqa: F401  (importing a backend module registers it)
+    chib,
     cvb,
     dtucker_em,
     em,
@@ -11,6 +12,7 @@ from . import (  # noqa: F401  (importing a backend module registers it)
     numpyro_backends,
     pmf_vb,
     smc,
+    tempered,
     vb,
 )
 from .registry import infer, methods, register  # noqa: F401
