@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 from . import datasets, models  # noqa: E402
 from .dag import DAG  # noqa: E402
 from .data import CountTensor  # noqa: E402
-from .evidence import EvidenceEstimate, compare, log_evidence, register_evidence  # noqa: E402
+from .evidence import EvidenceEstimate, EvidenceWarning, compare, log_evidence, register_evidence  # noqa: E402
 from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
 from .plots import plot_evidence  # noqa: E402
@@ -21,6 +21,7 @@ __all__ = [
     "AllocationModel",
     "CountTensor",
     "EvidenceEstimate",
+    "EvidenceWarning",
     "compare",
     "datasets",
     "infer",

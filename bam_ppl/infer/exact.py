@@ -41,6 +41,13 @@ def count_allocations(data, layout: CellLayout) -> int:
     return total
 
 
+def log_count_allocations(data, layout: CellLayout) -> float:
+    """Natural log of :func:`count_allocations`, without forming the (possibly huge) integer."""
+    k = np.full(data.nnz, layout.num_configs) if layout.valid is None else layout.valid.sum(axis=1)
+    n = data.counts.astype(np.float64)
+    return float(np.sum(gammaln(n + k) - gammaln(k) - gammaln(n + 1.0)))
+
+
 def _column_matrix(bound: BoundModel) -> np.ndarray:
     """(flat table index) -> (flat column index) incidence, for column sums of the counts."""
     cols = []
@@ -60,12 +67,14 @@ def enumerate_allocations(bound: BoundModel, data, layout: CellLayout, max_tenso
     ``log_prob`` is log π(S) (eq. 3.11, or its conditioned form) and ``flat_counts`` the table
     counts S_fa of every tensor, concatenated as in :attr:`BoundModel.flat_concentration`.
     """
-    num = count_allocations(data, layout)
-    if num > max_tensors:
+    log_num = log_count_allocations(data, layout)
+    if log_num > np.log(max_tensors) + 1e-9:
         raise ValueError(
-            f"exact enumeration would visit {num:.3g} allocation tensors (max_tensors={max_tensors}); "
-            "use method='smc' for an unbiased estimate or method='vb' for a lower bound"
+            f"exact enumeration would visit about 10^{log_num / np.log(10):.1f} allocation tensors "
+            f"(max_tensors={max_tensors}); use method='auto' or 'tempered' for an estimate with a "
+            "standard error, or method='vb' for a lower bound"
         )
+    num = count_allocations(data, layout)
     size = int(bound.table_starts[-1])
     contrib, lg = [], []
     for u, n in enumerate(data.counts):

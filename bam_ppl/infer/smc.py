@@ -52,7 +52,7 @@ from scipy.special import gammaln
 
 from ..convert import allocation_inference_data
 from ..data import MISSING, CountTensor
-from ..evidence import EvidenceEstimate, register_evidence
+from ..evidence import EvidenceEstimate, pool_runs, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
 from ..types import Array, PRNGKey, as_key, numpy_generator
@@ -411,6 +411,7 @@ class SMCResult(NamedTuple):
     best_log_prob: np.ndarray
     ess: np.ndarray
     resampled: np.ndarray
+    best_log_joint: np.ndarray  # (chain,) log p(X, z) of the best particle: a sure lower bound
 
 
 def log_evidence_constant(bound: BoundModel, data: CountTensor) -> float:
@@ -506,14 +507,16 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
             num_particles=num_particles, ess_threshold=ess_threshold, resampling=resampling,
             rescale_every=rescale_every, progress_bar=progress_bar, keep_particles=keep_particles,
             run_key=run_key, final_key=final_key)
+    constant = log_evidence_constant(bound, data)
     return SMCResult(
-        chain_log_evidence=np.asarray(chain_log) + log_evidence_constant(bound, data),
+        chain_log_evidence=np.asarray(chain_log) + constant,
         counts=None if counts is None else np.asarray(counts, np.int32),
         column_counts=None if column_counts is None else np.asarray(column_counts, np.int32),
         best_counts=np.asarray(best_counts, np.int32),
         best_log_prob=np.asarray(best_log_prob),
         ess=np.asarray(ess),
         resampled=np.asarray(resampled),
+        best_log_joint=np.asarray(best_log_prob) + constant,
     )
 
 
@@ -577,22 +580,6 @@ def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_parti
     return runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess, resampled
 
 
-def pooled_log_evidence(chain_log_evidence) -> tuple[float, float]:
-    """Log-mean-exp over independent runs and its delta-method standard error.
-
-    Each run's exp(value) is an unbiased estimate of L_X, so their mean is too; the standard error
-    of log(mean) is sd(exp values) / (sqrt(C) · mean) (nan for a single run).
-    """
-    values = np.asarray(chain_log_evidence, dtype=np.float64)
-    peak = values.max()
-    scaled = np.exp(values - peak)
-    mean = scaled.mean()
-    value = float(peak + np.log(mean))
-    if values.size < 2:
-        return value, float("nan")
-    return value, float(scaled.std(ddof=1) / (np.sqrt(values.size) * mean))
-
-
 def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
     """θ per particle from Dirichlet(α + S_fa) (eq. 3.10), and λ ~ Gamma(a + T, b + 1).
 
@@ -637,7 +624,7 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     for table in bound.tables:
         stats[f"best_particle_counts_{table.name}"] = (
             ("chain", *table.dims), bound.split_flat(result.best_counts)[table.name])
-    value, stderr = pooled_log_evidence(result.chain_log_evidence)
+    value, stderr = pool_runs(result.chain_log_evidence)
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="smc", sample_stats=stats,
         attrs=dict(num_particles=num_particles, num_chains=num_chains, ess_threshold=ess_threshold,
@@ -651,14 +638,26 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
                      ess_threshold: float = 0.5, resampling: str = "systematic",
                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
                      kernel: str = "auto"):
-    """Unbiased SMC estimate of L_X, pooled over ``num_chains`` runs (log-mean-exp ± delta-method SE)."""
+    """Unbiased Pólya-urn SMC estimate of L_X pooled over ``num_chains`` independent runs.
+
+    The value is the log-mean-exp of the runs' estimates; its standard error comes from their
+    spread (:func:`bam_ppl.evidence.pool_runs`). ``details`` holds ``run_log_evidence``,
+    ``lower_bound`` (log p(X, z) of the most probable final particle over all runs: a sure lower
+    bound on log L_X), ``min_ess`` and the resampling rate. The token-by-token filter can
+    collapse onto a few allocation histories when T is large (thousands of tokens); then its
+    runs disagree or fall below the lower bound and an EvidenceWarning says so.
+    """
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
                      progress_bar=progress_bar, keep_particles=False, kernel=kernel)
-    value, stderr = pooled_log_evidence(result.chain_log_evidence)
+    value, stderr = pool_runs(result.chain_log_evidence)
+    lower_bound = float(np.max(result.best_log_joint))
+    runs = result.chain_log_evidence.tolist()
     return EvidenceEstimate(
         value=value, stderr=stderr, method="smc", kind="estimate",
-        details=dict(chain_log_evidence=result.chain_log_evidence.tolist(), num_particles=num_particles,
+        details=dict(run_log_evidence=runs, chain_log_evidence=runs, lower_bound=lower_bound,
+                     min_ess=float(np.min(result.ess)) if result.ess.size else float(num_particles),
+                     num_resamplings=result.resampled.sum(axis=-1).tolist(), num_particles=num_particles,
                      num_chains=num_chains, ess_threshold=ess_threshold, resampling=resampling,
                      resampling_rate=float(result.resampled.mean())),
     )

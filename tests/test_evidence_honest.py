@@ -1,0 +1,107 @@
+"""Honest evidence errors: pooled runs, the sure lower bound, EvidenceWarning, target precision."""
+
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+import bam_ppl as bam
+from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_runs
+
+
+def test_pool_runs_grows_with_disagreement():
+    value, stderr = pool_runs([-100.0, -100.5, -99.8, -100.2])
+    assert value == pytest.approx(np.log(np.mean(np.exp([-100.0, -100.5, -99.8, -100.2]))))
+    assert 0.1 < stderr < 0.5
+    # One run 200 nats above the others: the delta-method error would say about 1; the runs say
+    # hundreds.
+    value, stderr = pool_runs([-3300.0, -3500.0, -3520.0, -3480.0])
+    assert value == pytest.approx(-3300.0 - np.log(4), abs=1e-9)
+    assert stderr > 50
+    assert np.isnan(pool_runs([-1.0])[1])
+    with pytest.raises(ValueError, match="run_log_evidence"):
+        pool_runs([np.nan, 1.0])
+
+
+def _estimate(runs, bound=None, stderr=None):
+    value, err = pool_runs(runs)
+    details = {"run_log_evidence": list(runs)}
+    if bound is not None:
+        details["lower_bound"] = bound
+    return EvidenceEstimate(value, err if stderr is None else stderr, "smc", "estimate", details)
+
+
+def test_warning_fires_when_it_should_and_not_otherwise():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_estimate(_estimate([-10.0, -10.3, -9.9], bound=-12.0))  # consistent, above the bound
+        check_estimate(EvidenceEstimate(-5.0, 0.0, "exact", "exact"))
+    with pytest.warns(bam.EvidenceWarning, match="disagree"):
+        check_estimate(_estimate([-3300.0, -3400.0, -3350.0]))
+    with pytest.warns(bam.EvidenceWarning, match="below the sure lower bound"):
+        check_estimate(_estimate([-3300.0, -3300.5, -3300.2], bound=-2830.9))
+    assert issubclass(bam.EvidenceWarning, UserWarning)
+
+
+def test_smc_reports_runs_and_a_sure_lower_bound(x1):
+    model = bam.models.nmf(2)
+    est = bam.log_evidence(model, x1, method="smc", rng_key=0, num_particles=200)
+    exact = bam.log_evidence(model, x1, method="exact").value
+    d = est.details
+    assert len(d["run_log_evidence"]) == 4
+    assert d["lower_bound"] <= exact + 1e-9
+    assert d["min_ess"] > 0
+    assert est.value == pytest.approx(pool_runs(d["run_log_evidence"])[0])
+
+
+def test_smc_stated_error_is_honest_against_independent_repeats():
+    """K independent estimates: their spread is no larger than the stated errors claim.
+
+    Under honest errors, (K - 1) var(values) / mean(stderr²) ~ chi-square(K - 1); the test fails
+    only above the 0.999 quantile.
+    """
+    model = bam.models.nmf(2)
+    _, X = model.sample(jax.random.key(5), shape=(6, 7), total=60)
+    K = 24
+    ests = [bam.log_evidence(model, X, method="smc", rng_key=k, num_particles=30, num_chains=4) for k in range(K)]
+    values = np.array([e.value for e in ests])
+    stated = np.array([e.stderr for e in ests])
+    ratio = (K - 1) * values.var(ddof=1) / np.mean(stated**2)
+    assert ratio < stats.chi2.ppf(0.999, K - 1)
+
+
+def test_compare_marks_indistinguishable_rows():
+    table = bam.compare({
+        "a": _estimate([-100.0, -100.5, -99.5]),
+        "b": _estimate([-100.3, -100.6, -100.1]),
+        "c": _estimate([-130.0, -130.2, -130.1]),
+    }, data=None)
+    assert list(table.index) == ["a", "b", "c"]
+    assert table["distinguishable"].tolist() == [False, False, True]
+    assert "lower_bound" in table
+    clear = bam.compare({"a": _estimate([-1.0, -1.1]), "c": _estimate([-50.0, -50.2])}, data=None)
+    assert clear["distinguishable"].tolist() == [True, True]
+
+
+def test_target_stderr_adds_runs(x2):
+    model = bam.models.nmf(2)
+    est = bam.log_evidence(model, x2, method="smc", rng_key=1, num_particles=20, num_chains=2,
+                           target_stderr=0.05)
+    assert est.stderr <= 0.05
+    assert len(est.details["run_log_evidence"]) >= 2 * est.details["num_calls"] - 1
+    exact = bam.log_evidence(model, x2, method="exact").value
+    assert abs(est.value - exact) < 4 * est.stderr + 0.02
+    with pytest.warns(bam.EvidenceWarning, match="max_time"):
+        bam.log_evidence(model, x2, method="smc", rng_key=1, num_particles=5, num_chains=2,
+                         target_stderr=1e-6, max_time=0.5)
+    with pytest.raises(ValueError, match="target_stderr"):
+        bam.log_evidence(model, x2, method="smc", target_stderr=-1.0)
+
+
+def test_exact_size_guard_at_large_T():
+    model = bam.models.nmf(4)
+    _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=1000)
+    with pytest.raises(ValueError, match=r"about 10\^\d+"):
+        bam.log_evidence(model, X, method="exact")
