@@ -179,6 +179,9 @@ def log_evidence(model, data, method: str = "exact", rng_key: KeyLike = 0, *,
         allocations the runs visited.
     """
     fn = _estimator(model, method)
+    from .infer.registry import check_options
+
+    check_options(fn, options, f"bam.log_evidence(method={method!r})")
     if target_stderr is None and max_time is None:
         return check_estimate(fn(model, data, rng_key=rng_key, **options))
     return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options)

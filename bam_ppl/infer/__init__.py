@@ -1,6 +1,7 @@
 """Inference backends; importing this package registers all of them."""
 
 from . import (  # noqa: F401  (importing a backend module registers it)
+    auto,
     chib,
     cvb,
     dtucker_em,

@@ -7,6 +7,8 @@ method name for the model types it accepts. The same name may serve several mode
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import NamedTuple
 
 from ..types import KeyLike
@@ -40,6 +42,11 @@ def register(name: str, models: tuple[type, ...] = (object,), description: str |
     def deco(fn):
         doc = description or (fn.__doc__ or "").strip().split("\n")[0]
         entries = _BACKENDS.setdefault(name, [])
+        replaced = [b for b in entries if b.models == models and b.fn is not fn]
+        if replaced:
+            warnings.warn(
+                f"register: {name!r} for {[m.__name__ for m in models]} was already registered "
+                f"({replaced[0].description!r}); the new backend replaces it", UserWarning, stacklevel=2)
         entries[:] = [b for b in entries if b.models != models]
         entries.append(Backend(name, models, fn, doc))
         return fn
@@ -102,7 +109,29 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **option
         if method is None:
             raise ValueError("method is required for this model; see bam_ppl.methods()")
     backend = find(method, model)
-    return backend.fn(model, data, rng_key=rng_key, **options)
+    check_options(backend.fn, options, f"bam.infer(method={method!r})")
+    result = backend.fn(model, data, rng_key=rng_key, **options)
+    if not _is_inference_data(result):
+        raise TypeError(
+            f"backend {method!r} for {type(model).__name__} returned {type(result).__name__}, not "
+            "InferenceData; a backend must return InferenceData (e.g. via bam_ppl.convert.to_inference_data)")
+    return result
+
+
+def check_options(fn, options, caller: str) -> None:
+    """Reject options that ``fn`` does not take, naming the caller and the valid options."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "rng_key"]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise TypeError(f"{caller}: unknown option(s) {unknown}; valid options: {sorted(valid)}")
+
+
+def _is_inference_data(result) -> bool:
+    kind = type(result).__name__
+    return kind in ("InferenceData", "DataTree") or hasattr(result, "posterior") and hasattr(result, "groups")
 
 
 def methods():

@@ -1,0 +1,53 @@
+"""``method="auto"``: the evidence estimator that suits the problem's size.
+
+Exact where enumeration is cheap (no free nodes, or few allocation tensors), the Pólya-urn SMC
+of papers/000 §4.2 on small token counts where it is accurate, the tempered SMC over allocations
+otherwise. The thresholds come from measurements recorded in benchmarks/README.md ("Choosing an
+evidence method"); the estimate's ``method`` names the estimator that ran and
+``details["selected_by"]`` says it was chosen automatically, with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..evidence import _estimator, register_evidence
+from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
+from .exact import log_count_allocations
+from .registry import check_options
+from .smc import prepare
+
+# Exact enumeration of up to this many allocation tensors takes well under a second.
+AUTO_MAX_TENSORS = 20_000
+# The Pólya-urn SMC (default options) agrees with the tempered SMC within its error up to this
+# many tokens on realistic data; beyond it the token-sequential filter collapses.
+AUTO_SMC_MAX_TOKENS = 0
+
+
+def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
+    """The estimator ``method="auto"`` runs for ``data`` under ``model``, and why."""
+    data, bound, layout = prepare(model, data, max_configs)
+    if not layout.free:
+        return "exact", "no free nodes: closed form"
+    log_count = log_count_allocations(data, layout)
+    if log_count <= np.log(AUTO_MAX_TENSORS):
+        return "exact", f"{int(round(np.exp(log_count)))} allocation tensors: enumeration"
+    if data.total <= AUTO_SMC_MAX_TOKENS:
+        return "smc", f"T = {data.total} ≤ {AUTO_SMC_MAX_TOKENS} tokens: Pólya-urn SMC"
+    return "tempered", f"T = {data.total} tokens, about 10^{log_count / np.log(10):.0f} allocations: tempered SMC"
+
+
+@register_evidence("auto", models=(AllocationModel,))
+def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_CONFIGS, **options):
+    """Exact, Pólya-urn SMC or tempered SMC, whichever suits the size (see :func:`choose_method`).
+
+    ``options`` go to the chosen estimator; an option it does not take is an error.
+    """
+    method, reason = choose_method(model, data, max_configs)
+    fn = _estimator(model, method)
+    if method != "exact":
+        options = dict(options, max_configs=max_configs)
+    check_options(fn, options, f"bam.log_evidence(method='auto' -> {method!r})")
+    est = fn(model, data, rng_key=rng_key, **options)
+    return type(est)(est.value, est.stderr, est.method, est.kind,
+                     {**est.details, "selected_by": "auto", "reason": reason})
