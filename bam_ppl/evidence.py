@@ -149,7 +149,7 @@ def _load_backends() -> None:
     from . import infer  # noqa: F401  (importing registers every backend)
 
 
-def log_evidence(model, data, method: str = "exact", rng_key: KeyLike = 0, *,
+def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
                  target_stderr: float | None = None, max_time: float | None = None,
                  **options) -> EvidenceEstimate:
     """log marginal likelihood of ``data`` under ``model``.
@@ -159,8 +159,12 @@ def log_evidence(model, data, method: str = "exact", rng_key: KeyLike = 0, *,
     model : AllocationModel or another registered model
     data : array-like or CountTensor
     method : str
-        "exact" (enumeration / closed form), "smc" (unbiased estimate with standard error), "vb"
-        (best ELBO over restarts, a lower bound), or any registered estimator.
+        "auto" (default: exact where enumeration is cheap, else the tempered SMC; the estimate's
+        ``method`` names the one that ran), "exact" (enumeration / closed form), "tempered"
+        (tempered SMC over allocations), "smc" (the Pólya-urn SMC of the BAM paper: accurate on
+        small data, collapses at thousands of tokens), "chib" (Chib-style estimate from
+        collapsed Gibbs, a cross-check), "vb" (best ELBO over restarts, a lower bound), or any
+        registered estimator (:func:`evidence_methods`).
     rng_key : int or jax key
     target_stderr : float, optional
         For estimators that report independent runs (``details["run_log_evidence"]``): repeat
@@ -239,7 +243,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -
     return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=4)
 
 
-def compare(models: Mapping, data, method: str | Mapping = "smc", rng_key: KeyLike = 0, **options):
+def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, **options):
     """Rank models by their log evidence.
 
     Parameters
@@ -272,7 +276,7 @@ def compare(models: Mapping, data, method: str | Mapping = "smc", rng_key: KeyLi
         if isinstance(model, EvidenceEstimate):
             est = model
         else:
-            m = method.get(name, "smc") if isinstance(method, Mapping) else method
+            m = method.get(name, "auto") if isinstance(method, Mapping) else method
             est = log_evidence(model, data, method=m, rng_key=rng_key, **options)
         rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
                          method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
