@@ -14,6 +14,7 @@ from .evidence import EvidenceEstimate, EvidenceWarning, compare, log_evidence, 
 from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
 from .plots import plot_evidence  # noqa: E402
+from .predictive import posterior_predictive, relabel  # noqa: E402
 from .selection import select_ranks  # noqa: E402
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "log_evidence",
     "methods",
     "plot_evidence",
+    "posterior_predictive",
+    "relabel",
     "models",
     "register",
     "register_evidence",

@@ -105,12 +105,19 @@ def observed_variables(data, names) -> tuple[dict, dict]:
 
 def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, method: str,
                               sample_stats: Mapping | None = None, extra_groups: Mapping | None = None,
-                              attrs: Mapping | None = None):
+                              attrs: Mapping | None = None, log_likelihood: bool = True):
     """InferenceData for an allocation model.
 
     ``theta`` maps table names to draws of shape ``(chain, draw, *parents, child)``; they become
     ``theta_<table>`` with dims named after the nodes. ``total_rate`` has shape ``(chain, draw)``.
     ``sample_stats`` maps names to ``(dims, array)``.
+
+    With ``log_likelihood`` (default) and draws of every table, the ``log_likelihood`` group holds
+    the pointwise log-likelihood ``X`` of every draw, so ``az.loo``, ``az.waic`` and
+    ``az.compare`` work: Poisson per cell (rate λ·p(cell)) when λ is sampled, the multinomial split
+    over cells under ``condition_on`` (or when no λ is given); all cells up to
+    :data:`bam_ppl.pointwise.DENSE_CELL_LIMIT`, else the nonzero cells plus one aggregated
+    zero-cell entry. See :mod:`bam_ppl.pointwise` for the exact definitions and limits.
     """
     posterior = {}
     for table in bound.tables:
@@ -122,6 +129,12 @@ def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, m
     for n in bound.latent:
         coords.setdefault(n, np.arange(bound.sizes[n]))
     groups = {"posterior": posterior, "sample_stats": dict(sample_stats or {}), "observed_data": observed}
+    if log_likelihood:
+        from .pointwise import try_allocation_log_likelihood
+
+        ll = try_allocation_log_likelihood(bound, data, theta, total_rate)
+        if ll is not None:
+            groups["log_likelihood"] = ll[0]
     groups.update(extra_groups or {})
     model = bound.model
     base_attrs = {
@@ -155,3 +168,20 @@ def attrs_of(idata) -> dict:
     if isinstance(idata, xr.DataTree):
         return dict(idata.attrs)
     return dict(idata.attrs or {})
+
+
+def with_groups(idata, datasets: Mapping[str, xr.Dataset]):
+    """A copy of ``idata`` with groups added or replaced (InferenceData 0.x or DataTree 1.x)."""
+    if isinstance(idata, xr.DataTree):
+        out = idata.copy()
+        for name, ds in datasets.items():
+            out[name] = xr.DataTree(ds)
+        return out
+    az = import_arviz()
+    groups = {g: getattr(idata, g) for g in idata.groups() if g not in datasets}
+    groups.update(datasets)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not.*supported.*group", category=UserWarning)
+        out = az.InferenceData(**groups)
+    out.attrs = dict(idata.attrs or {})
+    return out

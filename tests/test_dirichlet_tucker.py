@@ -176,7 +176,7 @@ def test_em_log_posterior_matches_paper_formula():
     idata = bam.infer(model, X, method="map", rng_key=0, num_iters=130, num_restarts=2)
     est = DirichletTuckerParams.from_inference_data(idata)
     stats = group(idata, "sample_stats")
-    np.testing.assert_allclose(stats["log_likelihood"].values[0], paper_log_likelihood(est, X), rtol=1e-9)
+    np.testing.assert_allclose(stats["final_log_likelihood"].values[0], paper_log_likelihood(est, X), rtol=1e-9)
     rows = lambda x: np.sum(gammaln(1.1 * x.shape[-1]) - x.shape[-1] * gammaln(1.1) + 0.1 * np.log(x).sum(-1))  # noqa: E731
     prior = rows(est.psi) + rows(est.phi) + rows(est.theta) + rows(est.lam) + rows(est.core.reshape(6, -1))
     np.testing.assert_allclose(stats["log_posterior"].values[0, -1], paper_log_likelihood(est, X) + prior,

@@ -396,6 +396,7 @@ def _inference_data(model, data, params: Params, fitted, total, loglik, *, metho
         "point_estimate": "MAP: a single draw holding the posterior mode, not posterior samples",
         "model": repr(model),
         "structure": str(model.dag),
+        "latent": str(model.latent),
         "ranks": str(model.ranks),
         "alpha": str(model.alpha),
         "observed": ",".join(visible),

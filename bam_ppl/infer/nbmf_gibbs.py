@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -37,6 +38,7 @@ from jax.scipy.special import gammaln
 from ..convert import to_inference_data
 from ..data import as_binary_matrix
 from ..models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
+from ..pointwise import bernoulli_log_likelihood
 from ..types import as_key, numpy_generator
 from ..validation import check_int, check_positive
 from .registry import register
@@ -452,20 +454,34 @@ def core_problem(model: NBMF, values, observed):
 
 def nbmf_inference_data(model, values, observed, rows, cols, *, W, H, mean, sample_stats, method,
                         transposed, attrs):
-    """InferenceData of an NBMF fit; undoes the Dir-Beta transpose (W = H'ᵀ, H = W'ᵀ)."""
+    """InferenceData of an NBMF fit; undoes the Dir-Beta transpose (W = H'ᵀ, H = W'ᵀ).
+
+    Besides ``W`` and ``H`` the posterior holds ``H_columns`` (col, component) for the Dirichlet
+    column priors (the program's sample site), and ``log_likelihood["V"]`` is the pointwise
+    Bernoulli log-likelihood of every observed entry (:func:`bam_ppl.pointwise.bernoulli_log_likelihood`).
+    """
     if transposed:
         W, H, mean = np.swapaxes(H, -1, -2), np.swapaxes(W, -1, -2), np.swapaxes(mean, -1, -2)
     F, N = values.shape
     coords = {"row": rows if rows is not None else np.arange(F),
               "col": cols if cols is not None else np.arange(N),
               "component": np.arange(model.n_components)}
+    posterior = {"W": (("chain", "draw", "row", "component"), W),
+                 "H": (("chain", "draw", "component", "col"), H)}
+    if model.prior != "beta-dir":
+        # The program samples the Dirichlet columns as site "H_columns" (H is deterministic):
+        # without it numpyro.infer.Predictive would draw H from the prior.
+        posterior["H_columns"] = (("chain", "draw", "col", "component"), np.swapaxes(H, -1, -2))
     groups = {
-        "posterior": {"W": (("chain", "draw", "row", "component"), W),
-                      "H": (("chain", "draw", "component", "col"), H)},
+        "posterior": posterior,
         EXPECTATIONS_GROUP: {"WH": (("chain", "row", "col"), mean)},
         "sample_stats": sample_stats,
         "observed_data": {"V": (("row", "col"), np.where(observed, values, np.nan))},
     }
+    try:
+        groups["log_likelihood"] = bernoulli_log_likelihood(W, H, values, observed)
+    except ValueError as err:
+        warnings.warn(f"no log_likelihood group written: {err}", RuntimeWarning, stacklevel=3)
     return to_inference_data(groups, coords=coords,
                              attrs={"method": method, **model.hyperparameters, **attrs})
 

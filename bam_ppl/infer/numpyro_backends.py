@@ -96,7 +96,7 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)  # raises before compilation if the latent space is too large
-    samples, stats = _run_nuts(functools.partial(model.numpyro_model(), data), rng_key,
+    samples, stats = _run_nuts(functools.partial(model.numpyro_model(), data, dense=False), rng_key,
                                num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                                thinning=thinning, target_accept_prob=target_accept_prob,
                                chain_method=chain_method, progress_bar=progress_bar)
@@ -114,7 +114,7 @@ def svi(model, data, *, rng_key=0, guide="normal", num_steps: int = 2000, learni
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)
-    draws, stats = _run_svi(functools.partial(model.numpyro_model(), data), guide_cls, rng_key,
+    draws, stats = _run_svi(functools.partial(model.numpyro_model(), data, dense=False), guide_cls, rng_key,
                             num_steps=num_steps, learning_rate=learning_rate,
                             num_samples=num_samples, progress_bar=progress_bar)
     theta, rate = _split_theta(bound, draws)

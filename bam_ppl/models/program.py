@@ -1,10 +1,20 @@
 """An allocation model as a NumPyro program (papers/000 eq. 3.3–3.4).
 
 λ ~ Gamma(a, b); every table column θ_{n|pa(n)}(:, i_pa) ~ Dirichlet(α_fa(n)(:, i_pa));
-X(i_V) ~ Poisson(λ p(i_V)) with p(i_V) = Σ_latent ∏_n θ. Only nonzero cells are evaluated: the
-zero cells contribute exp(−λ (1 − Σ_nonzero p)) in closed form, because p sums to one. Under
-``condition_on`` the likelihood is the multinomial of each conditioned cell's tokens, written as
-the same Poisson sites plus a closed-form correction (Poisson–multinomial identity, eq. 3.12).
+X(i_V) ~ Poisson(λ p(i_V)) with p(i_V) = Σ_latent ∏_n θ.
+
+Two forms of the likelihood, with the same joint density:
+
+* **dense** (default for fully observed data of at most :data:`DENSE_LIMIT` cells): one observed
+  site ``X`` over every cell, Poisson(λ p) — or, under ``condition_on``, one Multinomial per
+  conditioned cell with ``X`` reshaped to ``(*conditioned sizes, remaining cells)``. Then
+  ``numpyro.infer.log_likelihood`` and ``az.from_numpyro`` find exactly one pointwise
+  log-likelihood array.
+* **sparse** (``dense=False``, used by ``bam.infer(..., method="nuts"/"svi")``, and always with
+  missing entries): only nonzero cells are evaluated; the zero cells contribute
+  exp(−λ (1 − Σ_nonzero p)) in closed form (site ``X_zero_cells``), because p sums to one. Under
+  ``condition_on`` the multinomial is written as the same Poisson sites plus a closed-form
+  correction (Poisson–multinomial identity, eq. 3.12). The cost scales with the nonzero cells.
 """
 
 from __future__ import annotations
@@ -16,6 +26,9 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 
 from ..data import CountTensor
+
+DENSE_LIMIT = 100_000
+"""Largest number of cells for which ``program(X)`` uses the dense likelihood by default."""
 
 
 def cell_probabilities(flat_theta, layout) -> jnp.ndarray:
@@ -39,9 +52,13 @@ def _conditioned_groups(model, data: CountTensor) -> np.ndarray:
 
 
 def make_program(model):
-    """Build ``program(X=None, *, shape=None, total=None)`` for an :class:`AllocationModel`."""
+    """Build ``program(X=None, *, shape=None, total=None, dense=None)`` for an :class:`AllocationModel`.
 
-    def program(X=None, *, shape=None, total=None):
+    ``dense`` chooses the form of the likelihood (module docstring); ``None`` means dense for fully
+    observed data with at most :data:`DENSE_LIMIT` cells.
+    """
+
+    def program(X=None, *, shape=None, total=None, dense=None):
         if X is not None:
             data = model.as_data(X)
             bound = model.bind(data)
@@ -50,6 +67,12 @@ def make_program(model):
                 raise ValueError("program(X=None) needs shape= (sizes of the visible nodes)")
             data = None
             T = None if model.condition_on else total
+            if T is None and model.b is None and not model.condition_on:
+                raise ValueError(
+                    "program(X=None, shape=...) on a model with b=None needs total= (the number of "
+                    "tokens T, which sets b = a / T as fitting did; for posterior predictive draws "
+                    "pass the observed total, e.g. Predictive(program, samples)(key, shape=X.shape, "
+                    "total=X.sum())), or a model with b set explicitly")
             bound = model.bind(shape=shape, total=T)
         if bound.has_total_term:
             rate = numpyro.sample("total_rate", dist.Gamma(bound.a, bound.b))
@@ -60,6 +83,13 @@ def make_program(model):
         flat_theta = jnp.concatenate([th.reshape(-1) for th in thetas])
         if data is None:
             return _draw(model, bound, flat_theta, rate if bound.has_total_term else None, shape, total)
+        if dense is None:
+            dense = not data.has_missing and int(np.prod(data.shape)) <= DENSE_LIMIT
+        elif dense and data.has_missing:
+            raise ValueError("program(X, dense=True) needs fully observed X; use dense=False")
+        if dense:
+            _dense_likelihood(model, bound, data, flat_theta, rate if bound.has_total_term else None)
+            return None
         layout = bound.cell_layout(data)
         p = cell_probabilities(flat_theta, layout)
         counts = jnp.asarray(data.counts)
@@ -79,6 +109,25 @@ def make_program(model):
     program.__name__ = "allocation_model"
     program.__doc__ = f"NumPyro program of {model!r}"
     return program
+
+
+def _dense_likelihood(model, bound, data, flat_theta, rate):
+    """One observed site ``X``: Poisson over every cell, or one Multinomial per conditioned cell."""
+    shape = tuple(data.shape)
+    layout = bound.cell_layout(_all_cells(shape))
+    p = cell_probabilities(flat_theta, layout).reshape(shape)
+    X = data.to_dense()
+    if rate is not None:
+        numpyro.sample("X", dist.Poisson(rate * p), obs=jnp.asarray(X))
+        return
+    cond_axes = [model.observed.index(c) for c in model.condition_on]
+    rest_axes = [i for i in range(len(shape)) if i not in cond_axes]
+    order = cond_axes + rest_axes
+    cond_shape = tuple(shape[i] for i in cond_axes)
+    p_c = jnp.transpose(p, order).reshape(*cond_shape, -1)
+    x_c = np.transpose(X, order).reshape(*cond_shape, -1)
+    numpyro.sample("X", dist.Multinomial(total_count=jnp.asarray(x_c.sum(-1)), probs=p_c),
+                   obs=jnp.asarray(x_c))
 
 
 def _draw(model, bound, flat_theta, rate, shape, total):
