@@ -105,3 +105,20 @@ def test_exact_size_guard_at_large_T():
     _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=1000)
     with pytest.raises(ValueError, match=r"about 10\^\d+"):
         bam.log_evidence(model, X, method="exact")
+
+
+def test_auto_picks_exact_smc_or_tempered(x1):
+    from bam_ppl.infer.auto import choose_method
+
+    model = bam.models.nmf(2)
+    est = bam.log_evidence(model, x1)  # the default is method="auto"
+    assert est.method == "exact" and est.details["selected_by"] == "auto"
+    assert est.value == pytest.approx(bam.log_evidence(model, x1, method="exact").value)
+    assert choose_method(bam.models.complete_graph(3), np.ones((3, 3, 3), int))[0] == "exact"
+    _, small = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=20)
+    assert choose_method(bam.models.nmf(3), small)[0] == "smc"
+    _, large = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=400)
+    method, reason = choose_method(bam.models.nmf(3), large)
+    assert method == "tempered" and "400" in reason
+    with pytest.raises(TypeError, match="unknown option.*num_chains"):
+        bam.log_evidence(bam.models.nmf(3), large, num_chains=2)
