@@ -204,7 +204,8 @@ class CountTensor:
         """From a ``(T, N)`` array of categorical samples; ``-1`` or NaN marks a missing entry.
 
         ``shape`` defaults to one more than the largest category seen on each axis. Rows whose
-        entries are all missing carry no information and are rejected.
+        entries are all missing carry no information: they are dropped with a ``UserWarning``
+        (samples with every entry missing in every row raise ValueError).
         """
         arr = np.asarray(samples)
         if arr.ndim != 2:
@@ -219,9 +220,20 @@ class CountTensor:
         arr = arr.astype(np.int64)
         if (arr < MISSING).any():
             raise ValueError("samples contain negative codes other than -1 (the missing marker)")
+        if arr.shape[0] == 0:
+            raise ValueError("samples is empty; expected at least one row (sample)")
         all_missing = (arr == MISSING).all(axis=1)
+        if all_missing.all():
+            raise ValueError(f"samples has every entry missing in all {arr.shape[0]} row(s); there is nothing to fit")
         if all_missing.any():
-            raise ValueError(f"samples has {int(all_missing.sum())} row(s) with every entry missing (e.g. row {int(np.argmax(all_missing))})")
+            import warnings
+
+            warnings.warn(
+                f"samples: dropped {int(all_missing.sum())} of {arr.shape[0]} row(s) with every entry "
+                f"missing (e.g. row {int(np.argmax(all_missing))}); such a sample carries no information",
+                UserWarning, stacklevel=2,
+            )
+            arr = arr[~all_missing]
         if shape is None:
             shape = tuple(int(max(arr[:, n].max(), 0)) + 1 for n in range(arr.shape[1]))
         return cls(arr, np.ones(len(arr), dtype=np.int64), shape, dims=dims, coords=coords)

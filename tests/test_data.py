@@ -33,8 +33,12 @@ def test_samples_with_missing():
     t = CountTensor.from_samples(samples)
     assert t.has_missing and t.total == 4 and t.shape == (2, 2)
     assert {tuple(r): c for r, c in zip(t.indices, t.counts)} == {(0, 1): 2, (0, -1): 1, (1, -1): 1}
-    with pytest.raises(ValueError, match="every entry missing"):
-        CountTensor.from_samples(np.array([[0, 1], [-1, -1]]))
+    # An all-missing row carries no information: dropped with a warning; all rows missing: error.
+    with pytest.warns(UserWarning, match="dropped 1 of 2 row"):
+        dropped = CountTensor.from_samples(np.array([[0, 1], [-1, -1]]))
+    assert dropped.total == 1 and dropped.indices.tolist() == [[0, 1]]
+    with pytest.raises(ValueError, match="samples has every entry missing"):
+        CountTensor.from_samples(np.array([[-1, -1], [-1, -1]]))
 
 
 @pytest.mark.parametrize(

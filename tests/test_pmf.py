@@ -77,14 +77,14 @@ def test_template_resolves_number_of_variables_from_data(small_problem):
         (lambda: pmf_tensor(2.5), TypeError, "max_rank must be an int"),
         (lambda: pmf_tensor(3, alpha_lambda=0.0), ValueError, "alpha_lambda"),
         (lambda: pmf_tensor(3, alpha=-1.0), ValueError, "alpha"),
-        (lambda: categorical_samples([[0, 1], [-1, -1]]), ValueError, "every entry missing"),
+        (lambda: categorical_samples([[-1, -1], [-1, -1]]), ValueError, "samples has every entry missing"),
         (lambda: categorical_samples([[0, 5], [1, 2]], num_categories=3), ValueError,
          "category 5 of variable 'x2'.*out of range"),
         (lambda: categorical_samples([[0, -2], [1, 2]]), ValueError, "out of range"),
         (lambda: categorical_samples([[0.5, 1]]), ValueError, "integer category codes"),
         (lambda: categorical_samples([["a", "b"]]), TypeError, "numeric"),
         (lambda: categorical_samples(np.zeros(3)), ValueError, "2-D"),
-        (lambda: _vi(pmf_tensor(2), [[0, 1], [-1, -1]]), ValueError, "every entry missing"),
+        (lambda: _vi(pmf_tensor(2), [[-1, -1]]), ValueError, "samples has every entry missing"),
         (lambda: _vi(pmf_tensor(2), [[0, 3]], num_categories=2), ValueError, "out of range"),
         (lambda: _vi(pmf_tensor(2), [[0, 1]], tol=-1.0), ValueError, "tol"),
         (lambda: _vi(pmf_tensor(2), [[0, 1]], num_iters=0), ValueError, "num_iters"),
@@ -95,6 +95,34 @@ def test_template_resolves_number_of_variables_from_data(small_problem):
 def test_bad_input_raises_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_all_missing_rows_are_dropped_with_a_warning():
+    """papers/001's 30 % missing setting hides every entry of some rows: they are dropped, not fatal."""
+    weights, factors = random_pmf(7, 2, 3, 3)
+    rng = np.random.default_rng(0)
+    samples = sample_pmf(8, weights, factors, 400)
+    hidden = samples.copy()
+    hidden[rng.random(samples.shape) < 0.3] = -1
+    hidden[:5] = -1  # at least five rows lose every entry
+    empty = int((hidden == -1).all(axis=1).sum())
+    with pytest.warns(UserWarning, match=f"dropped {empty} of 400 row"):
+        data = categorical_samples(hidden)
+    assert data.total == 400 - empty
+    frame = pd.DataFrame(np.where(hidden < 0, np.nan, hidden), columns=["a", "b", "c"])
+    with pytest.warns(UserWarning, match="every entry missing"):
+        from_frame = categorical_samples(frame)
+    assert from_frame.total == 400 - empty and from_frame.dims == ("a", "b", "c")
+    # The fit drops the rows too, and matches the fit to the informative rows alone.
+    with pytest.warns(UserWarning, match="every entry missing"):
+        fit = _vi(pmf_tensor(3), hidden, num_categories=3, num_iters=50)
+    kept = hidden[~(hidden == -1).all(axis=1)]
+    reference = _vi(pmf_tensor(3), kept, num_categories=3, num_iters=50)
+    np.testing.assert_allclose(_elbo(fit), _elbo(reference))
+    # Prediction keeps its rows (a hidden target may leave a row empty).
+    assert categorical_samples(hidden, allow_empty_rows=True).total == 400
+    with pytest.raises(ValueError, match="samples has every entry missing in all 2"):
+        categorical_samples(np.full((2, 3), -1), num_categories=3)
 
 
 def test_dataframe_labels_become_coords():

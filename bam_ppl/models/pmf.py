@@ -22,6 +22,7 @@ the rating-prediction metrics (eq. 55, RMSE, MAE, mean test NLL).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -79,7 +80,29 @@ def _codes_from_array(samples) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _check_codes(codes: np.ndarray, sizes: Sequence[int], names, allow_empty_rows: bool) -> None:
+def _drop_empty_rows(codes: np.ndarray, name: str = "samples", stacklevel: int = 3) -> np.ndarray:
+    """``codes`` without the rows whose every entry is missing, with a warning naming how many.
+
+    Such a sample carries no information about the joint PMF (its likelihood is 1 under every
+    model), so dropping it changes no estimate; papers/001's missing-data settings produce them.
+    Data with no observed entry at all are an error naming ``name``.
+    """
+    empty = (codes == MISSING).all(axis=1)
+    if not empty.any():
+        return codes
+    if empty.all():
+        raise ValueError(
+            f"{name} has every entry missing in all {codes.shape[0]} row(s); there is nothing to fit"
+        )
+    warnings.warn(
+        f"{name}: dropped {int(empty.sum())} of {codes.shape[0]} row(s) with every entry missing "
+        f"(e.g. row {int(np.argmax(empty))}); such a sample carries no information",
+        UserWarning, stacklevel=stacklevel,
+    )
+    return codes[~empty]
+
+
+def _check_codes(codes: np.ndarray, sizes: Sequence[int], names) -> None:
     if codes.shape[0] == 0:
         raise ValueError("samples is empty; expected at least one row (sample)")
     for n, size in enumerate(sizes):
@@ -90,13 +113,6 @@ def _check_codes(codes: np.ndarray, sizes: Sequence[int], names, allow_empty_row
             raise ValueError(
                 f"samples: category {int(column[row])} of variable {names[n]!r} (row {row}) is out of "
                 f"range; expected a code in [0, {size}) or -1 for a missing entry"
-            )
-    if not allow_empty_rows:
-        empty = (codes == MISSING).all(axis=1)
-        if empty.any():
-            raise ValueError(
-                f"samples has {int(empty.sum())} row(s) with every entry missing (e.g. row "
-                f"{int(np.argmax(empty))}); such a sample carries no information, drop it"
             )
 
 
@@ -121,6 +137,8 @@ def sample_codes(samples, num_categories=None, *, allow_empty_rows: bool = False
     Takes the same inputs as :func:`categorical_samples`. Returns ``(codes, sizes, dims, labels)``:
     codes ``(T, N)`` int64 in the input's row order with -1 for missing, alphabet sizes, data
     dims (DataFrame columns or CountTensor dims; ``None`` for arrays) and category labels.
+    Unless ``allow_empty_rows``, rows with every entry missing are dropped with a warning (so
+    ``T`` counts the informative rows); data with no observed entry at all raise ValueError.
     """
     import pandas as pd
 
@@ -141,7 +159,9 @@ def sample_codes(samples, num_categories=None, *, allow_empty_rows: bool = False
     if codes.ndim != 2 or codes.shape[1] < 1:
         raise ValueError(f"samples must have shape (T, N) with N >= 1, got {codes.shape}")
     sizes = _category_sizes(num_categories, codes, default)
-    _check_codes(codes, sizes, dims or _variable_names(codes.shape[1]), allow_empty_rows)
+    _check_codes(codes, sizes, dims or _variable_names(codes.shape[1]))
+    if not allow_empty_rows:
+        codes = _drop_empty_rows(codes, stacklevel=4)
     if labels and dims:
         labels = {d: lab for d, lab in labels.items() if len(lab) == sizes[dims.index(d)]}
     return codes, sizes, dims, labels or None
@@ -160,8 +180,9 @@ def categorical_samples(samples, num_categories=None, *, allow_empty_rows: bool 
         Alphabet sizes I_n. Default: the DataFrame's categories, the CountTensor's shape, or one
         more than the largest code seen per column.
     allow_empty_rows : bool
-        Accept rows with every entry missing (only meaningful for prediction, where the target
-        entry has been hidden).
+        Keep rows with every entry missing (only meaningful for prediction, where the target
+        entry has been hidden). By default they are dropped with a ``UserWarning``: such a
+        sample carries no information (papers/001's 30 % missing setting produces some).
 
     Returns
     -------
@@ -171,7 +192,7 @@ def categorical_samples(samples, num_categories=None, *, allow_empty_rows: bool 
     Raises
     ------
     ValueError
-        Codes out of range, all-missing rows, empty input, non-integer codes.
+        Codes out of range, empty input or input with no observed entry, non-integer codes.
     TypeError
         Non-numeric codes.
     """
