@@ -63,7 +63,7 @@ from .smc import log_evidence_constant, prepare
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
-DEFAULT_NUM_WARMUP = 200
+DEFAULT_NUM_WARMUP = 1000
 DEFAULT_NUM_STEPS = 1000
 MAX_ICM_PASSES = 100
 MAX_RELABELLINGS = 720  # label symmetries averaged over at most (6! = 720)
@@ -74,41 +74,81 @@ PLACE = 1  # add the (not yet placed) token, drawn from the urn given those plac
 ICM = 2  # remove the token, add it back at the mode of its conditional (ties keep the old value)
 # Transition probabilities into a relabelled z* below (best so far) − ABANDON_NATS are dropped:
 # each is < e^-ABANDON_NATS of the sum, far below any error that matters.
-ABANDON_NATS = 60.0
+ABANDON_NATS = 30.0
 
 
-def _log_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                 tie_rows, tie_earlier, valid, cell, has_valid):
-    """Unnormalised log urn conditional of one token over the free configurations (eq. 4.1)."""
+def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                 tie_rows, tie_earlier, valid, cell, has_valid, logs, beta):
+    """The urn conditional of one token (eq. 4.1) over the free configurations.
+
+    ``weight`` gets the unnormalised conditional (its log when ``logs``, for products that could
+    leave the float64 range), ``prob`` the normalised conditional raised to the power ``beta``.
+    """
     num_configs = weight.shape[0]
+    total = 0.0
+    if logs:
+        for c in range(num_configs):
+            weight[c] = 0.0
+        for r in numerator_rows:
+            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            for c in range(num_configs):
+                weight[c] += math.log(values[c])
+        for r in denominator_rows:
+            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            for c in range(num_configs):
+                weight[c] -= math.log(values[c])
+        if has_valid:
+            for c in range(num_configs):
+                if not valid[cell, c]:
+                    weight[c] = -np.inf
+        largest = weight.max()
+        for c in range(num_configs):
+            prob[c] = math.exp(beta * (weight[c] - largest))
+            total += prob[c]
+    else:
+        for c in range(num_configs):
+            weight[c] = 1.0
+        for r in numerator_rows:
+            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            for c in range(num_configs):
+                weight[c] *= values[c]
+        for r in denominator_rows:
+            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            for c in range(num_configs):
+                weight[c] /= values[c]
+        if has_valid:
+            for c in range(num_configs):
+                if not valid[cell, c]:
+                    weight[c] = 0.0
+        for c in range(num_configs):
+            prob[c] = weight[c] if beta == 1.0 else weight[c] ** beta
+            total += prob[c]
     for c in range(num_configs):
-        weight[c] = 0.0
-    for r in numerator_rows:
-        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-        for c in range(num_configs):
-            weight[c] += math.log(values[c])
-    for r in denominator_rows:
-        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-        for c in range(num_configs):
-            weight[c] -= math.log(values[c])
-    if has_valid:
-        for c in range(num_configs):
-            if not valid[cell, c]:
-                weight[c] = -np.inf
+        prob[c] /= total
 
 
-def _pass(rng, mode, shifted, config, order, token_cell, row_base, row_offset, valid,
-          numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid):
+def _log_ratio(weight, new, old, logs):
+    """log of the unnormalised conditional at ``new`` over that at ``old``."""
+    if logs:
+        return weight[new] - weight[old]
+    return math.log(weight[new] / weight[old])
+
+
+def _pass(rng, mode, beta, shifted, config, order, token_cell, row_base, row_offset, valid,
+          numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid, logs):
     """One pass over the tokens in ``order``, in place, with ``shifted`` = concentration + counts.
 
-    DRAW and ICM return the change of log p(X, z) (zero for ICM when no token moved); PLACE
-    returns the log urn probability of the placed configurations.
+    DRAW draws from the conditional raised to the power ``beta`` (1: the Gibbs sweep; below 1:
+    a sweep of the annealed target p(X, z)^beta). DRAW and ICM return the change of log p(X, z)
+    (zero for ICM when no token moved); PLACE returns the log probability of the placed
+    configurations.
     """
     num_rows = row_base.shape[0]
     num_configs = row_offset.shape[1]
     base = np.empty(num_rows, np.int64)
     values = np.empty(num_configs)
     weight = np.empty(num_configs)
+    prob = np.empty(num_configs)
     result = 0.0
     for position in range(order.shape[0]):
         token = order[position]
@@ -119,35 +159,30 @@ def _pass(rng, mode, shifted, config, order, token_cell, row_base, row_offset, v
         if mode != PLACE:
             for m in moved:
                 shifted[base[m] + row_offset[m, old]] -= 1.0
-        _log_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                     tie_rows, tie_earlier, valid, cell, has_valid)
+        _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                     tie_rows, tie_earlier, valid, cell, has_valid, logs, beta)
         if mode == ICM:
             new = old
             for c in range(num_configs):
-                if weight[c] > weight[new]:
+                if prob[c] > prob[new]:
                     new = c
-            result += weight[new] - weight[old]
         else:
-            largest = weight.max()
-            total = 0.0
-            for c in range(num_configs):
-                total += math.exp(weight[c] - largest)
-            u = rng.random() * total
+            u = rng.random()
             cumulative = 0.0
             new = -1
             for c in range(num_configs):
-                cumulative += math.exp(weight[c] - largest)
+                cumulative += prob[c]
                 if u < cumulative:
                     new = c
                     break
-            if new < 0:  # rounding left u at the total: the last configuration allowed
+            if new < 0:  # rounding left u above the total: the last configuration allowed
                 new = num_configs - 1
-                while new > 0 and weight[new] == -np.inf:
+                while new > 0 and prob[new] == 0.0:
                     new -= 1
-            if mode == DRAW:
-                result += weight[new] - weight[old]
-            else:
-                result += weight[new] - largest - math.log(total)
+        if mode == PLACE:
+            result += math.log(prob[new])
+        elif new != old:
+            result += _log_ratio(weight, new, old, logs)
         for m in moved:
             shifted[base[m] + row_offset[m, new]] += 1.0
         config[token] = new
@@ -155,7 +190,7 @@ def _pass(rng, mode, shifted, config, order, token_cell, row_base, row_offset, v
 
 
 def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base, row_offset, valid,
-                    numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid):
+                    numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid, logs):
     """log T(z → relabel(z*)): the log probability that one sweep in token order from the state
     (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``.
 
@@ -170,6 +205,7 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
     base = np.empty(num_rows, np.int64)
     values = np.empty(num_configs)
     weight = np.empty(num_configs)
+    prob = np.empty(num_configs)
     result = 0.0
     done = num_tokens
     for token in range(num_tokens):
@@ -180,13 +216,9 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
         new = relabel[star[token]]
         for m in moved:
             shifted[base[m] + row_offset[m, old]] -= 1.0
-        _log_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                     tie_rows, tie_earlier, valid, cell, has_valid)
-        largest = weight.max()
-        total = 0.0
-        for c in range(num_configs):
-            total += math.exp(weight[c] - largest)
-        result += weight[new] - largest - math.log(total)
+        _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                     tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
+        result += math.log(prob[new])
         for m in moved:
             shifted[base[m] + row_offset[m, new]] += 1.0
         if result < cutoff:
@@ -211,20 +243,20 @@ def _table_log_joint(shifted, concentration, num_entries):
     return value
 
 
-def _find_mode(rng, num_warmup, shifted, config, concentration, num_entries, structure):
+def _find_mode(rng, betas, shifted, config, concentration, num_entries, structure):
     """z*: urn start, ``num_warmup`` random-order sweeps keeping the best end-of-sweep state, then
     iterated conditional modes. Returns the number of ICM passes; ``shifted``/``config`` hold z*."""
     num_tokens = config.shape[0]
     order = np.arange(num_tokens)
     _shuffle(rng, order)
-    _pass(rng, PLACE, shifted, config, order, *structure)
+    _pass(rng, PLACE, 1.0, shifted, config, order, *structure)
     current = _table_log_joint(shifted, concentration, num_entries)
     best = current
     best_config = config.copy()
     best_shifted = shifted.copy()
-    for _ in range(num_warmup):
+    for beta in betas:
         _shuffle(rng, order)
-        current += _pass(rng, DRAW, shifted, config, order, *structure)
+        current += _pass(rng, DRAW, beta, shifted, config, order, *structure)
         if current > best:
             best = current
             best_config[:] = config
@@ -235,7 +267,7 @@ def _find_mode(rng, num_warmup, shifted, config, concentration, num_entries, str
     passes = 0
     while passes < MAX_ICM_PASSES:
         passes += 1
-        if _pass(rng, ICM, shifted, config, fixed, *structure) <= 1e-12:
+        if _pass(rng, ICM, 1.0, shifted, config, fixed, *structure) <= 1e-12:
             break
     return passes
 
@@ -266,18 +298,18 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, structure):
     backward = forward[::-1].copy()
     star = config.copy()
     log_transition = np.empty(num_steps)
-    _pass(rng, DRAW, shifted, config, backward, *structure)
+    _pass(rng, DRAW, 1.0, shifted, config, backward, *structure)
     mid_shifted = shifted.copy()
     mid_config = config.copy()
     best = -np.inf
     for j in range(s, num_steps + 1):
         if j > s:
-            _pass(rng, DRAW, shifted, config, forward, *structure)
+            _pass(rng, DRAW, 1.0, shifted, config, forward, *structure)
         log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, best, structure)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
-        _pass(rng, DRAW, shifted, config, backward, *structure)
+        _pass(rng, DRAW, 1.0, shifted, config, backward, *structure)
         log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, best, structure)
     return log_transition
 
@@ -288,7 +320,8 @@ _shuffle = gibbs_numba._shuffle  # Fisher–Yates with one uniform per position
 if gibbs_numba.HAVE_NUMBA:
     import numba
 
-    _log_weights = numba.njit(inline="always", cache=True)(_log_weights)
+    _conditional = numba.njit(inline="always", cache=True)(_conditional)
+    _log_ratio = numba.njit(inline="always", cache=True)(_log_ratio)
     _pass = numba.njit(nogil=True, cache=True)(_pass)
     _log_transition = numba.njit(nogil=True, cache=True)(_log_transition)
     _transition_into_star = numba.njit(nogil=True, cache=True)(_transition_into_star)
@@ -314,7 +347,7 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
     for every z: it must permute the count entries the tokens touch (a well-defined bijection
     that keeps tables and columns apart), preserve their concentrations and fixed counts, and
     keep every cell's allowed configurations."""
-    _, row_base, row_offset, valid, *_, moved, has_valid = structure
+    _, row_base, row_offset, valid, _, _, _, _, moved, has_valid, _ = structure
     if has_valid and not np.array_equal(valid, valid[:, relabel]):
         return False
     for m in moved:
@@ -390,9 +423,14 @@ class _Problem:
             np.asarray(problem.row_offset, np.int64), np.asarray(problem.valid, np.bool_),
             as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
             as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
-            as_rows(spec.moved), bool(spec.has_valid),
+            as_rows(spec.moved), bool(spec.has_valid), False,
         )
         self.concentration = np.asarray(problem.concentration, np.float64)
+        # Multiply the factors of the conditional directly unless a partial product could leave
+        # the float64 range (each factor lies in [α_min, α_max + T + 1]).
+        num_factors = len(spec.numerator_rows) + len(spec.denominator_rows)
+        extremes = np.abs(np.log10([self.concentration.min(), self.concentration.max() + data.total + 1]))
+        self.structure = (*self.structure[:-1], bool(num_factors * extremes.max() > 280))
         self.fixed_counts = np.asarray(problem.fixed_counts, np.float64)
         self.num_entries = int(spec.num_table_entries)
         self.num_configs = int(spec.num_configs)
@@ -419,32 +457,52 @@ class _Problem:
         return self.log_joint(shifted) + self.cell_factorials - float(gammaln(groups + 1.0).sum())
 
 
-def _one_run(problem: _Problem, rng: np.random.Generator, num_warmup: int, num_steps: int) -> dict:
+ANNEAL_START = 0.1
+ANNEAL_FRACTION = 0.8
+
+
+def _schedule(num_warmup: int) -> np.ndarray:
+    """β of each warmup sweep: geometric from ANNEAL_START to 1 over the first ANNEAL_FRACTION of
+    the sweeps, then 1."""
+    rising = int(num_warmup * ANNEAL_FRACTION)
+    betas = np.ones(num_warmup)
+    if rising > 0:
+        betas[:rising] = np.geomspace(ANNEAL_START, 1.0, rising)
+    return betas
+
+
+def _search(problem: _Problem, rng: np.random.Generator, num_warmup: int) -> dict:
+    """One annealed search for z*: its configuration, counts and log p(X, z), log π(S(z))."""
     shifted = problem.concentration + problem.fixed_counts
     config = np.zeros(problem.num_tokens, np.int32)
-    icm_passes = _find_mode(rng, num_warmup, shifted, config, problem.concentration, problem.num_entries,
-                            problem.structure)
+    icm_passes = _find_mode(rng, _schedule(num_warmup), shifted, config, problem.concentration,
+                            problem.num_entries, problem.structure)
     shifted = np.rint(shifted - problem.concentration) + problem.concentration
-    log_joint_star = problem.log_joint(shifted)
-    log_prob_star = problem.log_prob_allocation(shifted, config)
+    return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
+                log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(icm_passes))
+
+
+def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: int) -> float:
+    """log p̂(z* | X) of one chain of ``num_steps`` sweeps around z*."""
     s = int(rng.integers(1, num_steps + 1))
-    log_transition = _chib_steps(rng, s, num_steps, shifted, config, problem.relabellings, problem.structure)
-    log_posterior_star = float(logsumexp(log_transition) - math.log(num_steps))
-    return dict(log_evidence=log_joint_star - log_posterior_star, log_joint_star=log_joint_star,
-                log_prob_star=log_prob_star, log_posterior_star=log_posterior_star, start=s,
-                icm_passes=int(icm_passes))
+    log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(),
+                                 problem.relabellings, problem.structure)
+    return float(logsumexp(log_transition) - math.log(num_steps))
 
 
-def _stderr(values: np.ndarray) -> float:
+def _pool(values: np.ndarray) -> tuple[float, float]:
+    """log-mean-exp of the runs and a standard error from their spread."""
     try:
-        from ..evidence import honest_stderr
+        from ..evidence import pool_runs
     except ImportError:
-        honest_stderr = None
-    if honest_stderr is not None:
-        return float(honest_stderr(values))
+        pool_runs = None
+    if pool_runs is not None:
+        value, stderr = pool_runs(values)
+        return float(value), float(stderr)
+    value = float(logsumexp(values) - math.log(values.size))
     if values.size < 2:
-        return float("nan")
-    return float(values.std(ddof=1) / math.sqrt(values.size))
+        return value, float("nan")
+    return value, float(values.std(ddof=1) / math.sqrt(values.size))
 
 
 def _check_options(num_runs, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar):
@@ -512,31 +570,37 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     key = as_key(rng_key)
     data, bound, layout = prepare(model, data, max_configs)
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
-    rngs = [numpy_generator(k) for k in jax.random.split(key, num_runs)]
+    search_key, chain_key = jax.random.split(key)
+    search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_runs)]
+    chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=num_runs, desc="chib", unit="run", disable=not progress_bar)
+    bar = tqdm(total=2 * num_runs, desc="chib", unit="phase", disable=not progress_bar)
 
-    def one(r):
-        out = _one_run(problem, rngs[r], num_warmup, num_steps)
+    def tick(out):
         bar.update(1)
         return out
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(num_runs, os.cpu_count() or 1))) as pool:
-            runs = list(pool.map(one, range(num_runs)))
+            searches = list(pool.map(lambda r: tick(_search(problem, search_rngs[r], num_warmup)),
+                                     range(num_runs)))
+            star = max(searches, key=lambda found: found["log_joint"])
+            log_posterior = list(pool.map(lambda r: tick(_chain(problem, chain_rngs[r], star, num_steps)),
+                                          range(num_runs)))
     finally:
         bar.close()
-    values = np.array([r["log_evidence"] for r in runs])
-    value = float(logsumexp(values) - math.log(num_runs))
+    values = star["log_joint"] - np.array(log_posterior)
+    value, stderr = _pool(values)
     return EvidenceEstimate(
-        value=value, stderr=_stderr(values), method="chib", kind="estimate",
+        value=value, stderr=stderr, method="chib", kind="estimate",
         details=dict(
             run_log_evidence=values.tolist(),
-            lower_bound=max(r["log_prob_star"] for r in runs),
-            log_joint_star=[r["log_joint_star"] for r in runs],
-            log_posterior_star=[r["log_posterior_star"] for r in runs],
-            icm_passes=[r["icm_passes"] for r in runs],
+            lower_bound=max(found["log_prob"] for found in searches),
+            log_joint_star=float(star["log_joint"]),
+            search_log_joint=[found["log_joint"] for found in searches],
+            log_posterior_star=log_posterior,
+            icm_passes=[found["icm_passes"] for found in searches],
             num_relabellings=int(problem.relabellings.shape[0]),
             num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, kernel=kernel,
         ),
