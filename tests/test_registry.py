@@ -43,10 +43,29 @@ def test_subclass_backend_wins():
 
     @bam.register("svi", models=(Special,))
     def special_svi(model, data, *, rng_key=0):
-        return "special"
+        return to_inference_data({"posterior": {"mu": (("chain", "draw"), np.zeros((1, 1)))}},
+                                 attrs={"method": "special"})
 
     m = Special("k -> i; k -> j", latent={"k": 2})
-    assert bam.infer(m, np.ones((2, 2), int), method="svi") == "special"
+    assert attrs_of(bam.infer(m, np.ones((2, 2), int), method="svi"))["method"] == "special"
+
+
+def test_registry_guards():
+    class Toy:
+        pass
+
+    @bam.register("toy_fit", models=(Toy,))
+    def toy_fit(model, data, *, rng_key=0, size=1):
+        return {"not": "inference data"}
+
+    with pytest.raises(TypeError, match="returned dict, not InferenceData"):
+        bam.infer(Toy(), None, method="toy_fit")
+    with pytest.raises(TypeError, match=r"bam.infer\(method='toy_fit'\): unknown option\(s\) \['sise'\]; valid options: \['size'\]"):
+        bam.infer(Toy(), None, method="toy_fit", sise=2)
+    with pytest.warns(UserWarning, match="already registered"):
+        bam.register("toy_fit", models=(Toy,))(lambda model, data, *, rng_key=0: None)
+    with pytest.raises(TypeError, match=r"bam.log_evidence\(method='exact'\): unknown option.*max_tensors"):
+        bam.log_evidence(bam.models.nmf(1), np.ones((2, 2), int), method="exact", num_particles=10)
 
 
 def test_user_evidence_and_compare():

@@ -19,6 +19,7 @@ not maximise it). The registry adapter is :func:`cvb` (``method="cvb"``).
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -267,6 +268,11 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         result = run(key_fit, problem, member_table, num_iters=num_iters, tol=tol,
                      num_restarts=num_restarts, init=init, progress_bar=show)
     best = result.best
+    if not bool(result.converged[best]):
+        warnings.warn(
+            f"cvb stopped after num_iters={num_iters} sweeps before the relative change of the "
+            f"training log-likelihood fell below tol={tol}; raise num_iters (or tol) for a converged fit",
+            UserWarning, stacklevel=2)
     alpha_hat = bound.flat_concentration + result.expected[best]
     theta, rate = posterior_draws(key_draw, bound, alpha_hat, num_samples)
     stats = {

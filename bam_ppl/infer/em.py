@@ -195,7 +195,7 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
         ``posterior``: the MAP point as a single draw (chain 1, draw 1) of ``theta_<table>`` and
         ``total_rate`` (λ*, absent when totals are conditioned on); ``sample_stats``:
         ``log_posterior`` per iteration of the best restart (dims ``("chain", "iteration")``),
-        ``restart_log_posterior`` and ``restart_iterations`` per restart. ``attrs["estimate"]``
+        ``restart_log_posterior`` and ``restart_iterations`` (chain, restart). ``attrs["point_estimate"]``
         is ``"point (MAP)"``.
     """
     num_iters = check_int(num_iters, "num_iters")
@@ -225,12 +225,13 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
         rate = np.full((1, 1), (bound.a + data.total - 1.0) / (bound.b + 1.0))
     stats = {
         "log_posterior": (("chain", "iteration"), states.trace[best][None, :iterations]),
-        "restart_log_posterior": (("restart",), states.log_posterior),
-        "restart_iterations": (("restart",), states.iteration),
+        "restart_log_posterior": (("chain", "restart"), states.log_posterior[None]),
+        "restart_iterations": (("chain", "restart"), states.iteration[None]),
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="map", sample_stats=stats,
-        attrs=dict(estimate="point (MAP)", num_iters=num_iters, tol=tol, num_restarts=num_restarts,
+        attrs=dict(point_estimate="MAP: a single draw holding the posterior mode, not posterior samples",
+                   num_iters=num_iters, tol=tol, num_restarts=num_restarts,
                    init=init, best_restart=best, converged=int(states.change[best] <= tol),
                    log_posterior=float(states.log_posterior[best])),
     )
