@@ -23,22 +23,41 @@ where T(z → z*) is the exact probability that one sweep from z lands on z*: th
 the tokens in sweep order, of each token's conditional probability of its value in z*, given
 the tokens before it already set to their values in z* and the tokens after it still at z.
 
-Bias. The distribution of the chain satisfies dP/dQ = p(z* | X) / p̂, where P is a stationary
-chain; hence E[1 / p̂] = 1 / p(z* | X) exactly and p(X, z*) / p̂ is an *unbiased* estimate of
-p(X), whatever S and however z* was chosen (independently of the chain). Its logarithm is
-therefore a stochastic lower bound: E[log p̂(X)] ≤ log p(X) (Jensen), and by Markov's
-inequality Pr(log p̂(X) > log p(X) + b) ≤ e^(−b). When the chain does not mix between the
-posterior's modes (label switching of a latent node), the estimate is typically low by up to
-the log of the number of equivalent modes; independent runs pooled by log-mean-exp remain
-unbiased for p(X).
+Bias. Let P be the law of a stationary chain and Q that of the chain above. Then
+dP/dQ = p(z* | X) / p̂, hence E_Q[1 / p̂] = 1 / p(z* | X) exactly, and p(X, z*) / p̂ is an
+*unbiased* estimate of p(X) for every S and every z* chosen independently of the chain; Murray
+& Salakhutdinov state it as "estimates based on short runs are formally unbiased" while "in
+expectation, the log probability ... will be underestimated". Its logarithm is a stochastic
+lower bound: E[log p̂(X)] ≤ log p(X) (Jensen), and Pr(log p̂(X) > log p(X) + b) ≤ e^(−b)
+(Markov). Independent runs pooled by log-mean-exp stay unbiased for p(X); the standard error
+from the spread of their logs does not see a heavy right tail, so on small problems the pooled
+value tends to sit a few hundredths of a nat low.
 
-z* is the best state (largest p(X, z)) at the end of ``num_warmup`` randomly ordered Gibbs
-sweeps from a Pólya-urn initial allocation, refined by iterated conditional modes. Every
-z* gives a sure lower bound log π(S(z*)) ≤ log p(X), reported in the details.
+Label symmetries. When relabelling the values of a latent node leaves p(X, z) unchanged (the
+usual symmetric priors), the posterior has one copy of every mode per relabelling and a Gibbs
+chain started at z* rarely visits the others: T(z → z*) averaged along it then estimates the
+mass of z*'s copy alone and log p(X) comes out low by up to the log of the number of copies
+(log 2 on a two-block matrix at K = 2). The estimator therefore uses the kernel T' = T ∘ R,
+with R a uniformly random relabelling from the symmetry group G, which also leaves p(z | X)
+invariant and has reversal R ∘ T̃; as T commutes with relabellings,
+T'(z → z*) = (1/|G|) Σ_g T(z → g(z*)), and the chain itself need not be relabelled. G is
+found by checking that relabellings permute the count entries while preserving their
+concentrations (the whole symmetric group of a latent node when its transposition and cycle
+pass); terms more than ABANDON_NATS below the largest so far are dropped, which changes the
+log estimate by less than S·|G|·e^(−ABANDON_NATS). Groups larger than MAX_RELABELLINGS are
+not averaged over (with a warning).
 
-The sweeps and the transition probabilities are computed by a numba CPU kernel sharing the
-urn conditional of the collapsed Gibbs sampler (same problem arrays, ties and missing entries),
-in log space and float64.
+z*. Each run first searches for a state of high p(X, z): a Pólya-urn initial allocation,
+``num_warmup`` randomly ordered sweeps of the annealed target p(X, z)^β (β rising
+geometrically from 0.1 to 1 over the first 80 % of them, then 1), the best end-of-sweep state,
+then iterated conditional modes. All runs share the best z* of all searches: the chains,
+drawn with separate keys, stay independent given z*, so the runs' spread measures the error of
+the estimate. Every searched state S also gives a sure lower bound log π(S) ≤ log p(X)
+(eq. 3.11 with its multinomial coefficient), reported in the details.
+
+The sweeps and the transition probabilities are computed by a numba CPU kernel on the problem
+arrays of the collapsed Gibbs sampler (same urn conditional, ties and missing entries), in
+float64 (in log space when products of the conditional's factors could leave its range).
 """
 
 from __future__ import annotations
@@ -524,19 +543,20 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
                       max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool = False) -> EvidenceEstimate:
     """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009).
 
-    Each of ``num_runs`` independent runs finds its own high-probability token labelling z*
-    (``num_warmup`` Gibbs sweeps in random order, then iterated conditional modes) and estimates
-    p(z* | X) by the average of the transition probabilities T(z^(s) → z*) of a systematic-scan
-    Gibbs chain of ``num_steps`` sweeps run backwards and forwards from z*: Murray &
-    Salakhutdinov (2009, "Evaluating probabilities under high-dimensional latent variable
-    models"), Wallach, Murray, Salakhutdinov & Mimno (2009, "Evaluation methods for topic
-    models"), after Chib (1995, "Marginal likelihood from the Gibbs output").
+    log p(X) = log p(X, z*) − log p(z* | X) for a token labelling z* of high probability, with
+    p(z* | X) estimated by averaging the exact transition probabilities T(z^(s) → z*) of a
+    systematic-scan Gibbs chain of ``num_steps`` sweeps run backwards and forwards from z*:
+    Murray & Salakhutdinov (2009, "Evaluating probabilities under high-dimensional latent
+    variable models"); Wallach, Murray, Salakhutdinov & Mimno (2009, "Evaluation methods for
+    topic models"); after Chib (1995, "Marginal likelihood from the Gibbs output"). A method of
+    another kind than the SMC estimators, as a cross-check of them.
 
     Each run's p(X, z*) / p̂(z* | X) is an unbiased estimate of p(X), so its log is a stochastic
-    lower bound of log p(X) (low in expectation, and above log p(X) + b with probability at
-    most e^(−b)). Runs are pooled by log-mean-exp (still unbiased for p(X)). When the posterior
-    has several well-separated equivalent modes (label switching) that a chain of ``num_steps``
-    sweeps does not cross, single runs tend to fall short by up to the log of their number.
+    lower bound of log p(X): low in expectation (Jensen), and above log p(X) + b with
+    probability at most e^(−b). Runs are pooled by log-mean-exp. The estimate relies on the
+    chain around z* covering the posterior mass near z*; a z* in a poor local mode (too few
+    ``num_warmup`` sweeps) gives a value far too low, which the sure ``lower_bound`` and other
+    estimators reveal. See the module documentation for z*, the label symmetries and the bias.
 
     Parameters
     ----------
@@ -544,26 +564,33 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     data : array-like or CountTensor
     rng_key : int or JAX key
     num_runs : int
-        Independent runs (threads); their spread gives the standard error.
+        Independent chains around z* (threads), and as many searches for z*; their spread gives
+        the standard error.
     num_warmup : int
-        Random-order Gibbs sweeps from a Pólya-urn start to find z* (>= 0).
+        Annealed random-order Gibbs sweeps of each search for z* (>= 0).
     num_steps : int
-        Sweeps S of the chain around z* (>= 1).
+        Sweeps S of each chain around z* (>= 1).
+    label_symmetry : bool
+        Average the transition probabilities over the relabellings of latent nodes that leave
+        p(X, z) unchanged (up to MAX_RELABELLINGS = 720 of them); without it the estimate is
+        low by up to the log of their number when the chain does not switch labels.
     kernel : {"auto", "numba"}
         Only the numba CPU kernel exists; ``"jax"`` raises a ValueError.
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
     progress_bar : bool
-        A tqdm bar over the runs.
+        A tqdm bar over the searches and chains.
 
     Returns
     -------
     EvidenceEstimate
-        ``kind="estimate"``, stderr the sd of the runs' log estimates over sqrt(num_runs) (nan
-        for one run). ``details``: ``run_log_evidence``, ``lower_bound`` (max over runs of
-        log π(S(z*)), eq. 3.11 with its multinomial coefficient: a sure lower bound on
-        log p(X)), ``log_joint_star`` (log p(X, z*) of each run, token-labelled),
-        ``log_posterior_star`` (log p̂(z* | X)), ``num_steps``, ``num_warmup``, ``num_runs``.
+        ``kind="estimate"``; stderr from the spread of the runs (:func:`bam_ppl.evidence.pool_runs`;
+        nan for one run). ``details``: ``run_log_evidence`` (each chain's log estimate),
+        ``lower_bound`` (max over the searches of log π(S), eq. 3.11 with its multinomial
+        coefficient: a sure lower bound on log p(X)), ``log_joint_star`` (log p(X, z*),
+        token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
+        ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
+        ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``kernel``.
     """
     num_runs, num_warmup, num_steps, kernel = _check_options(num_runs, num_warmup, num_steps, label_symmetry,
                                                              kernel, max_configs, progress_bar)

@@ -1,0 +1,213 @@
+"""Chib-style evidence estimate (method="chib"): exact on tiny cases, a proper transition kernel,
+label symmetries, the sure lower bound, option checks, and a realistic size (slow)."""
+
+import itertools
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from conftest import X1, X2
+from scipy.special import gammaln, logsumexp
+
+import bam_ppl as bam
+from bam_ppl.data import CountTensor
+from bam_ppl.infer import chib, gibbs
+from bam_ppl.infer.smc import log_evidence_constant, prepare
+from bam_ppl.types import numpy_generator
+
+pytestmark = pytest.mark.skipif(not chib.gibbs_numba.HAVE_NUMBA, reason="method='chib' needs numba")
+
+RNG = np.random.default_rng(3)
+CASES = {
+    "nmf_X1_K2": (bam.models.nmf(2, a=1.0), X1),
+    "nmf_X1_K3": (bam.models.nmf(3, a=1.0), X1),
+    "nmf_X2_K2": (bam.models.nmf(2, a=1.0), X2),  # two blocks: two label-switched modes
+    "nmf_X2_K3_small_a": (bam.models.nmf(3, a=0.1), X2),
+    "cp": (bam.models.cp(2, a=1.0), RNG.integers(0, 2, (2, 3, 2))),
+    "lda_conditioned": (bam.models.lda(2, a=1.0), np.array([[2, 1, 0], [0, 1, 2]])),
+    "symmetric_nmf_tied": (bam.models.symmetric_nmf(2, a=0.5), np.array([[2, 1, 0], [1, 0, 1], [0, 1, 2]])),
+    "tucker": (bam.models.tucker((2, 2), a=1.0), np.array([[2, 0, 1], [0, 1, 1]])),
+    "missing_entries": (
+        bam.models.cp(2, a=1.0),
+        CountTensor.from_samples(
+            np.array([[0, 1, 0], [1, -1, 0], [0, 0, -1], [1, 1, 1], [-1, 0, 1], [0, 1, 0]]), shape=(2, 2, 2)),
+    ),
+}
+FAST = dict(num_runs=8, num_warmup=50, num_steps=300)
+EXTRA = {"nmf_X2_K3_small_a": dict(num_steps=1000)}  # sticky (a = 0.1): heavier tails
+
+
+def chib_estimate(model, X, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.evidence.EvidenceWarning)
+        return bam.log_evidence(model, X, method="chib", **{**FAST, **options})
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_exact_enumeration(name):
+    model, X = CASES[name]
+    exact = bam.log_evidence(model, X, method="exact").value
+    est = chib_estimate(model, X, rng_key=1, **EXTRA.get(name, {}))
+    assert est.method == "chib" and est.kind == "estimate"
+    assert len(est.details["run_log_evidence"]) == FAST["num_runs"]
+    assert np.isfinite(est.stderr) and est.stderr >= 0
+    # Unbiased for p(X); on the log scale a few hundredths low (Jensen, heavy right tail).
+    assert abs(est.value - exact) <= 0.06 + 3 * est.stderr, (est, exact)
+    assert est.details["lower_bound"] <= exact + 1e-9
+    assert est.details["log_joint_star"] <= est.details["lower_bound"] + 1e-9  # log p(X, z*) ≤ log π(S*)
+
+
+def problem_of(model, X):
+    data, bound, layout = prepare(model, X)
+    return chib._Problem(bound, data, layout, True, chib.MAX_RELABELLINGS), data, bound, layout
+
+
+def state_of(problem, config):
+    """(shifted counts, config) of a token labelling."""
+    config = np.asarray(config, np.int32)
+    token_cell, row_base, row_offset = problem.structure[:3]
+    shifted = problem.concentration + problem.fixed_counts
+    for m in problem.structure[8]:
+        np.add.at(shifted, row_base[m, token_cell] + row_offset[m, config], 1.0)
+    return shifted, config
+
+
+def all_labellings(problem):
+    valid = problem.structure[3]
+    cells = problem.structure[0]
+    choices = [np.flatnonzero(valid[cell]) if problem.structure[9] else range(problem.num_configs)
+               for cell in cells]
+    return [np.array(z, np.int32) for z in itertools.product(*choices)]
+
+
+@pytest.mark.parametrize("name", ["nmf_small", "symmetric_nmf_tied", "missing_small"])
+def test_transition_probabilities_form_a_stationary_kernel(name):
+    model, X = {
+        "nmf_small": (bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 1]])),
+        "symmetric_nmf_tied": (bam.models.symmetric_nmf(2, a=0.5), np.array([[1, 1], [0, 1]])),
+        "missing_small": (bam.models.cp(2, a=1.0),
+                          CountTensor.from_samples(np.array([[0, 1, 0], [1, -1, 0], [0, 0, -1]]), shape=(2, 2, 2))),
+    }[name]
+    problem, data, bound, layout = problem_of(model, X)
+    labellings = all_labellings(problem)
+    identity = np.arange(problem.num_configs)
+    log_joint = np.array([problem.log_joint(state_of(problem, z)[0]) for z in labellings])
+    # Σ_z p(X, z) over token labellings is the evidence.
+    assert logsumexp(log_joint) == pytest.approx(bam.log_evidence(model, X, method="exact").value, abs=1e-9)
+    posterior = np.exp(log_joint - logsumexp(log_joint))
+    kernel = np.empty((len(labellings), len(labellings)))
+    for i, z in enumerate(labellings):
+        shifted, config = state_of(problem, z)
+        before = shifted.copy()
+        for j, target in enumerate(labellings):
+            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf, *problem.structure))
+        np.testing.assert_allclose(shifted, before, atol=1e-9)  # the state is restored
+    np.testing.assert_allclose(kernel.sum(axis=1), 1.0, atol=1e-12)  # a distribution over z*
+    np.testing.assert_allclose(posterior @ kernel, posterior, atol=1e-12)  # p(z | X) is stationary
+
+
+def test_log_joint_matches_the_gibbs_sampler_and_the_closed_form():
+    model, X = bam.models.lda(2, a=0.7), np.array([[2, 1, 0], [0, 1, 3]])
+    problem, data, bound, layout = problem_of(model, X)
+    spec, gproblem = gibbs.build_problem(bound, data, layout, token_order="fixed")
+    config = numpy_generator(0).integers(0, problem.num_configs, problem.num_tokens).astype(np.int32)
+    shifted, config = state_of(problem, config)
+    counts = np.rint(shifted - problem.concentration).astype(np.int32)
+    with jax.enable_x64(True):
+        gibbs_value = float(gibbs.log_joint(spec, gproblem, gibbs.GibbsState(config, counts)))
+    # log π(S) with its multinomial coefficient is the Gibbs sampler's log joint ...
+    assert problem.log_prob_allocation(shifted, config) == pytest.approx(gibbs_value, abs=1e-9)
+    # ... and log p(X, z) = C + Σ_tables [log B(α + S) − log B(α)] differs by the coefficient.
+    groups = np.bincount(problem.structure[0] * problem.num_configs + config)
+    coefficient = gammaln(data.counts + 1.0).sum() - gammaln(groups + 1.0).sum()
+    assert problem.log_joint(shifted) == pytest.approx(gibbs_value - coefficient, abs=1e-9)
+    assert problem.constant == log_evidence_constant(bound, data)
+
+
+def test_label_symmetries():
+    for model, X, expected in [
+        (bam.models.nmf(3, a=1.0), X1, 6),
+        (bam.models.tucker((2, 2), a=1.0), np.array([[2, 0, 1], [0, 1, 1]]), 4),
+        (bam.models.symmetric_nmf(2, a=0.5), np.array([[1, 1], [0, 1]]), 2),
+        (bam.models.complete_graph(2, a=1.0), X1, 1),  # no latent node
+    ]:
+        problem = problem_of(model, X)[0]
+        relabellings = problem.relabellings
+        assert relabellings.shape == (expected, problem.num_configs)
+        np.testing.assert_array_equal(relabellings[0], np.arange(problem.num_configs))
+        assert len({tuple(r) for r in relabellings}) == expected
+        for relabel in relabellings:  # each leaves p(X, z) unchanged
+            z = numpy_generator(1).integers(0, problem.num_configs, problem.num_tokens)
+            assert problem.log_joint(state_of(problem, relabel[z])[0]) == pytest.approx(
+                problem.log_joint(state_of(problem, z)[0]), abs=1e-9)
+
+
+def test_without_label_symmetry_two_modes_cost_log_two():
+    # X2 has two blocks: at K = 2 the posterior has two label-switched modes the chain never
+    # crosses; without averaging over relabellings the estimate falls short by log 2.
+    model = bam.models.nmf(2, a=1.0)
+    exact = bam.log_evidence(model, X2, method="exact").value
+    plain = chib_estimate(model, X2, rng_key=0, label_symmetry=False)
+    assert plain.details["num_relabellings"] == 1
+    assert plain.value == pytest.approx(exact - np.log(2), abs=0.05)
+    symmetric = chib_estimate(model, X2, rng_key=0)
+    assert symmetric.details["num_relabellings"] == 2
+    assert symmetric.value == pytest.approx(exact, abs=0.05)
+
+
+def test_same_key_same_result_and_details():
+    model, X = CASES["nmf_X1_K2"]
+    a = chib_estimate(model, X, rng_key=5, num_runs=3, num_steps=50)
+    b = chib_estimate(model, X, rng_key=5, num_runs=3, num_steps=50)
+    assert a.details["run_log_evidence"] == b.details["run_log_evidence"]
+    assert a.details["num_steps"] == 50 and a.details["num_warmup"] == FAST["num_warmup"]
+    assert len(a.details["search_log_joint"]) == 3 and len(a.details["log_posterior_star"]) == 3
+    assert a.details["log_joint_star"] == max(a.details["search_log_joint"])
+    one = chib_estimate(model, X, rng_key=5, num_runs=1, num_steps=50)
+    assert np.isnan(one.stderr) and np.isfinite(one.value)
+
+
+@pytest.mark.parametrize("options, error", [
+    (dict(num_runs=0), ValueError),
+    (dict(num_runs=2.0), TypeError),
+    (dict(num_warmup=-1), ValueError),
+    (dict(num_steps=0), ValueError),
+    (dict(num_steps="10"), TypeError),
+    (dict(kernel="jax"), ValueError),
+    (dict(kernel="gpu"), ValueError),
+    (dict(kernel=1), TypeError),
+    (dict(max_configs=0), ValueError),
+    (dict(label_symmetry="yes"), TypeError),
+    (dict(progress_bar=1), TypeError),
+])
+def test_bad_options_raise(options, error):
+    with pytest.raises(error, match=next(iter(options))):
+        bam.log_evidence(bam.models.nmf(2), X1, method="chib", **options)
+
+
+def test_bad_data_and_model_raise():
+    with pytest.raises(ValueError, match="no tokens"):
+        bam.log_evidence(bam.models.nmf(2), np.zeros((2, 2), int), method="chib")
+    with pytest.raises(ValueError, match="max_configs"):
+        bam.log_evidence(bam.models.nmf(5), X1, method="chib", max_configs=4)
+    with pytest.raises(TypeError):
+        bam.log_evidence(object(), X1, method="chib")
+
+
+@pytest.mark.slow
+def test_realistic_size_beats_the_variational_bound():
+    # NMF(4), a = 1, on a 50 × 70 matrix of T = 1000 tokens drawn from the prior with a = 200.
+    X = bam.models.nmf(4, a=200).sample(jax.random.key(0), shape=(50, 70), total=1000)[1]
+    model = bam.models.nmf(4, a=1.0)
+    vb = bam.log_evidence(model, X, method="vb").value
+    estimates = [chib_estimate(model, X, rng_key=k, num_warmup=1000, num_steps=1000, num_runs=4)
+                 for k in range(3)]
+    values = np.array([e.value for e in estimates])
+    stderrs = np.array([e.stderr for e in estimates])
+    for e in estimates:
+        assert e.value > vb + 100  # far above the mean-field bound
+        assert e.value >= e.details["lower_bound"]  # above the sure bound
+        assert e.details["num_relabellings"] == 24
+    # Independent estimates agree within their stated errors.
+    assert values.max() - values.min() <= 4 * np.sqrt(np.sum(stderrs**2)) + 0.5
