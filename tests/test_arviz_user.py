@@ -1,0 +1,268 @@
+"""ArviZ and NumPyro as a user meets them: LOO/WAIC/compare, posterior predictive, relabelling."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import matplotlib
+import numpy as np
+import pytest
+from numpyro.infer import Predictive
+from numpyro.infer import log_likelihood as numpyro_log_likelihood
+from scipy.stats import multinomial, poisson
+
+import bam_ppl as bam
+from bam_ppl import pointwise
+from bam_ppl.convert import group, import_arviz
+
+matplotlib.use("Agg")
+az = import_arviz()
+AZ_MAJOR = int(az.__version__.split(".")[0])
+
+X_SMALL = np.array([[4, 0, 1, 2], [0, 3, 1, 0], [2, 1, 5, 0]])
+NMF = bam.models.nmf(2, a=2.0)
+FAST = {
+    "smc": dict(num_particles=200, num_chains=2),
+    "gibbs": dict(num_warmup=100, num_samples=200, num_chains=2),
+    "vb": dict(num_samples=200),
+    "nuts": dict(num_warmup=100, num_samples=100, num_chains=1),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def fit(method, structure="nmf"):
+    model = NMF if structure == "nmf" else bam.models.independence(2) if structure == "indep" else structure
+    options = {**FAST[method]}
+    if method == "gibbs":
+        options["progress_bar"] = False
+    return bam.infer(model, X_SMALL, method=method, rng_key=0, **options)
+
+
+def _loo(idata):
+    result = az.loo(idata)
+    return float(result.elpd_loo if AZ_MAJOR < 1 else result.elpd)
+
+
+# -- point 3: pointwise log-likelihood, LOO, WAIC, compare ------------------------------------------
+@pytest.mark.parametrize("method", ["smc", "gibbs", "nuts"])
+def test_sampling_backends_write_pointwise_log_likelihood(method):
+    idata = fit(method)
+    ll = group(idata, "log_likelihood")["X"]
+    obs = group(idata, "observed_data")["X"]
+    assert ll.dims == ("chain", "draw", *obs.dims)
+    assert ll.shape[2:] == X_SMALL.shape  # dense: zero cells are observations too
+    assert np.isfinite(ll.values).all()
+    assert np.isfinite(_loo(idata))
+    if hasattr(az, "waic"):
+        assert np.isfinite(float(az.waic(idata).elpd_waic))
+
+
+def test_pointwise_values_are_poisson_cells_with_rate_times_p():
+    idata = fit("gibbs")
+    post = group(idata, "posterior")
+    p = np.einsum("cdk,cdki,cdkj->cdij", *(post[f"theta_{n}"].values.astype(float) for n in "kij"))
+    rate = post["total_rate"].values.astype(float)[..., None, None]
+    expected = poisson.logpmf(X_SMALL, rate * p)
+    np.testing.assert_allclose(group(idata, "log_likelihood")["X"].values, expected, rtol=1e-6, atol=1e-9)
+
+
+def test_pointwise_sum_matches_numpyro_program_log_likelihood():
+    # NUTS draws through the (sparse) NumPyro program: its X and X_zero_cells sites sum to ours.
+    idata = fit("nuts")
+    post = group(idata, "posterior")
+    samples = {k: post[k].values[0] for k in ("total_rate", "theta_k", "theta_i", "theta_j")}
+    ref = numpyro_log_likelihood(NMF.numpyro_model(), samples, X_SMALL, dense=False)
+    total = np.asarray(ref["X"]).sum(-1) + np.asarray(ref["X_zero_cells"])
+    ours = group(idata, "log_likelihood")["X"].values[0].sum((-2, -1))
+    np.testing.assert_allclose(ours, total, rtol=1e-4)
+
+
+def test_condition_on_pointwise_sums_to_the_multinomial():
+    model = bam.models.lda(2, a=2.0)
+    idata = bam.infer(model, X_SMALL, method="gibbs", rng_key=0, num_warmup=20, num_samples=30,
+                      num_chains=2, progress_bar=False)
+    post = group(idata, "posterior")
+    theta_k, theta_w = post["theta_k"].values.astype(float), post["theta_w"].values.astype(float)
+    ll = group(idata, "log_likelihood")["X"]
+    assert ll.dims == ("chain", "draw", "d", "w")
+    for c, t in [(0, 0), (1, 17)]:
+        p = theta_k[c, t] @ theta_w[c, t]
+        exact = sum(multinomial.logpmf(X_SMALL[d], X_SMALL[d].sum(), p[d] / p[d].sum()) for d in range(3))
+        assert ll.values[c, t].sum() == pytest.approx(exact, rel=1e-6)
+    # the coefficient is apportioned by counts: a zero cell contributes exactly 0
+    assert np.all(ll.values[:, :, X_SMALL == 0] == 0.0)
+
+
+def test_large_tables_get_the_aggregated_zero_cell_entry(monkeypatch):
+    idata_dense = fit("gibbs")
+    monkeypatch.setattr(pointwise, "DENSE_CELL_LIMIT", 5)
+    bound = NMF.bind(X_SMALL)
+    post = group(idata_dense, "posterior")
+    theta = {n: post[f"theta_{n}"].values for n in "kij"}
+    variables, _ = pointwise.allocation_log_likelihood(
+        bound, NMF.as_data(X_SMALL), theta, post["total_rate"].values, dense_limit=5)
+    dims, values = variables["X"]
+    assert dims == ("chain", "draw", "X_cell")
+    assert values.shape[-1] == np.count_nonzero(X_SMALL) + 1
+    dense = group(idata_dense, "log_likelihood")["X"].values.sum((-2, -1))
+    np.testing.assert_allclose(values.sum(-1), dense, rtol=1e-6)
+    with pytest.raises(ValueError, match="max_elements"):
+        pointwise.allocation_log_likelihood(bound, NMF.as_data(X_SMALL), theta, post["total_rate"].values,
+                                            max_elements=10)
+
+
+def test_az_compare_of_two_structures():
+    fits = {"nmf": fit("gibbs"), "independence": fit("gibbs", "indep")}
+    table = az.compare(fits)
+    assert set(table.index) == {"nmf", "independence"}
+    assert np.isfinite(table.iloc[:, :3].to_numpy(dtype=float)).all()
+
+
+V_NBMF = (np.random.default_rng(1).random((7, 6)) < 0.4).astype(float)
+V_NBMF[2, 3] = np.nan
+
+
+@functools.lru_cache(maxsize=None)
+def fit_nbmf(prior):
+    return bam.infer(bam.models.nbmf(2, prior=prior), V_NBMF, method="gibbs", rng_key=0, num_warmup=20,
+                     num_samples=20, num_chains=2, thinning=1, progress_bar=False)
+
+
+def test_nbmf_writes_bernoulli_log_likelihood():
+    idata = fit_nbmf("dir-beta")
+    ll = group(idata, "log_likelihood")["V"]
+    observed = ~np.isnan(V_NBMF)
+    assert ll.dims == ("chain", "draw", "observed_entry") and ll.shape[-1] == observed.sum()
+    post = group(idata, "posterior")
+    p = np.einsum("cdfk,cdkn->cdfn", post["W"].values.astype(float), post["H"].values.astype(float))
+    v = V_NBMF[observed]
+    np.testing.assert_allclose(ll.values, v * np.log(p[:, :, observed]) + (1 - v) * np.log1p(-p[:, :, observed]),
+                               rtol=1e-5)
+    assert np.isfinite(_loo(idata))
+    # fully observed data keep the (row, col) dims of observed_data
+    full = pointwise.bernoulli_log_likelihood(post["W"].values, post["H"].values, np.nan_to_num(V_NBMF),
+                                              np.ones(V_NBMF.shape, bool))
+    assert full["V"][0] == ("chain", "draw", "row", "col")
+
+
+def test_dirichlet_tucker_log_likelihood_stat_renamed():
+    rng = np.random.default_rng(0)
+    X = rng.multinomial(20, np.full(12, 1 / 12), size=(3, 2)).reshape(3, 2, 4, 3)
+    model = bam.models.dirichlet_tucker((2, 2, 2, 2), alpha=1.1)
+    idata = bam.infer(model, X, method="map", rng_key=0, num_iters=5, num_restarts=1)
+    stats = group(idata, "sample_stats")
+    assert "log_likelihood" not in stats and stats["final_log_likelihood"].dims == ("chain",)
+
+
+def test_raw_program_gives_one_log_likelihood_array_to_arviz():
+    from numpyro.infer import MCMC, NUTS
+
+    program = NMF.numpyro_model()
+    mcmc = MCMC(NUTS(program), num_warmup=20, num_samples=20, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X_SMALL)
+    ll = group(az.from_numpyro(mcmc), "log_likelihood")
+    assert list(ll.data_vars) == ["X"] and ll["X"].shape[2:] == X_SMALL.shape
+
+
+# -- point 4: posterior predictive ---------------------------------------------------------------
+@pytest.mark.parametrize("method", ["smc", "gibbs", "vb", "nuts"])
+def test_posterior_predictive_and_plot_ppc(method):
+    import matplotlib.pyplot as plt
+
+    idata = fit(method)
+    out = bam.posterior_predictive(NMF, idata, rng_key=1)
+    rep = group(out, "posterior_predictive")["X"]
+    obs = group(out, "observed_data")["X"]
+    post = group(idata, "posterior")
+    assert rep.dims == ("chain", "draw", *obs.dims)
+    assert rep.shape[:2] == (post.sizes["chain"], post.sizes["draw"])
+    # replicates scatter around the data: their mean total is near the observed total
+    assert abs(float(rep.sum(obs.dims).mean()) - X_SMALL.sum()) < 4 * np.sqrt(X_SMALL.sum()) + 2
+    # the same key gives the same replicates
+    again = group(bam.posterior_predictive(NMF, idata, rng_key=1), "posterior_predictive")["X"]
+    np.testing.assert_array_equal(rep.values, again.values)
+    az.plot_ppc(out)
+    plt.close("all")
+
+
+def test_posterior_predictive_conditioned_totals_and_nbmf():
+    import matplotlib.pyplot as plt
+
+    model = bam.models.lda(2, a=2.0)
+    idata = bam.infer(model, X_SMALL, method="gibbs", rng_key=0, num_warmup=20, num_samples=20,
+                      num_chains=2, progress_bar=False)
+    rep = group(bam.posterior_predictive(model, idata, rng_key=0), "posterior_predictive")["X"]
+    np.testing.assert_array_equal(rep.sum("w").values, np.broadcast_to(X_SMALL.sum(1), (2, 20, 3)))
+    nbmf = bam.models.nbmf(2, prior="dir-beta")
+    out = bam.posterior_predictive(nbmf, fit_nbmf("dir-beta"), rng_key=0)
+    rep = group(out, "posterior_predictive")["V"]
+    assert rep.dims == ("chain", "draw", "row", "col") and np.isnan(rep.values[:, :, 2, 3]).all()
+    assert set(np.unique(rep.values[~np.isnan(rep.values)])) <= {0.0, 1.0}
+    az.plot_ppc(out)
+    plt.close("all")
+
+
+def test_predictive_on_the_program_mentions_total():
+    program = NMF.numpyro_model()
+    post = group(fit("gibbs"), "posterior")
+    draws = {k: post[k].values[0, :10] for k in ("total_rate", "theta_k", "theta_i", "theta_j")}
+    with pytest.raises(ValueError, match="total="):
+        Predictive(program, posterior_samples=draws)(jax.random.PRNGKey(0), shape=X_SMALL.shape)
+    ppc = Predictive(program, posterior_samples=draws)(jax.random.PRNGKey(0), shape=X_SMALL.shape,
+                                                       total=int(X_SMALL.sum()))
+    assert ppc["X"].shape == (10, *X_SMALL.shape)
+
+
+@pytest.mark.parametrize("prior", ["dir-dir", "dir-beta"])
+def test_nbmf_predictive_uses_posterior_H(prior):
+    model = bam.models.nbmf(2, prior=prior)
+    idata = fit_nbmf(prior)
+    post = group(idata, "posterior")
+    samples = {k: post[k].values[0] for k in post.data_vars}
+    assert "H_columns" in samples
+    out = Predictive(model.numpyro_model(), posterior_samples=samples, return_sites=["H"])(
+        jax.random.PRNGKey(0), shape=V_NBMF.shape)
+    np.testing.assert_allclose(np.asarray(out["H"]), post["H"].values[0], rtol=1e-5)
+
+
+# -- point 5: label switching --------------------------------------------------------------------
+def _planted_nmf(seed=0, K=3, size=(12, 9), total=900):
+    rng = np.random.default_rng(seed)
+    I, J = size
+    rows = np.zeros((K, I))
+    cols = np.zeros((K, J))
+    for k in range(K):
+        rows[k, k * I // K:(k + 1) * I // K] = 1.0
+        cols[k, k * J // K:(k + 1) * J // K] = 1.0
+    rows /= rows.sum(1, keepdims=True)
+    cols /= cols.sum(1, keepdims=True)
+    p = np.einsum("k,ki,kj->ij", np.full(K, 1 / K), rows, cols)
+    return rng.multinomial(total, p.ravel()).reshape(size)
+
+
+def test_relabel_aligns_gibbs_chains():
+    X = _planted_nmf()
+    model = bam.models.nmf(3)
+    idata = bam.infer(model, X, method="gibbs", rng_key=3, num_warmup=100, num_samples=200,
+                      num_chains=4, progress_bar=False)
+    names = ["theta_k", "theta_i", "theta_j"]
+
+    def max_rhat(data):
+        r = az.rhat(group(data, "posterior")[names])
+        return max(float(np.nanmax(np.asarray(r[n]))) for n in names)
+
+    before = max_rhat(idata)
+    aligned = bam.relabel(idata)
+    after = max_rhat(aligned)
+    assert before > 1.5, before
+    assert after < 1.05, after
+    # label-invariant quantities are unchanged: p(cell) of every draw and the total rate
+    def cells(data):
+        post = group(data, "posterior")
+        return np.einsum("cdk,cdki,cdkj->cdij", *(post[n].values for n in names))
+
+    np.testing.assert_allclose(cells(aligned), cells(idata), rtol=1e-5)
+    np.testing.assert_array_equal(group(aligned, "posterior")["total_rate"].values,
+                                  group(idata, "posterior")["total_rate"].values)
+    assert group(aligned, "posterior").attrs["relabelled"] == "k"
