@@ -101,7 +101,8 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
         shifted, config = state_of(problem, z)
         before = shifted.copy()
         for j, target in enumerate(labellings):
-            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf, *problem.structure))
+            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf,
+                                                           *problem.structure)[0])
         np.testing.assert_allclose(shifted, before, atol=1e-9)  # the state is restored
     np.testing.assert_allclose(kernel.sum(axis=1), 1.0, atol=1e-12)  # a distribution over z*
     np.testing.assert_allclose(posterior @ kernel, posterior, atol=1e-12)  # p(z | X) is stationary

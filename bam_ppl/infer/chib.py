@@ -214,9 +214,9 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
     (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``.
 
     Token by token: its log conditional probability of the target value given the earlier tokens
-    at their targets and the later ones at z, then it is moved to its target. Returns −inf as
-    soon as the partial sum falls below ``cutoff``. ``shifted`` is restored on return and
-    ``config`` is not changed.
+    at their targets and the later ones at z, then it is moved to its target. Returns the value
+    and the number of tokens visited: (−inf, t) when the partial sum over the first t tokens
+    falls below ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
     num_rows = row_base.shape[0]
     num_configs = row_offset.shape[1]
@@ -249,7 +249,7 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
         for m in moved:
             shifted[row_base[m, cell] + row_offset[m, relabel[star[token]]]] -= 1.0
             shifted[row_base[m, cell] + row_offset[m, config[token]]] += 1.0
-    return result
+    return result, done
 
 
 def _table_log_joint(shifted, concentration, num_entries):
@@ -291,24 +291,49 @@ def _find_mode(rng, betas, shifted, config, concentration, num_entries, structur
     return passes
 
 
-def _transition_into_star(shifted, config, star, relabellings, best, structure):
-    """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g (row 0 the identity), skipping
-    terms below ``best`` − ABANDON_NATS; returns (value, new best)."""
+def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, best, structure):
+    """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g; returns (value, new best).
+
+    The relabellings come grouped by their action on z* (:func:`_ordered_relabellings`): row 0
+    the identity's group, the others sorted by ``images``, each weighted by its group size
+    exp(``log_sizes``). Terms below ``best`` −
+    ABANDON_NATS are dropped; when one is dropped after t tokens, the following relabellings
+    that map the ``distinct[t − 1]`` configurations of z*'s first t tokens alike share that
+    partial sum and are dropped without evaluation.
+    """
     num_relabellings = relabellings.shape[0]
     terms = np.full(num_relabellings, -np.inf)
-    for g in range(num_relabellings):
+    g = 0
+    while g < num_relabellings:
         cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g] = _log_transition(shifted, config, star, relabellings[g], cutoff, *structure)
+        terms[g], done = _log_transition(shifted, config, star, relabellings[g], cutoff, *structure)
         if terms[g] > best:
             best = terms[g]
+        following = g + 1
+        if g > 0 and terms[g] == -np.inf:
+            width = distinct[done - 1]
+            while following < num_relabellings:
+                same = True
+                for i in range(width):
+                    if images[following, i] != images[g, i]:
+                        same = False
+                        break
+                if not same:
+                    break
+                following += 1
+        g = following
+    group_order = 0.0
+    for g in range(num_relabellings):
+        terms[g] += log_sizes[g]
+        group_order += math.exp(log_sizes[g])
     largest = terms.max()
     total = 0.0
     for g in range(num_relabellings):
         total += math.exp(terms[g] - largest)
-    return largest + math.log(total) - math.log(num_relabellings), best
+    return largest + math.log(total) - math.log(group_order), best
 
 
-def _chib_steps(rng, s, num_steps, shifted, config, relabellings, structure):
+def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, structure):
     """log T'(z^(j) → z*) for j = 1..S around z* (held in ``shifted``/``config``), chain started
     at step s: z^(s) ~ T̃(z* → ·), T forward from it, T̃ backward. T' averages T over the label
     symmetries (``relabellings``)."""
@@ -324,12 +349,14 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, structure):
     for j in range(s, num_steps + 1):
         if j > s:
             _pass(rng, DRAW, 1.0, shifted, config, forward, *structure)
-        log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, best, structure)
+        log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, images, log_sizes,
+                                                              distinct, best, structure)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
         _pass(rng, DRAW, 1.0, shifted, config, backward, *structure)
-        log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, best, structure)
+        log_transition[j - 1], best = _transition_into_star(shifted, config, star, relabellings, images, log_sizes,
+                                                              distinct, best, structure)
     return log_transition
 
 
@@ -501,11 +528,34 @@ def _search(problem: _Problem, rng: np.random.Generator, num_warmup: int) -> dic
                 log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(icm_passes))
 
 
+def _ordered_relabellings(relabellings, star):
+    """The distinct actions of the relabellings on z*, for :func:`_transition_into_star`.
+
+    T(z → g(z*)) depends on g only through its images of the configurations z* uses, so the
+    relabellings are grouped by those images (``images``, (U, D), in order of first appearance
+    along the tokens): one representative per group (``relabellings``, (U, L)), the identity's
+    group first and the others in lexicographic order of their images, with the log of the
+    group sizes (``log_sizes``). ``distinct[t]`` is the number of distinct configurations among
+    z*'s first t + 1 tokens.
+    """
+    _, first = np.unique(star, return_index=True)
+    first = np.sort(first)
+    images = relabellings[:, star[first]]
+    groups, representative, sizes = np.unique(images, axis=0, return_index=True, return_counts=True)
+    identity = np.flatnonzero((groups == star[first]).all(axis=1))[0]
+    order = np.concatenate([[identity], np.delete(np.arange(groups.shape[0]), identity)])
+    new = np.zeros(star.size, np.int64)
+    new[first] = 1
+    return (np.ascontiguousarray(relabellings[representative[order]]), np.ascontiguousarray(groups[order]),
+            np.log(sizes[order].astype(np.float64)), np.cumsum(new))
+
+
 def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: int) -> float:
     """log p̂(z* | X) of one chain of ``num_steps`` sweeps around z*."""
     s = int(rng.integers(1, num_steps + 1))
+    relabellings, images, log_sizes, distinct = _ordered_relabellings(problem.relabellings, star["config"])
     log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(),
-                                 problem.relabellings, problem.structure)
+                                 relabellings, images, log_sizes, distinct, problem.structure)
     return float(logsumexp(log_transition) - math.log(num_steps))
 
 
