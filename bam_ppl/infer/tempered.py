@@ -776,18 +776,17 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
 def pooled(run_log_evidence) -> tuple[float, float]:
     """Log-mean-exp of the runs and a standard error that grows with their spread.
 
-    Uses :func:`bam_ppl.evidence.honest_stderr` when the package provides it, else the standard
-    deviation of the runs' log values over √R (nan for one run).
+    :func:`bam_ppl.evidence.pool_runs` (jackknife of the pooled log-mean-exp, or sd of the runs'
+    log values over √R, whichever is larger) where the package provides it, else
+    sd(values) / √R; nan for one run.
     """
     values = np.asarray(run_log_evidence, np.float64)
+    pool_runs = getattr(_evidence, "pool_runs", None)
+    if pool_runs is not None and np.all(np.isfinite(values)):
+        value, stderr = pool_runs(values)
+        return float(value), float(stderr)
     value = _log_sum_exp(values) - np.log(values.size)
-    honest = getattr(_evidence, "honest_stderr", None)
-    if honest is not None:
-        stderr = float(honest(values))
-    elif values.size < 2:
-        stderr = float("nan")
-    else:
-        stderr = float(values.std(ddof=1) / np.sqrt(values.size))
+    stderr = float("nan") if values.size < 2 else float(values.std(ddof=1) / np.sqrt(values.size))
     return float(value), stderr
 
 
