@@ -144,6 +144,35 @@ def test_label_symmetries():
                 problem.log_joint(state_of(problem, z)[0]), abs=1e-9)
 
 
+def test_asymmetric_concentrations_are_not_symmetries():
+    model, X = bam.models.nmf(3, a=1.0), X1
+    problem, data, bound, layout = problem_of(model, X)
+    concentration = problem.concentration.copy()
+    concentration[0] *= 2.0  # α of p(k = 0) no longer equal to the others
+    relabellings = chib.label_symmetries(bound, layout, problem.structure, concentration, problem.fixed_counts,
+                                         problem.num_entries, chib.MAX_RELABELLINGS)
+    assert relabellings.shape == (1, problem.num_configs)
+    swap = next(r for r in problem.relabellings if r[0] != 0)  # moves k = 0
+    assert chib._relabelling_is_symmetry(swap, problem.structure, problem.concentration, problem.fixed_counts,
+                                         problem.num_entries)
+    assert not chib._relabelling_is_symmetry(swap, problem.structure, concentration, problem.fixed_counts,
+                                             problem.num_entries)
+
+
+def test_too_many_symmetries_warn_and_are_not_averaged(monkeypatch):
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    with pytest.warns(UserWarning, match="symmetries"):
+        est = chib_estimate(bam.models.nmf(3, a=1.0), X1, num_runs=2, num_steps=20)
+    assert est.details["num_relabellings"] == 1
+
+
+def test_model_without_free_nodes_is_exact():
+    model = bam.models.complete_graph(2, a=1.0)
+    est = chib_estimate(model, X1, num_runs=2, num_steps=5)
+    assert est.value == pytest.approx(bam.log_evidence(model, X1, method="exact").value, abs=1e-9)
+    assert est.stderr == pytest.approx(0.0, abs=1e-9)
+
+
 def test_without_label_symmetry_two_modes_cost_log_two():
     # X2 has two blocks: at K = 2 the posterior has two label-switched modes the chain never
     # crosses; without averaging over relabellings the estimate falls short by log 2.
