@@ -39,6 +39,17 @@ def fit(method, structure="nmf"):
     return bam.infer(model, X_SMALL, method=method, rng_key=0, **options)
 
 
+def _plot_ppc(idata):
+    """az.plot_ppc (ArviZ 0.x) or its 1.x successor az.plot_ppc_dist."""
+    import matplotlib.pyplot as plt
+
+    if hasattr(az, "plot_ppc_dist") and AZ_MAJOR >= 1:
+        az.plot_ppc_dist(idata, backend="matplotlib")
+    else:
+        az.plot_ppc(idata)
+    plt.close("all")
+
+
 def _loo(idata):
     result = az.loo(idata)
     return float(result.elpd_loo if AZ_MAJOR < 1 else result.elpd)
@@ -168,8 +179,6 @@ def test_raw_program_gives_one_log_likelihood_array_to_arviz():
 # -- point 4: posterior predictive ---------------------------------------------------------------
 @pytest.mark.parametrize("method", ["smc", "gibbs", "vb", "nuts"])
 def test_posterior_predictive_and_plot_ppc(method):
-    import matplotlib.pyplot as plt
-
     idata = fit(method)
     out = bam.posterior_predictive(NMF, idata, rng_key=1)
     rep = group(out, "posterior_predictive")["X"]
@@ -182,13 +191,10 @@ def test_posterior_predictive_and_plot_ppc(method):
     # the same key gives the same replicates
     again = group(bam.posterior_predictive(NMF, idata, rng_key=1), "posterior_predictive")["X"]
     np.testing.assert_array_equal(rep.values, again.values)
-    az.plot_ppc(out)
-    plt.close("all")
+    _plot_ppc(out)
 
 
 def test_posterior_predictive_conditioned_totals_and_nbmf():
-    import matplotlib.pyplot as plt
-
     model = bam.models.lda(2, a=2.0)
     idata = bam.infer(model, X_SMALL, method="gibbs", rng_key=0, num_warmup=20, num_samples=20,
                       num_chains=2, progress_bar=False)
@@ -199,8 +205,7 @@ def test_posterior_predictive_conditioned_totals_and_nbmf():
     rep = group(out, "posterior_predictive")["V"]
     assert rep.dims == ("chain", "draw", "row", "col") and np.isnan(rep.values[:, :, 2, 3]).all()
     assert set(np.unique(rep.values[~np.isnan(rep.values)])) <= {0.0, 1.0}
-    az.plot_ppc(out)
-    plt.close("all")
+    _plot_ppc(out)
 
 
 def test_predictive_on_the_program_mentions_total():
