@@ -482,7 +482,8 @@ class AllocationModel:
             if total is None or total <= 0:
                 raise ValueError(
                     "b=None sets b = a / T from the data, but T = "
-                    f"{total}; pass data with at least one token or set b explicitly"
+                    f"{total}; pass data with at least one token, or total= (T) with shape=, "
+                    "or set b explicitly"
                 )
             b = self.a / total
         return BoundModel(self, sizes, self._tables(sizes), self.a, b, int(total or 0))
