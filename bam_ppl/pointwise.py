@@ -38,7 +38,7 @@ DENSE_CELL_LIMIT = 200_000
 """Largest number of cells for which the log-likelihood is written per dense cell."""
 MAX_ELEMENTS = 50_000_000
 """Largest ``chain × draw × entries`` array written to the ``log_likelihood`` group."""
-MAX_WORK = 5_000_000_000
+MAX_WORK = 1_000_000_000
 """Largest ``draws × cells × latent configurations × tables`` evaluated automatically."""
 _CHUNK_ELEMENTS = 20_000_000
 
