@@ -4,7 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all tutorials bench lint clean
+# Python 3.12 with ArviZ 1.x and a newer JAX: a second venv from the pyenv interpreter.
+PYTHON312 ?= $(HOME)/.pyenv/versions/3.12.1/bin/python
+VENV312 := .venv312
+PY312 := $(VENV312)/bin/python
+STAMP312 := $(VENV312)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-all test-py312 tutorials bench lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +27,19 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+$(PY312):
+	$(PYTHON312) -m venv $(VENV312)
+	$(PY312) -m pip install --quiet --upgrade pip
+
+$(STAMP312): pyproject.toml | $(PY312)
+	$(PY312) -m pip install --quiet -e ".[test,tutorials,dev,fast]"
+	touch $(STAMP312)
+
+# `make test-py312 PYTEST_ARGS="tests/test_numpyro.py"` runs a subset.
+test-py312: $(STAMP312)
+	$(PY312) -c "import arviz, jax, sys; print('python', sys.version.split()[0], 'arviz', arviz.__version__, 'jax', jax.__version__)"
+	$(PY312) -m pytest -q $(PYTEST_ARGS)
+
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"
 
@@ -34,4 +54,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check bam_ppl tests benchmarks tutorials
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV312) build *.egg-info .pytest_cache

@@ -15,7 +15,7 @@ from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
 from .plots import plot_evidence  # noqa: E402
 from .predictive import posterior_predictive, relabel  # noqa: E402
-from .selection import select_ranks  # noqa: E402
+from .selection import plot_rank_selection, select_ranks  # noqa: E402
 
 __all__ = [
     "DAG",
@@ -29,6 +29,7 @@ __all__ = [
     "log_evidence",
     "methods",
     "plot_evidence",
+    "plot_rank_selection",
     "posterior_predictive",
     "relabel",
     "models",

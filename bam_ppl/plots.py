@@ -22,7 +22,17 @@ def _orders(names) -> np.ndarray | None:
 
 def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: float = 2.0,
                   xlabel: str | None = None, **plot_kwargs):
-    """Log evidence of each model against its order (rank), from a :func:`bam_ppl.compare` table.
+    """Log evidence of each model, from a :func:`bam_ppl.compare` table.
+
+    When every model name ends in a number ("R=3", "nmf 4") the models are a family ordered by
+    that number: the horizontal axis is the order and one line joins them. Otherwise (names
+    such as "independence", "CP(R=2)") the models are unrelated: the axis is labelled with the
+    names, in table order, and no line joins the points.
+
+    The kind of each number is drawn differently: an estimate (``kind="estimate"``) is a filled
+    marker with ± ``errorbars`` standard errors; an exact value a filled square without error
+    bar; a lower bound (``kind="lower_bound"``, e.g. a VB ELBO) an open triangle with an upward
+    arrow, since the log evidence lies somewhere above it.
 
     Parameters
     ----------
@@ -31,15 +41,16 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         ``stderr``, ``kind``).
     x : sequence or dict, optional
         Horizontal position of each model (a dict name -> value, or values in table order).
-        Default: the number at the end of each model name ("R=3" -> 3), else positions 0, 1, ...
+        Default: the number at the end of each model name ("R=3" -> 3) when every name has one,
+        else categorical positions labelled with the names.
     ax : matplotlib Axes, optional
     label : str, optional
-        Legend label of the curve (default: the estimator, e.g. "smc (estimate)").
+        Legend label of the line joining the models (default: the estimator, e.g. "smc").
     errorbars : float
         Half-width of the error bars in standard errors (0 hides them).
     xlabel : str, optional
     **plot_kwargs
-        Passed to ``Axes.errorbar`` (marker, color, ...).
+        Passed to the line and markers (color, markersize, ...).
 
     Returns
     -------
@@ -54,37 +65,79 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         raise ValueError("table has no rows to plot")
     if errorbars < 0:
         raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
-    names = list(table.index)
+    names = [str(n) for n in table.index]
+    categorical = False
     if x is None:
         positions = _orders(names)
-        if positions is None:
+        if positions is None or len(set(positions)) != len(positions):
             positions = np.arange(len(names), dtype=float)
+            categorical = True
     elif isinstance(x, dict):
-        missing = [n for n in names if n not in x]
+        missing = [n for n in table.index if n not in x]
         if missing:
             raise ValueError(f"x has no position for model(s) {missing}")
-        positions = np.asarray([x[n] for n in names], dtype=float)
+        positions = np.asarray([x[n] for n in table.index], dtype=float)
     else:
         positions = np.asarray(x, dtype=float)
         if positions.shape != (len(names),):
             raise ValueError(f"x must give one position per model ({len(names)}), got shape {positions.shape}")
     order = np.argsort(positions, kind="stable")
+    pos = positions[order]
     values = table["log_evidence"].to_numpy(dtype=float)[order]
     stderr = table["stderr"].to_numpy(dtype=float)[order] if "stderr" in table.columns else np.zeros(len(names))
     stderr = np.nan_to_num(stderr, nan=0.0)
+    kinds = (table["kind"].astype(str).to_numpy()[order] if "kind" in table.columns
+             else np.full(len(names), "estimate"))
+    user_label = label is not None
     if label is None:
         methods = sorted(set(table.get("method", pd.Series(["evidence"])).astype(str)))
-        kinds = sorted(set(table.get("kind", pd.Series([""])).astype(str)) - {""})
-        label = "/".join(methods) + (f" ({', '.join(kinds)})" if kinds else "")
+        label = "/".join(methods)
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.5))
-    plot_kwargs.setdefault("marker", "o")
-    plot_kwargs.setdefault("capsize", 3)
-    ax.errorbar(positions[order], values, yerr=errorbars * stderr if errorbars else None, label=label,
-                **plot_kwargs)
-    best = int(np.argmax(values))
-    ax.plot(positions[order][best], values[best], marker="*", markersize=12, color="k", linestyle="none")
-    ax.set_xlabel(xlabel or "model order")
+        _, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(names)) if categorical else 5.0, 3.5))
+    color = plot_kwargs.pop("color", None) or plot_kwargs.pop("c", None)
+    if color is None:  # the next colour of the axes' cycle
+        (probe,) = ax.plot([], [])
+        color = probe.get_color()
+        probe.remove()
+    markersize = plot_kwargs.pop("markersize", plot_kwargs.pop("ms", 7))
+    plot_kwargs.pop("marker", None)
+    plot_kwargs.pop("capsize", None)
+    if not categorical:
+        ax.plot(pos, values, color=color, label=label, **plot_kwargs)
+    finite = values[np.isfinite(values)]
+    span = float(np.ptp(finite)) if finite.size > 1 else 0.0
+    arrow = max(span * 0.08, 2.0 * float(stderr.max()) if stderr.size else 0.0, 1.0)
+    style = {
+        "estimate": dict(marker="o", fillstyle="full"),
+        "exact": dict(marker="s", fillstyle="full"),
+        "lower_bound": dict(marker="^", fillstyle="none"),
+    }
+    legend_label = {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""),
+                    "exact": "exact", "lower_bound": "lower bound (value lies above)"}
+    for kind in dict.fromkeys(kinds):
+        rows = kinds == kind
+        marker = style.get(kind, style["estimate"])
+        text = legend_label.get(kind, kind)
+        shown = categorical or len(set(kinds)) > 1 or kind != "estimate"
+        common = dict(color=color, linestyle="none", markersize=markersize,
+                      label=(f"{label}: {text}" if categorical and user_label else text) if shown else None, **marker)
+        if kind == "lower_bound":
+            ax.errorbar(pos[rows], values[rows], yerr=np.full(rows.sum(), arrow), lolims=True, capsize=0,
+                        **common)
+        elif kind == "estimate" and errorbars and np.any(stderr[rows] > 0):
+            ax.errorbar(pos[rows], values[rows], yerr=errorbars * stderr[rows], capsize=3, **common)
+        else:
+            ax.plot(pos[rows], values[rows], **common)
+    if finite.size:
+        best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
+        ax.plot(pos[best], values[best], marker="*", markersize=12, color="k", linestyle="none",
+                label="largest")
+    if categorical:
+        ax.set_xticks(pos)
+        ax.set_xticklabels([names[i] for i in order], rotation=30 if max(map(len, names)) > 6 else 0,
+                           ha="right" if max(map(len, names)) > 6 else "center")
+        ax.set_xlim(pos.min() - 0.5, pos.max() + 0.5)
+    ax.set_xlabel(xlabel or ("model" if categorical else "model order"))
     ax.set_ylabel("log evidence (nats)")
-    ax.legend()
+    ax.legend(fontsize="small")
     return ax

@@ -48,19 +48,57 @@ def speckled_mask(shape: Sequence[int], fraction: float, rng_key: KeyLike = 0) -
     return mask
 
 
+#: Largest number of held-out cells the missing-cell fit of an allocation model enumerates.
+MAX_HELDOUT_CELLS = 2_000_000
+
+
+def _accepts_heldout(model, method: str | None) -> bool:
+    import inspect
+
+    from .infer.registry import find
+
+    name = method or getattr(model, "default_method", None)
+    if name is None:
+        return False
+    params = inspect.signature(find(name, model).fn).parameters
+    return "heldout" in params
+
+
 def heldout_log_likelihood(model, X, heldout: np.ndarray, *, rng_key: KeyLike = 0, method: str | None = None,
-                           **fit_options) -> np.ndarray | float:
+                           heldout_axes=None, **fit_options) -> np.ndarray | float:
     """Fit ``model`` without the ``heldout`` slices and return their log-likelihood.
 
-    Works with any backend that accepts ``heldout=`` and reports
-    ``sample_stats["heldout_log_likelihood"]`` per chain, such as the Dirichlet Tucker ``"map"``
-    and ``"sem"`` backends. Where the backend also reports
-    ``pointwise_heldout_log_likelihood`` (chain, slice), the per-slice values (averaged over
-    chains) are returned, which lets :func:`select_ranks` compare models slice by slice.
+    Two fits are available:
+
+    * a backend that accepts ``heldout=`` and reports ``sample_stats["heldout_log_likelihood"]``
+      per chain, such as the Dirichlet Tucker ``"map"`` and ``"sem"`` backends. Where it also
+      reports ``pointwise_heldout_log_likelihood`` (chain, slice), the per-slice values
+      (averaged over chains) are returned, which lets :func:`select_ranks` compare models slice
+      by slice;
+    * for any other :class:`~bam_ppl.AllocationModel` that conditions on no totals (NMF, CP,
+      Tucker, ...) with ``method=None``: the missing-cell fit of :func:`allocation_heldout_fit`
+      (the held-out cells are unobserved, not zero), scored per held-out slice.
+
+    A backend that cannot hold out data (``"smc"``, ``"gibbs"``, ...) named by ``method`` is an
+    error: pass ``method=None`` or a ``score=`` to :func:`select_ranks`.
     """
     from .convert import group
     from .infer.registry import infer
+    from .models.allocation import AllocationModel
 
+    if not _accepts_heldout(model, method):
+        if isinstance(model, AllocationModel) and method is None:
+            data = model.as_data(X)
+            axes = _heldout_axes(model, heldout_axes) if heldout_axes is not None or np.ndim(heldout) != data.ndim \
+                else tuple(range(data.ndim))
+            return allocation_heldout_fit(model, data, heldout, axes, rng_key=rng_key, **fit_options)["pointwise"]
+        raise ValueError(
+            f"method {method or getattr(model, 'default_method', None)!r} cannot hold out part of the data "
+            f"for {type(model).__name__}"
+            + ("; leave method=None for the missing-cell fit of an allocation model"
+               if isinstance(model, AllocationModel) else "")
+            + ", or pass score= (a callable score(model, X, heldout, rng_key)) to select_ranks"
+        )
     idata = infer(model, X, method=method, rng_key=rng_key, heldout=heldout, **fit_options)
     stats = group(idata, "sample_stats")
     if "pointwise_heldout_log_likelihood" in stats:
@@ -73,12 +111,169 @@ def heldout_log_likelihood(model, X, heldout: np.ndarray, *, rng_key: KeyLike = 
     return float(np.mean(stats["heldout_log_likelihood"].values))
 
 
+def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_key: KeyLike = 0,
+                           num_iters: int = 500, num_restarts: int = 4, tol: float = 1e-7,
+                           max_configs: int | None = None) -> dict:
+    """Fit an allocation model with the ``heldout`` slices unobserved and score them.
+
+    The held-out cells (every cell of every held-out slice along ``heldout_axes``, zero or not)
+    are *missing*, not zero: EM on the augmented model imputes their expected counts
+    E[X_u] = λ̂ p(u | Θ) in each E-step, with λ̂ = (a + T_train) / (b + 1 − Σ_held p(u | Θ)) the
+    posterior-mean total rate given the training tokens, and sets each table to its Dirichlet
+    posterior mean given the expected allocation counts, (α + E S) normalised (well defined for
+    every concentration α > 0, unlike the posterior mode). ``num_restarts`` random starts run
+    until the relative change of the training log-likelihood is below ``tol``; the one with the
+    highest training log-likelihood (multinomial of the training cells given their total) is
+    kept. The score of each held-out slice is the Poisson log-likelihood of its cells,
+    Σ_u log Poisson(X_u; λ̂ p(u | Θ̂)), the likelihood the model gives the cells.
+
+    Only models that condition on no totals: under ``condition_on`` a held-out cell's rate
+    depends on its slice's total, which this fit does not model.
+
+    Returns
+    -------
+    dict
+        ``pointwise`` (one value per held-out slice, in ``np.argwhere(heldout)`` order),
+        ``heldout_loglik`` (their sum), ``train_loglik``, ``rate`` (λ̂), ``cell_prob`` p(u | Θ̂) of
+        the held-out cells (slice by slice, each slice's cells in C order) and ``theta`` (the flat tables of the kept restart).
+    """
+    import jax
+    import jax.numpy as jnp
+    from scipy.special import gammaln
+
+    from .data import CountTensor
+    from .infer import em
+    from .models.allocation import DEFAULT_MAX_CONFIGS
+
+    data = model.as_data(X)
+    if getattr(model, "condition_on", ()):
+        raise ValueError(
+            f"the missing-cell fit needs a model that conditions on no totals; this one conditions on "
+            f"{tuple(model.condition_on)}. Pass score= to select_ranks (or a backend that takes heldout=)"
+        )
+    if data.has_missing:
+        raise ValueError("the missing-cell fit needs fully observed cells (X has missing coordinates)")
+    axes = tuple(int(a) for a in heldout_axes)
+    heldout = np.asarray(heldout, dtype=bool)
+    if heldout.shape != tuple(data.shape[a] for a in axes):
+        raise ValueError(f"heldout has shape {heldout.shape}, expected {tuple(data.shape[a] for a in axes)} "
+                         f"(the sizes of heldout_axes {axes})")
+    rest = [a for a in range(data.ndim) if a not in axes]
+    rest_shape = tuple(data.shape[a] for a in rest)
+    slices = np.argwhere(heldout)
+    per_slice = int(np.prod(rest_shape, dtype=np.int64)) if rest else 1
+    num_cells = len(slices) * per_slice
+    if num_cells == 0:
+        raise ValueError("heldout holds out nothing")
+    if num_cells > MAX_HELDOUT_CELLS:
+        raise ValueError(f"the held-out slices hold {num_cells} cells (> {MAX_HELDOUT_CELLS}); hold out a "
+                         "smaller fraction or pass score=")
+    # Every cell of the held-out slices, slice by slice.
+    held_idx = np.zeros((num_cells, data.ndim), dtype=np.int64)
+    held_idx[:, list(axes)] = np.repeat(slices, per_slice, axis=0)
+    if rest:
+        held_idx[:, rest] = np.tile(np.indices(rest_shape).reshape(len(rest), -1).T, (len(slices), 1))
+    held_slice = np.repeat(np.arange(len(slices)), per_slice)
+    entry_held = heldout[tuple(data.indices[:, a] for a in axes)] if data.nnz else np.zeros(0, bool)
+    train = CountTensor(data.indices[~entry_held], data.counts[~entry_held], data.shape, dims=data.dims,
+                        coords=data.coords)
+    if train.total == 0:
+        raise ValueError("every token lies in a held-out slice; hold out a smaller fraction")
+    # The observed counts of the held-out cells.
+    shape = data.shape
+    data_flat = np.ravel_multi_index(tuple(data.indices.T), shape) if data.nnz else np.zeros(0, np.int64)
+    held_flat = np.ravel_multi_index(tuple(held_idx.T), shape)
+    order = np.argsort(data_flat)
+    pos = np.clip(np.searchsorted(data_flat[order], held_flat), 0, max(len(order) - 1, 0))
+    found = (len(order) > 0) & (data_flat[order][pos] == held_flat) if len(order) else np.zeros(num_cells, bool)
+    held_counts = np.where(found, data.counts[order][pos] if len(order) else 0, 0).astype(np.float64)
+    # One layout for the training cells followed by every held-out cell (counts set per E-step).
+    union = CountTensor(np.concatenate([train.indices, held_idx]),
+                        np.ones(train.nnz + num_cells, dtype=np.int64), shape)
+    union_flat = np.ravel_multi_index(tuple(union.indices.T), shape)
+    is_held = np.isin(union_flat, held_flat)
+    train_flat = np.ravel_multi_index(tuple(train.indices.T), shape)
+    counts = np.zeros(union.nnz)
+    counts[~is_held] = train.counts[np.searchsorted(train_flat, union_flat[~is_held])]
+    held_position = np.searchsorted(held_flat, union_flat[is_held]) if np.all(np.diff(held_flat) > 0) else None
+    if held_position is None:  # held_flat is sorted by construction of np.argwhere; keep a fallback
+        lookup = {f: i for i, f in enumerate(held_flat)}
+        held_position = np.asarray([lookup[f] for f in union_flat[is_held]])
+    bound = model.bind(train)
+    layout = bound.cell_layout(union, max_configs=max_configs or DEFAULT_MAX_CONFIGS)
+    problem = em.build_problem(bound, union, layout)
+    has_valid = layout.valid is not None
+    T_train = float(train.total)
+    a, b = float(bound.a), float(bound.b)
+
+    with jax.enable_x64(True):
+        problem = problem._replace(counts=jnp.asarray(counts))
+        held = jnp.asarray(is_held)
+        train_counts = jnp.asarray(counts)
+
+        def cells(theta):
+            prob = em._configuration_probabilities(problem, theta, has_valid)
+            cell = prob.sum(-1)
+            p_held = jnp.sum(jnp.where(held, cell, 0.0))
+            rate = (a + T_train) / (b + jnp.maximum(1.0 - p_held, 1e-300))
+            return prob, cell, p_held, rate
+
+        def train_loglik(cell, p_held):
+            log_cell = jnp.log(jnp.where(held, 1.0, cell))
+            return jnp.sum(jnp.where(held, 0.0, train_counts * log_cell)) - T_train * jnp.log1p(-p_held)
+
+        def step(theta):
+            prob, cell, _, rate = cells(theta)
+            filled = jnp.where(held, rate * cell, train_counts)
+            weight = filled[:, None] * prob / jnp.where(cell > 0, cell, 1.0)[:, None]
+            members = problem.index.shape[0]
+            expected = jnp.zeros_like(theta).at[problem.index.reshape(-1)].add(
+                jnp.broadcast_to(weight, (members, *weight.shape)).reshape(-1))
+            return em._normalise(problem, problem.concentration + expected)
+
+        def run(key):
+            theta = em.init(problem, key, "random")
+
+            def body(state):
+                theta, value, it, _ = state
+                theta = step(theta)
+                _, cell, p_held, _ = cells(theta)
+                new = train_loglik(cell, p_held)
+                return theta, new, it + 1, jnp.abs(new - value) / jnp.maximum(jnp.abs(new), 1.0)
+
+            def not_done(state):
+                return (state[2] < num_iters) & (state[3] > tol)
+
+            _, cell, p_held, _ = cells(theta)
+            state = (theta, train_loglik(cell, p_held), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf))
+            return jax.lax.while_loop(not_done, body, state)
+
+        thetas, values, _, _ = jax.jit(jax.vmap(run))(jax.random.split(as_key(rng_key), int(num_restarts)))
+        values = np.asarray(values)
+        best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
+        theta = thetas[best]
+        _, cell, _, rate = cells(theta)
+        cell = np.asarray(cell)[is_held]
+        rate = float(rate)
+    held_cell = np.empty(num_cells)
+    held_cell[held_position] = cell  # back to slice-by-slice order
+    mean = rate * held_cell
+    logpmf = held_counts * np.log(np.where(mean > 0, mean, 1.0)) - mean - gammaln(held_counts + 1.0)
+    logpmf = np.where((mean == 0) & (held_counts > 0), -np.inf, logpmf)
+    pointwise = np.bincount(held_slice, weights=logpmf, minlength=len(slices))
+    return dict(pointwise=pointwise, heldout_loglik=float(pointwise.sum()), train_loglik=float(values[best]),
+                rate=rate, cell_prob=held_cell, theta=np.asarray(theta))
+
+
 def _mark_selection(table, pointwise, names) -> None:
     """Add ``heldout_loglik_se`` and ``selected`` (the one-standard-error rule) to ``table``.
 
-    With per-slice scores, the standard error of the paired difference to the best row is
-    sqrt(n) · sd(per-slice differences); the selected row is the smallest model (least sum of
-    the swept sizes, then grid order) whose score is within one such standard error of the best.
+    With per-slice scores s_i (n held-out slices), every row's standard error is that of its own
+    total score, sqrt(n) · sd(s_i) (``heldout_loglik_se``); ``heldout_loglik_diff_se`` is the
+    standard error of the paired difference to the best row, sqrt(n) · sd(s_i − s_best,i) (nan
+    for the best row itself). The selected row is the smallest model (least sum of the swept
+    sizes, then grid order) whose score is within one standard error of the best row's score
+    (the best row's own ``heldout_loglik_se``, never the zero of its difference with itself).
     Larger models nest smaller ones, so beyond the true size the held-out score flattens rather
     than falls; the rule picks the size the data actually support. Without per-slice scores the
     best row is selected.
@@ -88,10 +283,19 @@ def _mark_selection(table, pointwise, names) -> None:
     if any(p is None for p in pointwise) or len({p.shape for p in pointwise}) != 1:
         table["selected"] = np.arange(len(table)) == best
         return
-    diffs = np.stack(pointwise) - pointwise[best]
-    se = np.sqrt(diffs.shape[1]) * diffs.std(axis=1, ddof=1) if diffs.shape[1] > 1 else np.zeros(len(table))
+    values = np.stack(pointwise)
+    n = values.shape[1]
+    if n > 1:
+        se = np.sqrt(n) * values.std(axis=1, ddof=1)
+        diff_se = np.sqrt(n) * (values - values[best]).std(axis=1, ddof=1)
+        diff_se[best] = np.nan
+    else:
+        se = np.full(len(table), np.nan)
+        diff_se = np.full(len(table), np.nan)
     table["heldout_loglik_se"] = se
-    within = scores >= scores[best] - se
+    table["heldout_loglik_diff_se"] = diff_se
+    threshold = scores[best] - (se[best] if np.isfinite(se[best]) else 0.0)
+    within = scores >= threshold
     size = table[names].sum(axis=1).to_numpy(dtype=float)
     order = np.lexsort((np.arange(len(table)), size))
     chosen = next(i for i in order if within[i])
@@ -215,9 +419,14 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     return table
 
 
-def plot_rank_selection(table, ax=None):
-    """Profile plot of a :func:`select_ranks` table: for each swept size, the best held-out
-    log-likelihood over the other sizes, with the selected grid point marked.
+def plot_rank_selection(table, ax=None, errorbars: float = 1.0):
+    """Profile plot of a :func:`select_ranks` table, with the one-standard-error rule drawn.
+
+    One panel per swept size: for each of its values, the best held-out log-likelihood over the
+    other sizes, with ± ``errorbars`` × ``heldout_loglik_se`` of that row (the standard error
+    the table already holds; no bars when the score had no per-slice values). The dashed
+    horizontal line is the rule's threshold, the best score minus its standard error; the
+    vertical line marks the selected grid point.
 
     Returns the matplotlib Figure.
     """
@@ -225,7 +434,10 @@ def plot_rank_selection(table, ax=None):
 
     if SCORE_COLUMN not in getattr(table, "columns", ()):
         raise ValueError(f"table must be a select_ranks result with a {SCORE_COLUMN!r} column")
-    names = list(table.attrs.get("grid") or [c for c in table.columns if c != SCORE_COLUMN])
+    if errorbars < 0:
+        raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
+    names = list(table.attrs.get("grid") or [c for c in table.columns
+                                             if c not in (SCORE_COLUMN, "selected") and not c.startswith(SCORE_COLUMN)])
     if ax is None:
         fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0), squeeze=False)
         axes = axes[0]
@@ -235,9 +447,16 @@ def plot_rank_selection(table, ax=None):
             raise ValueError(f"ax must hold {len(names)} axes (one per swept size {names})")
         fig = axes[0].figure
     best = table.loc[table["selected"].idxmax()] if "selected" in table else table.loc[table[SCORE_COLUMN].idxmax()]
+    top = table.loc[table[SCORE_COLUMN].idxmax()]
+    has_se = "heldout_loglik_se" in table and np.isfinite(table["heldout_loglik_se"]).any()
     for axis, name in zip(axes, names):
-        profile = table.groupby(name)[SCORE_COLUMN].max()
-        axis.plot(profile.index, profile.to_numpy(), marker="o")
+        rows = table.loc[table.groupby(name)[SCORE_COLUMN].idxmax()].sort_values(name)
+        yerr = errorbars * rows["heldout_loglik_se"].to_numpy(dtype=float) if has_se and errorbars else None
+        axis.errorbar(rows[name].to_numpy(), rows[SCORE_COLUMN].to_numpy(), yerr=yerr, marker="o", capsize=3,
+                      label="held-out log-lik." + (f" ± {errorbars:g} se" if yerr is not None else ""))
+        if has_se and np.isfinite(top["heldout_loglik_se"]):
+            axis.axhline(top[SCORE_COLUMN] - top["heldout_loglik_se"], color="0.5", linestyle=":",
+                         label="best − 1 se")
         axis.axvline(best[name], color="C3", linestyle="--", label=f"selected {name} = {best[name]}")
         axis.set_xlabel(name)
         axis.set_ylabel("held-out log-likelihood")

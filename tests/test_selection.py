@@ -13,7 +13,12 @@ import pytest  # noqa: E402
 
 import bam_ppl as bam  # noqa: E402
 from bam_ppl.models.dirichlet_tucker import dirichlet_tucker  # noqa: E402
-from bam_ppl.selection import plot_rank_selection, select_ranks, speckled_mask  # noqa: E402
+from bam_ppl.selection import (  # noqa: E402
+    allocation_heldout_fit,
+    plot_rank_selection,
+    select_ranks,
+    speckled_mask,
+)
 
 PLANTED = dict(K_M=3, K_N=2, K_P=2, K_S=3)
 FIT = dict(num_iters=250, num_restarts=2)
@@ -53,8 +58,107 @@ def test_select_ranks_finds_planted_mouse_rank():
     assert table.loc[table["selected"], "K_M"].item() == PLANTED["K_M"]
     assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] >= 0).all()
     assert table.attrs["heldout"].shape == (30, 8)
+    assert (table["heldout_loglik_se"] > 0).all()
     fig = plot_rank_selection(table)
     assert len(fig.axes) == 1
+    assert bam.plot_rank_selection is plot_rank_selection
+    # Error bars of ± heldout_loglik_se around every profile point, and the rule's threshold.
+    (bars,) = fig.axes[0].containers
+    segments = bars.lines[2][0].get_segments()
+    np.testing.assert_allclose([seg[1, 1] - seg[0, 1] for seg in segments], 2 * table["heldout_loglik_se"])
+    best = table["heldout_loglik"].idxmax()
+    threshold = table.loc[best, "heldout_loglik"] - table.loc[best, "heldout_loglik_se"]
+    assert any(np.allclose(line.get_ydata(), threshold) for line in fig.axes[0].lines)
+
+
+def test_one_standard_error_rule_uses_the_best_rows_own_standard_error():
+    """Planted K_S = 3: with short fits K_S = 4 scores a few nats higher; within one standard
+    error of the best score, the rule must still pick the planted rank (the best row's standard
+    error was the zero of its paired difference with itself, and the rule picked K_S = 4)."""
+    X = planted_tensor()
+    fixed = {k: v for k, v in PLANTED.items() if k != "K_S"}
+    table = select_ranks(dirichlet_tucker, X, grid={"K_S": [2, 3, 4]}, fixed=fixed, rng_key=0,
+                         fit_options=FIT).set_index("K_S")
+    best = table["heldout_loglik"].idxmax()
+    assert best == 4  # the case that degenerated: the larger rank wins by less than its noise
+    gap = table.loc[4, "heldout_loglik"] - table.loc[3, "heldout_loglik"]
+    assert gap > table.loc[3, "heldout_loglik_diff_se"]  # the paired-difference rule would pick 4
+    assert table.loc[best, "heldout_loglik_se"] > gap
+    assert np.isnan(table.loc[best, "heldout_loglik_diff_se"])
+    assert table.index[table["selected"]].tolist() == [PLANTED["K_S"]]
+
+
+def test_selection_rule_on_given_per_slice_scores():
+    rng = np.random.default_rng(0)
+    base = rng.normal(-50.0, 5.0, size=40)  # heterogeneous slices, shared by every model
+    scores = {1: base - 3.0 + rng.normal(0, 0.1, 40), 2: base + rng.normal(0, 0.1, 40),
+              3: base + 0.05 + rng.normal(0, 0.1, 40)}
+
+    def score(model, data, heldout, rng_key):
+        return scores[model]
+
+    table = select_ranks(lambda rank: rank, np.ones((4, 5, 2), int), grid={"rank": [1, 2, 3]}, score=score,
+                         heldout_axes=0)
+    se = np.sqrt(40) * np.std(np.stack(list(scores.values())), axis=1, ddof=1)
+    np.testing.assert_allclose(table["heldout_loglik_se"], se)
+    assert table["heldout_loglik"].idxmax() == 2  # rank 3 scores best ...
+    assert table["heldout_loglik_se"][2] > 0  # the best row's own standard error (~32 nats)
+    # Rank 2 lies within one standard error of the best, rank 1 (120 nats below) does not.
+    assert table.loc[table["selected"], "rank"].item() == 2
+
+
+@functools.cache
+def planted_counts():
+    """A 40 × 30 Poisson matrix of rank 2 (KL-NMF with Gamma(1, 1) loadings)."""
+    rng = np.random.default_rng(1)
+    W, H = rng.gamma(1.0, 1.0, (40, 2)), rng.gamma(1.0, 1.0, (2, 30))
+    return rng.poisson(3.0 * W @ H)
+
+
+def test_select_ranks_nmf_holds_out_cells():
+    X = planted_counts()
+    table = select_ranks(bam.models.nmf, X, grid={"rank": [1, 2, 3]}, heldout_axes=(0, 1), rng_key=0,
+                         heldout_fraction=0.2, fit_options=dict(num_iters=300, num_restarts=2))
+    assert table.attrs["heldout"].shape == X.shape
+    assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] > 0).all()
+    assert table.loc[table["selected"], "rank"].item() == 2
+    assert table["heldout_loglik"].idxmax() == 1
+    # The brief's call, with the default grid fit options.
+    default = bam.select_ranks(bam.models.nmf, X[:20, :15], grid={"rank": [1, 2]}, heldout_axes=(0, 1))
+    assert default["selected"].sum() == 1
+
+
+def test_allocation_heldout_fit_treats_cells_as_missing():
+    X = planted_counts()
+    heldout = speckled_mask(X.shape, 0.2, rng_key=3)
+    model = bam.models.nmf(2)
+    fit = allocation_heldout_fit(model, X, heldout, (0, 1), rng_key=0, num_iters=300, num_restarts=2)
+    # Changing the held-out cells changes the score but not the fit: they are missing, not zero.
+    changed = X.copy()
+    changed[heldout] = 0
+    refit = allocation_heldout_fit(model, changed, heldout, (0, 1), rng_key=0, num_iters=300, num_restarts=2)
+    np.testing.assert_allclose(refit["theta"], fit["theta"], rtol=1e-8)
+    np.testing.assert_allclose(refit["cell_prob"], fit["cell_prob"], rtol=1e-8)
+    assert refit["heldout_loglik"] != fit["heldout_loglik"]
+    # One score per held-out cell: the Poisson log-likelihood under the fitted rate λ p(i, j).
+    assert fit["pointwise"].shape == (heldout.sum(),)
+    mean = fit["rate"] * fit["cell_prob"]
+    observed = X[heldout]
+    from scipy.stats import poisson
+
+    np.testing.assert_allclose(fit["pointwise"], poisson.logpmf(observed, mean), rtol=1e-8)
+    # The imputed rate is that of the whole matrix, not of the training cells alone.
+    assert abs(mean.sum() - observed.sum()) < 0.2 * observed.sum()
+    # A model that held out zeros instead would predict far fewer counts there.
+    assert mean.sum() > 2 * (X.sum() - X[~heldout].sum()) / 4
+
+
+def test_heldout_errors_name_the_remedy():
+    X = planted_counts()
+    with pytest.raises(ValueError, match="cannot hold out.*method=None.*score="):
+        select_ranks(bam.models.nmf, X, grid={"rank": [1]}, heldout_axes=(0, 1), method="smc")
+    with pytest.raises(ValueError, match="conditions on no totals"):
+        select_ranks(bam.models.lda, X, grid={"topics": [2]})
 
 
 @pytest.mark.slow
