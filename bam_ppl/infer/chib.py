@@ -262,17 +262,20 @@ def _table_log_joint(shifted, concentration, num_entries):
     return value
 
 
-def _find_mode(rng, betas, shifted, config, concentration, num_entries, structure):
-    """z*: urn start, ``num_warmup`` random-order sweeps keeping the best end-of-sweep state, then
-    iterated conditional modes. Returns the number of ICM passes; ``shifted``/``config`` hold z*."""
-    num_tokens = config.shape[0]
-    order = np.arange(num_tokens)
+def _start(rng, shifted, config, concentration, num_entries, structure):
+    """A Pólya-urn allocation of every token (random order), in place; returns its table part of
+    log p(X, z) (see :func:`_table_log_joint`)."""
+    order = np.arange(config.shape[0])
     _shuffle(rng, order)
     _pass(rng, PLACE, 1.0, shifted, config, order, *structure)
-    current = _table_log_joint(shifted, concentration, num_entries)
-    best = current
-    best_config = config.copy()
-    best_shifted = shifted.copy()
+    return _table_log_joint(shifted, concentration, num_entries)
+
+
+def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, best, structure):
+    """Random-order sweeps of p(X, z)^β for β in ``betas``, in place, from a state whose table
+    part of log p(X, z) is ``current``; the best end-of-sweep state goes to ``best_shifted`` /
+    ``best_config`` when it beats ``best``. Returns (current, best)."""
+    order = np.arange(config.shape[0])
     for beta in betas:
         _shuffle(rng, order)
         current += _pass(rng, DRAW, beta, shifted, config, order, *structure)
@@ -280,9 +283,13 @@ def _find_mode(rng, betas, shifted, config, concentration, num_entries, structur
             best = current
             best_config[:] = config
             best_shifted[:] = shifted
-    config[:] = best_config
-    shifted[:] = best_shifted
-    fixed = np.arange(num_tokens)
+    return current, best
+
+
+def _modes(rng, shifted, config, structure):
+    """Iterated conditional modes in token order, in place, until no token moves; returns the
+    number of passes."""
+    fixed = np.arange(config.shape[0])
     passes = 0
     while passes < MAX_ICM_PASSES:
         passes += 1
@@ -372,7 +379,9 @@ if gibbs_numba.HAVE_NUMBA:
     _log_transition = numba.njit(nogil=True, cache=True)(_log_transition)
     _transition_into_star = numba.njit(nogil=True, cache=True)(_transition_into_star)
     _table_log_joint = numba.njit(nogil=True, cache=True)(_table_log_joint)
-    _find_mode = numba.njit(nogil=True, cache=True)(_find_mode)
+    _start = numba.njit(nogil=True, cache=True)(_start)
+    _anneal = numba.njit(nogil=True, cache=True)(_anneal)
+    _modes = numba.njit(nogil=True, cache=True)(_modes)
     _chib_steps = numba.njit(nogil=True, cache=True)(_chib_steps)
 
 
@@ -505,6 +514,7 @@ class _Problem:
 
 ANNEAL_START = 0.1
 ANNEAL_FRACTION = 0.8
+SEARCH_ROUNDS = 10
 
 
 def _schedule(num_warmup: int) -> np.ndarray:
@@ -517,15 +527,53 @@ def _schedule(num_warmup: int) -> np.ndarray:
     return betas
 
 
-def _search(problem: _Problem, rng: np.random.Generator, num_warmup: int) -> dict:
-    """One annealed search for z*: its configuration, counts and log p(X, z), log π(S(z))."""
-    shifted = problem.concentration + problem.fixed_counts
-    config = np.zeros(problem.num_tokens, np.int32)
-    icm_passes = _find_mode(rng, _schedule(num_warmup), shifted, config, problem.concentration,
-                            problem.num_entries, problem.structure)
-    shifted = np.rint(shifted - problem.concentration) + problem.concentration
-    return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
-                log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(icm_passes))
+class _Searcher:
+    """One annealing chain of the search for z*, with the best state it has visited."""
+
+    def __init__(self, problem: _Problem, rng: np.random.Generator):
+        self.problem, self.rng = problem, rng
+        self.shifted = problem.concentration + problem.fixed_counts
+        self.config = np.zeros(problem.num_tokens, np.int32)
+        self.current = _start(rng, self.shifted, self.config, problem.concentration, problem.num_entries,
+                              problem.structure)
+        self.best, self.best_shifted, self.best_config = self.current, self.shifted.copy(), self.config.copy()
+
+    def anneal(self, betas) -> None:
+        self.current, self.best = _anneal(self.rng, betas, self.shifted, self.config, self.current,
+                                          self.best_shifted, self.best_config, self.best, self.problem.structure)
+
+    def take(self, other: _Searcher) -> None:
+        """Continue from ``other``'s current state (its best so far stays its own)."""
+        self.shifted[:], self.config[:], self.current = other.shifted, other.config, other.current
+
+
+def _search(problem: _Problem, rngs, num_warmup: int, pool) -> list[dict]:
+    """Annealed searches for z*, one chain per Generator, run as a population.
+
+    The sweeps of each chain follow :func:`_schedule`; at SEARCH_ROUNDS evenly spaced points the
+    worse half of the chains (by current p(X, z)) restart from copies of the better half ("go
+    with the winners"). Each chain's best visited state is refined by iterated conditional
+    modes. Returns per chain: configuration, shifted counts, log p(X, z), log π(S(z)).
+    """
+    searchers = list(pool.map(lambda rng: _Searcher(problem, rng), rngs))
+    betas = _schedule(num_warmup)
+    rounds = [chunk for chunk in np.array_split(betas, SEARCH_ROUNDS) if chunk.size]
+    for r, chunk in enumerate(rounds):
+        list(pool.map(lambda searcher, betas=chunk: searcher.anneal(betas), searchers))
+        if r + 1 < len(rounds) and len(searchers) > 1:
+            ranked = sorted(searchers, key=lambda searcher: searcher.current, reverse=True)
+            half = len(ranked) // 2
+            for winner, loser in zip(ranked[:half], ranked[len(ranked) - half:]):
+                loser.take(winner)
+
+    def finish(searcher):
+        shifted, config = searcher.best_shifted, searcher.best_config
+        passes = _modes(searcher.rng, shifted, config, problem.structure)
+        shifted = np.rint(shifted - problem.concentration) + problem.concentration
+        return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
+                    log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
+
+    return list(pool.map(finish, searchers))
 
 
 def _ordered_relabellings(relabellings, star):
@@ -660,8 +708,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(num_runs, os.cpu_count() or 1))) as pool:
-            searches = list(pool.map(lambda r: tick(_search(problem, search_rngs[r], num_warmup)),
-                                     range(num_runs)))
+            searches = _search(problem, search_rngs, num_warmup, pool)
+            bar.update(num_runs)
             star = max(searches, key=lambda found: found["log_joint"])
             log_posterior = list(pool.map(lambda r: tick(_chain(problem, chain_rngs[r], star, num_steps)),
                                           range(num_runs)))
