@@ -16,6 +16,15 @@ from bam_ppl.models.program import _all_cells
 az = import_arviz()
 
 
+def _ess(posterior, name):
+    """Effective sample size of one variable, per element, on ArviZ 0.x and 1.x alike.
+
+    ``az.ess`` of a DataArray returns a Dataset on ArviZ 0.x and a DataArray on 1.x; of a
+    one-variable Dataset it returns a Dataset on both.
+    """
+    return np.asarray(az.ess(posterior[[name]])[name])
+
+
 def _cell_probs_from_draws(idata, X_shape):
     post = group(idata, "posterior")
     tk, ti, tj = (post[f"theta_{n}"].values for n in ("k", "i", "j"))
@@ -50,7 +59,7 @@ def test_nuts_latent_free_matches_conjugate_posterior():
         expected = alpha / alpha.sum(-1, keepdims=True)
         draws = post[f"theta_{name}"].values
         sd = draws.std(axis=(0, 1))
-        ess = np.asarray(az.ess(post[f"theta_{name}"])[f"theta_{name}"])
+        ess = _ess(post, f"theta_{name}")
         np.testing.assert_array_less(np.abs(draws.mean((0, 1)) - expected), 4 * sd / np.sqrt(ess) + 1e-3)
     # the total rate: Gamma(a + T, b + 1)
     T, a = X.sum(), 3.0
