@@ -30,7 +30,7 @@ FAST = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fit(method, structure="nmf"):
     model = NMF if structure == "nmf" else bam.models.independence(2) if structure == "indep" else structure
     options = {**FAST[method]}
@@ -134,7 +134,7 @@ V_NBMF = (np.random.default_rng(1).random((7, 6)) < 0.4).astype(float)
 V_NBMF[2, 3] = np.nan
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fit_nbmf(prior):
     return bam.infer(bam.models.nbmf(2, prior=prior), V_NBMF, method="gibbs", rng_key=0, num_warmup=20,
                      num_samples=20, num_chains=2, thinning=1, progress_bar=False)
