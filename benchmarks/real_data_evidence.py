@@ -9,13 +9,15 @@ with each tutorial's wall time — the numbers for benchmarks/README.md:
   nonnegative tensor factorizations and topic models using Pólya urns", §5.2);
 * ``letter_bigrams``: NMF against symmetric NMF, orders 1..50, 2000 tokens, a = 1 and 0.001
   (same paper, §5.3);
-* ``icews_ranks``: ICEWS 2017 (1773 events), CP ranks 1..25 against a grid of Tucker ranks
+* ``icews_ranks``: ICEWS 2017 (3519 events), CP ranks 1..25 against Tucker ranks (r, r, q),
+  r ∈ {1..6, 8}, q ∈ {1..4}
   (Yıldırım et al. 2021, "Bayesian allocation model: marginal likelihood-based model selection
   for count tensors");
 * ``rank_confusion``: CP rank recovery on 20 × 25 × 30 tensors, T = 1000, a = 10, true R = 2..7
   (5 tensors each), candidates 1..9; the authors report 92.5 % (SMC) and 52.5 % (VB).
 
-The full runs take hours on a 2-core machine (hundreds of tempered-SMC evidence estimates at
+Samplers run with the package defaults (``method="auto"``: the tempered SMC's default particles
+and runs). The full runs take hours on a 2-core machine (hundreds of tempered-SMC evidence estimates at
 T = 1000-4177). Usage::
 
     python benchmarks/real_data_evidence.py                    # all four, full size

@@ -41,7 +41,8 @@ OUTPUT.mkdir(parents=True, exist_ok=True)
 NUM_RECORDS = 300 if SMALL else None
 RANKS = range(1, 5) if SMALL else range(1, 31)
 A_VALUES = (1.0, 0.001)
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else dict(num_particles=256, num_runs=4)
+# The tempered SMC's options: few particles in small mode; the package defaults otherwise.
+TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
 PROFILE_RANK = 3  # Fig. 13 of the paper
 
 # %% [markdown]
@@ -125,6 +126,7 @@ for ax, a in zip(axes[0], A_VALUES):
     ax.plot(cp["R"], cp["lower_bound"], "x", color="gray", label="sure lower bound")
     ax.axhline(table.loc["CG", "log_evidence"], color="k", linestyle="--", label="complete graph (exact)")
     ax.set_xlabel("R")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_title(f"a = {a}")
 axes[0, 0].set_ylabel("log evidence")
 axes[0, 0].legend(fontsize=8)

@@ -37,7 +37,8 @@ OUTPUT.mkdir(parents=True, exist_ok=True)
 TOTAL = 400 if SMALL else 2000
 ORDERS = range(1, 5) if SMALL else range(1, 51)
 A_VALUES = (1.0, 0.001)
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else dict(num_particles=256, num_runs=4)
+# The tempered SMC's options: few particles in small mode; the package defaults otherwise.
+TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
 
 # %% [markdown]
 # ## The data
@@ -123,6 +124,7 @@ for ax, a in zip(axes[1:], A_VALUES):
         rows = table[table["structure"] == name].sort_values("K")
         ax.errorbar(rows["K"], rows["log_evidence"], yerr=2 * rows["stderr"].fillna(0), fmt=marker, label=name)
     ax.set_xlabel("order K")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_title(f"a = {a}")
     ax.legend()
 axes[1].set_ylabel("log evidence")
