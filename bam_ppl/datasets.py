@@ -183,9 +183,8 @@ def kmeans_1d(values, k: int, weights=None) -> tuple[np.ndarray, np.ndarray]:
     labels : int array (n,)
         Cluster of each value, 0..k-1 in increasing order of the cluster means.
     edges : float array (k + 1,)
-        Cluster boundaries: cluster c holds the values in [edges[c], edges[c + 1]] (the smallest
-        and largest value of each cluster are ``edges[c]`` and the largest value below
-        ``edges[c + 1]``; ``edges[0]`` is the minimum, ``edges[k]`` the maximum).
+        ``edges[c]`` is the smallest value of cluster c and ``edges[k]`` the largest value: cluster
+        c holds the values v with edges[c] ≤ v < edges[c + 1] (the last one also edges[k]).
     """
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     if x.size == 0 or not np.all(np.isfinite(x)):
@@ -279,7 +278,9 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
     Yıldırım, Barsbey & Şimşekli, "Bayesian allocation model: inference by sequential Monte Carlo
     for nonnegative tensor factorizations and topic models using Pólya urns" (2019), §5.2, which
     used k-means per variable with 5 categories (their random k-means initialisation is not
-    reproducible; the optimal clustering used here is its deterministic counterpart).
+    reproducible; the optimal clustering used here is its deterministic counterpart). The
+    optimum gives the one animal recorded with height 1.13 (a likely data error; the next
+    largest height is 0.515) a height bin of its own.
 
     Parameters
     ----------

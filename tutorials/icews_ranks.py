@@ -20,7 +20,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 
 import bam_ppl as bam
 from bam_ppl.datasets import load_icews
