@@ -36,7 +36,7 @@ from scipy.special import gammaln
 
 DENSE_CELL_LIMIT = 200_000
 """Largest number of cells for which the log-likelihood is written per dense cell."""
-MAX_ELEMENTS = 50_000_000
+MAX_ELEMENTS = 20_000_000
 """Largest ``chain × draw × entries`` array written to the ``log_likelihood`` group."""
 MAX_WORK = 1_000_000_000
 """Largest ``draws × cells × latent configurations × tables`` evaluated automatically."""

@@ -103,7 +103,11 @@ class NBMF:
         observed entries (NaN or ``mask == False`` entries are masked out of the likelihood);
         without it, ``shape=(F, N)`` draws a matrix. Sites: ``W`` (F × K); ``H`` (K × N) sampled
         directly for a Beta prior, else the deterministic transpose of ``H_columns`` (N × K, one
-        Dirichlet per column). NUTS and SVI run on it like on any NumPyro model.
+        Dirichlet per column). NUTS and SVI run on it like on any NumPyro model. The
+        InferenceData of every NBMF backend stores ``H_columns`` beside ``H`` for the Dirichlet
+        column priors, so ``Predictive(program, posterior_samples=...)`` built from its posterior
+        conditions on the fitted H (a sample dict with ``H`` alone would leave ``H_columns`` to
+        be drawn from the prior); :func:`bam_ppl.posterior_predictive` does this for you.
         """
         model = self
 
