@@ -145,7 +145,10 @@ def relabel(idata, dims: Sequence[str] | str | None = None, *, num_iters: int = 
     posterior variable that has that dim and no other latent dim, e.g. θ of the latent node's
     children and its own weights), and applies it to **every** posterior variable with the dim.
     The reference starts as chain 0's posterior mean and is re-estimated as the mean of the
-    aligned draws ``num_iters`` times (a simple version of Stephens 2000).
+    aligned draws ``num_iters`` times (a simple version of Stephens 2000). Only the ``posterior``
+    group changes; other groups (variational parameters, expectations, log-likelihood) are kept.
+    Relabelling removes permutations only: an R̂ that stays large afterwards means chains in
+    genuinely different modes.
 
     Label-invariant quantities need no relabelling and are unchanged by it: the evidence
     (``bam.log_evidence``), the cell probabilities p(cell) and the fitted mean (E[WH] for NBMF),
