@@ -13,7 +13,7 @@ from .data import CountTensor  # noqa: E402
 from .evidence import EvidenceEstimate, EvidenceWarning, compare, log_evidence, register_evidence  # noqa: E402
 from .infer.registry import infer, methods, register  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
-from .plots import plot_evidence  # noqa: E402
+from .plots import plot_evidence, plot_trace, plot_var_names  # noqa: E402
 from .predictive import posterior_predictive, relabel  # noqa: E402
 from .selection import plot_rank_selection, select_ranks  # noqa: E402
 
@@ -30,6 +30,8 @@ __all__ = [
     "methods",
     "plot_evidence",
     "plot_rank_selection",
+    "plot_trace",
+    "plot_var_names",
     "posterior_predictive",
     "relabel",
     "models",

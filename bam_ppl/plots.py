@@ -141,3 +141,59 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     ax.set_ylabel("log evidence (nats)")
     ax.legend(fontsize="small")
     return ax
+
+
+#: Dimensions of the draws, never counted as panels.
+_SAMPLE_DIMS = ("chain", "draw")
+
+
+def plot_var_names(idata, max_panels: int = 8, group: str = "posterior") -> list[str]:
+    """A few variables of ``idata`` whose plots fit on one figure, smallest first.
+
+    ArviZ 1.x draws one panel per element of every variable, and a fitted allocation model has
+    tens of table entries, so a default ``az.plot_trace(idata)`` or ``az.plot_dist(idata)``
+    raises "Requested N subplots, which exceeds rcParams['plot.max_subplots']". This picks the
+    variables with the fewest elements (the total rate, then the smallest tables) while the
+    elements add up to at most ``max_panels`` (always at least one variable). Pass the result
+    as ``var_names=`` to any ArviZ plot, e.g. ``az.plot_dist(idata,
+    var_names=bam.plot_var_names(idata))`` (``az.plot_posterior`` on ArviZ 0.x), or use
+    :func:`plot_trace`.
+    """
+    from .convert import group as get_group
+
+    if int(max_panels) < 1:
+        raise ValueError(f"max_panels must be >= 1, got {max_panels}")
+    data = get_group(idata, group)
+    sizes = []
+    for position, (name, values) in enumerate(data.data_vars.items()):
+        elements = int(np.prod([n for d, n in values.sizes.items() if d not in _SAMPLE_DIMS], dtype=np.int64))
+        sizes.append((elements, position, str(name)))
+    if not sizes:
+        raise ValueError(f"idata.{group} holds no variables to plot")
+    chosen, used = [], 0
+    for elements, _, name in sorted(sizes):
+        if chosen and used + elements > max_panels:
+            break
+        chosen.append(name)
+        used += elements
+    return chosen
+
+
+def plot_trace(idata, var_names=None, max_panels: int = 8, **kwargs):
+    """``az.plot_trace`` of a few variables (default :func:`plot_var_names`), on ArviZ 0.x and 1.x.
+
+    ``var_names`` given, they are plotted as they are; ``**kwargs`` go to ``az.plot_trace``.
+    Returns what ArviZ returns (axes on 0.x, a PlotCollection on 1.x).
+    """
+    from .convert import import_arviz
+
+    az = import_arviz()
+    if var_names is None:
+        var_names = plot_var_names(idata, max_panels=max_panels)
+    import warnings
+
+    with warnings.catch_warnings():
+        # ArviZ 0.23 with matplotlib >= 3.11: a deprecation inside ArviZ, once per panel.
+        warnings.filterwarnings("ignore", message="Passing a dict or None as alias_mapping",
+                                category=DeprecationWarning)
+        return az.plot_trace(idata, var_names=list(np.atleast_1d(var_names)), **kwargs)

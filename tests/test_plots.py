@@ -84,3 +84,38 @@ def test_explicit_positions_and_bad_tables():
         bam.plot_evidence(pd.DataFrame({"x": [1]}))
     with pytest.raises(ValueError, match="errorbars"):
         bam.plot_evidence(table, errorbars=-1)
+
+
+@pytest.fixture(scope="module")
+def small_fit():
+    X = np.array([[5, 0, 1, 2], [0, 6, 2, 0], [1, 0, 4, 3]])
+    return bam.infer(bam.models.nmf(3), X, method="smc", rng_key=0, num_particles=64, num_chains=2,
+                     progress_bar=False)
+
+
+def test_plot_trace_picks_a_few_variables(small_fit):
+    """The default az.plot_trace / plot_dist of ArviZ 1.x give one panel per table entry (too many)."""
+    from bam_ppl.convert import group
+
+    names = bam.plot_var_names(small_fit)
+    post = group(small_fit, "posterior")
+    sizes = {n: int(np.prod([s for d, s in post[n].sizes.items() if d not in ("chain", "draw")])) for n in names}
+    assert names[0] == "total_rate" and "theta_k" in names
+    assert sum(sizes.values()) <= 8
+    assert bam.plot_var_names(small_fit, max_panels=1) == ["total_rate"]
+    with pytest.raises(ValueError, match="max_panels"):
+        bam.plot_var_names(small_fit, max_panels=0)
+    bam.plot_trace(small_fit)
+    bam.plot_trace(small_fit, var_names="theta_k")
+
+
+def test_inference_data_round_trips_through_netcdf(small_fit, tmp_path):
+    """to_netcdf needs netCDF4 or h5netcdf: h5netcdf is a dependency."""
+    from bam_ppl.convert import group, import_arviz
+
+    az = import_arviz()
+    path = tmp_path / "fit.nc"
+    small_fit.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    np.testing.assert_allclose(group(loaded, "posterior")["theta_k"].values,
+                               group(small_fit, "posterior")["theta_k"].values)
