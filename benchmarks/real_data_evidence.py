@@ -70,7 +70,8 @@ def abalone_tables(out: Path) -> str:
         shown = pd.DataFrame({
             "model": rows["model"], "log evidence": _with_error(rows), "sure lower bound": rows["lower_bound"],
             "method": rows["method"], "delta": rows["delta"], "distinguishable": rows["distinguishable"],
-            "below bound": rows["below_bound"], "CP surely above CG": rows["surely_above_CG"],
+            "below bound": rows["below_bound"], "temperatures": rows["temperatures"],
+            "CP surely above CG": rows["surely_above_CG"],
         })
         parts.append(f"**Abalone, a = {a:g}** (T = {_tokens(out, 'abalone')})\n\n" + markdown(shown, index=False))
     return "\n\n".join(parts)
@@ -84,8 +85,11 @@ def letter_tables(out: Path) -> str:
         wide = rows.pivot(index="K", columns="structure", values="shown")
         value = rows.pivot(index="K", columns="structure", values="log_evidence")
         bound = rows.pivot(index="K", columns="structure", values="lower_bound")
-        wide["NMF bound"] = bound["NMF"]
-        wide["sNMF bound"] = bound["sNMF"]
+        temps = rows.pivot(index="K", columns="structure", values="temperatures")
+        for name in ("NMF", "sNMF"):
+            wide[f"{name} bound"] = bound[name]
+        for name in ("NMF", "sNMF"):
+            wide[f"{name} temperatures"] = temps[name]
         wide["ahead"] = np.where(value["NMF"] > value["sNMF"], "NMF", "sNMF")
         ahead = (wide["ahead"] == "NMF").sum()
         parts.append(f"**Letter bigrams, a = {a:g}**: NMF ahead at {ahead} of {len(wide)} orders\n\n"
@@ -98,6 +102,7 @@ def icews_tables(out: Path) -> str:
     shown = pd.DataFrame({
         "model": rows["model"], "log evidence": _with_error(rows), "sure lower bound": rows["lower_bound"],
         "delta": rows["delta"], "distinguishable": rows["distinguishable"], "below bound": rows["below_bound"],
+        "temperatures": rows["temperatures"],
     })
     return "**ICEWS, CP against Tucker (best first)**\n\n" + markdown(shown, index=False)
 

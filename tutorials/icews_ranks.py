@@ -81,6 +81,13 @@ def below_bound(table):
     return (table["lower_bound"] - table["log_evidence"] > slack).fillna(False)
 
 
+def temperatures(estimate):
+    """Fewest temperatures among the tempered runs (0 for other estimators): 1 means the adaptive
+    schedule jumped from the prior straight to the posterior, which happens when every particle
+    drawn from the urn prior is the same allocation (tiny a) — then the value is not trustworthy."""
+    return min(estimate.details.get("num_temperatures", [0]))
+
+
 start = time.perf_counter()
 estimates = {}
 for R in CP_RANKS:
@@ -90,8 +97,10 @@ for ranks in TUCKER_RANKS:
 table = bam.compare(estimates, X)
 table["family"] = [name.split("(")[0] for name in table.index]
 table["below_bound"] = below_bound(table)
-print(table[["log_evidence", "stderr", "lower_bound", "method", "delta", "distinguishable", "below_bound"]]
-      .round(2).to_string())
+table["temperatures"] = [temperatures(estimates[name]) for name in table.index]
+columns = ["log_evidence", "stderr", "lower_bound", "method", "delta", "distinguishable", "below_bound",
+           "temperatures"]
+print(table[columns].round(2).to_string())
 print(f"{time.perf_counter() - start:.1f} s")
 table.to_csv(OUTPUT / "icews_compare.csv")
 
