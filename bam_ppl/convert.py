@@ -117,7 +117,8 @@ def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, m
     ``az.compare`` work: Poisson per cell (rate λ·p(cell)) when λ is sampled, the multinomial split
     over cells under ``condition_on`` (or when no λ is given); all cells up to
     :data:`bam_ppl.pointwise.DENSE_CELL_LIMIT`, else the nonzero cells plus one aggregated
-    zero-cell entry. See :mod:`bam_ppl.pointwise` for the exact definitions and limits.
+    zero-cell entry. See :mod:`bam_ppl.pointwise` for the exact definitions and limits; when a
+    fit exceeds them the group is left out and ``attrs["log_likelihood"]`` says why.
     """
     posterior = {}
     for table in bound.tables:
@@ -132,9 +133,11 @@ def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, m
     if log_likelihood:
         from .pointwise import try_allocation_log_likelihood
 
-        ll = try_allocation_log_likelihood(bound, data, theta, total_rate)
+        ll, reason = try_allocation_log_likelihood(bound, data, theta, total_rate)
         if ll is not None:
-            groups["log_likelihood"] = ll[0]
+            groups["log_likelihood"] = ll
+        else:
+            attrs = {**(attrs or {}), "log_likelihood": reason}
     groups.update(extra_groups or {})
     model = bound.model
     base_attrs = {

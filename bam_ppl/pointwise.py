@@ -22,13 +22,13 @@ Above it (or with missing entries) they are the nonzero cells in the order of th
 ``−λ (1 − Σ_nonzero p(u))``: dims ``("chain", "draw", "X_cell")``. The aggregated form still sums
 to the full log-likelihood, but LOO then treats "all empty cells" as a single observation.
 When ``chain × draw × entries`` exceeds :data:`MAX_ELEMENTS` (or the work exceeds
-:data:`MAX_WORK`) no group is written and a warning says so.
+:data:`MAX_WORK`) no group is written and ``attrs["log_likelihood"]`` says why;
+:func:`allocation_log_likelihood` with larger limits (or on thinned draws) computes it anyway.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -202,14 +202,18 @@ def allocation_log_likelihood(bound, data, theta: Mapping[str, np.ndarray], tota
 
 
 def try_allocation_log_likelihood(bound, data, theta, total_rate=None):
-    """:func:`allocation_log_likelihood`, or ``None`` with a warning when it is too large."""
-    if not all(t.name in theta for t in bound.tables) or not bound.tables:
-        return None
+    """``(variables, None)`` from :func:`allocation_log_likelihood`, or ``(None, reason)``.
+
+    Writing the group is automatic, so a fit too large for it is not an error: the reason is
+    recorded in ``attrs["log_likelihood"]`` instead (call :func:`allocation_log_likelihood` with
+    larger limits, or on thinned draws, to compute it anyway).
+    """
+    if not bound.tables or not all(t.name in theta for t in bound.tables):
+        return None, "not written: the backend returned draws of only some tables"
     try:
-        return allocation_log_likelihood(bound, data, theta, total_rate)
+        return allocation_log_likelihood(bound, data, theta, total_rate)[0], None
     except ValueError as err:
-        warnings.warn(f"no log_likelihood group written: {err}", RuntimeWarning, stacklevel=3)
-        return None
+        return None, f"not written: {err}"
 
 
 # -- NBMF ---------------------------------------------------------------------------------------

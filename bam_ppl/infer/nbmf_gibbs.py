@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -481,7 +480,7 @@ def nbmf_inference_data(model, values, observed, rows, cols, *, W, H, mean, samp
     try:
         groups["log_likelihood"] = bernoulli_log_likelihood(W, H, values, observed)
     except ValueError as err:
-        warnings.warn(f"no log_likelihood group written: {err}", RuntimeWarning, stacklevel=3)
+        attrs = {**attrs, "log_likelihood": f"not written: {err}"}
     return to_inference_data(groups, coords=coords,
                              attrs={"method": method, **model.hyperparameters, **attrs})
 
