@@ -192,7 +192,8 @@ def test_same_key_same_result_and_details():
     b = chib_estimate(model, X, rng_key=5, num_runs=3, num_steps=50)
     assert a.details["run_log_evidence"] == b.details["run_log_evidence"]
     assert a.details["num_steps"] == 50 and a.details["num_warmup"] == FAST["num_warmup"]
-    assert len(a.details["search_log_joint"]) == 3 and len(a.details["log_posterior_star"]) == 3
+    assert len(a.details["search_log_joint"]) == chib.DEFAULT_NUM_SEARCHES
+    assert len(a.details["log_posterior_star"]) == 3
     assert a.details["log_joint_star"] == max(a.details["search_log_joint"])
     one = chib_estimate(model, X, rng_key=5, num_runs=1, num_steps=50)
     assert np.isnan(one.stderr) and np.isfinite(one.value)
@@ -203,7 +204,10 @@ def test_same_key_same_result_and_details():
 @pytest.mark.parametrize("options, error", [
     (dict(num_runs=0), ValueError),
     (dict(num_runs=2.0), TypeError),
+    (dict(num_searches=0), ValueError),
+    (dict(num_searches=None), TypeError),
     (dict(num_warmup=-1), ValueError),
+    (dict(num_warmup=10.0), TypeError),
     (dict(num_steps=0), ValueError),
     (dict(num_steps="10"), TypeError),
     (dict(kernel="jax"), ValueError),

@@ -47,7 +47,7 @@ pass); terms more than ABANDON_NATS below the largest so far are dropped, which 
 log estimate by less than S·|G|·e^(−ABANDON_NATS). Groups larger than MAX_RELABELLINGS are
 not averaged over (with a warning).
 
-z*. A population of ``num_runs`` chains searches for a state of high p(X, z): each starts
+z*. A population of ``num_searches`` chains searches for a state of high p(X, z): each starts
 from a Pólya-urn allocation and makes ``num_warmup`` randomly ordered sweeps of the annealed
 target p(X, z)^β (β rising geometrically from 0.1 to 1 over the first 80 % of them, then 1);
 at ten evenly spaced points the worse half of the chains restart from copies of the better
@@ -87,6 +87,7 @@ from .smc import log_evidence_constant, prepare
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
+DEFAULT_NUM_SEARCHES = 8
 DEFAULT_NUM_WARMUP = 1000  # at least this many search sweeps; by default one per token
 MAX_DEFAULT_NUM_WARMUP = 10_000
 DEFAULT_NUM_STEPS = 1000
@@ -628,8 +629,10 @@ def _pool(values: np.ndarray) -> tuple[float, float]:
     return value, float(values.std(ddof=1) / math.sqrt(values.size))
 
 
-def _check_options(num_runs, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar):
+def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs,
+                   progress_bar):
     num_runs = check_int(num_runs, "num_runs", minimum=1)
+    num_searches = check_int(num_searches, "num_searches", minimum=1)
     if num_warmup is not None:
         num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_steps = check_int(num_steps, "num_steps", minimum=1)
@@ -638,11 +641,12 @@ def _check_options(num_runs, num_warmup, num_steps, label_symmetry, kernel, max_
         raise TypeError(f"label_symmetry must be a bool, got {type(label_symmetry).__name__}")
     if not isinstance(progress_bar, bool):
         raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
-    return num_runs, num_warmup, num_steps, _resolve_kernel(kernel)
+    return num_runs, num_searches, num_warmup, num_steps, _resolve_kernel(kernel)
 
 
 @register_evidence("chib", models=(AllocationModel,))
 def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUNS,
+                      num_searches: int = DEFAULT_NUM_SEARCHES,
                       num_warmup: int | None = None, num_steps: int = DEFAULT_NUM_STEPS,
                       label_symmetry: bool = True, kernel: str = "auto",
                       max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool = False) -> EvidenceEstimate:
@@ -670,11 +674,12 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     data : array-like or CountTensor
     rng_key : int or JAX key
     num_runs : int
-        Independent chains around z* (threads), and as many search chains for z*; their spread
-        gives the standard error.
+        Independent chains around z* (threads); their spread gives the standard error.
+    num_searches : int
+        Chains of the population that searches for z* (threads).
     num_warmup : int, optional
         Annealed random-order Gibbs sweeps of each search chain for z* (>= 0). Default: one per
-        token, at least 1000 and at most 10 000; the cost is O(num_runs × T × num_warmup).
+        token, at least 1000 and at most 10 000; the cost is O(num_searches × T × num_warmup).
     num_steps : int
         Sweeps S of each chain around z* (>= 1).
     label_symmetry : bool
@@ -697,30 +702,31 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         coefficient: a sure lower bound on log p(X)), ``log_joint_star`` (log p(X, z*),
         token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
         ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
-        ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``kernel``.
+        ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``num_searches``, ``kernel``.
     """
-    num_runs, num_warmup, num_steps, kernel = _check_options(num_runs, num_warmup, num_steps, label_symmetry,
-                                                             kernel, max_configs, progress_bar)
+    num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
+        num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar)
     key = as_key(rng_key)
     data, bound, layout = prepare(model, data, max_configs)
     if num_warmup is None:
         num_warmup = int(np.clip(data.total, DEFAULT_NUM_WARMUP, MAX_DEFAULT_NUM_WARMUP))
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
     search_key, chain_key = jax.random.split(key)
-    search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_runs)]
+    search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=2 * num_runs, desc="chib", unit="phase", disable=not progress_bar)
+    bar = tqdm(total=num_searches + num_runs, desc="chib", unit="chain", disable=not progress_bar)
 
     def tick(out):
         bar.update(1)
         return out
 
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(num_runs, os.cpu_count() or 1))) as pool:
+        threads = max(1, min(max(num_runs, num_searches), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=threads) as pool:
             searches = _search(problem, search_rngs, num_warmup, pool)
-            bar.update(num_runs)
+            bar.update(num_searches)
             star = max(searches, key=lambda found: found["log_joint"])
             log_posterior = list(pool.map(lambda r: tick(_chain(problem, chain_rngs[r], star, num_steps)),
                                           range(num_runs)))
@@ -738,6 +744,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
             log_posterior_star=log_posterior,
             icm_passes=[found["icm_passes"] for found in searches],
             num_relabellings=int(problem.relabellings.shape[0]),
-            num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, kernel=kernel,
+            num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches,
+            kernel=kernel,
         ),
     )
