@@ -139,15 +139,19 @@ def multinomial_terms(x, p, n_group):
 
 
 def allocation_log_likelihood(bound, data, theta: Mapping[str, np.ndarray], total_rate=None, *,
-                              dense_limit: int = DENSE_CELL_LIMIT, max_elements: int = MAX_ELEMENTS,
-                              max_work: float = MAX_WORK):
+                              dense_limit: int | None = None, max_elements: int | None = None,
+                              max_work: float | None = None):
     """Pointwise log-likelihood of ``data`` for every draw of θ (and λ), see the module docstring.
 
     ``theta[name]`` has shape ``(chain, draw, *table shape)`` for every table of ``bound``;
     ``total_rate`` is ``(chain, draw)`` or None (then the multinomial given T is used). Returns
     ``(variables, coords)`` for the ``log_likelihood`` group, ``{"X": (dims, array)}``. Raises
-    ``ValueError`` when the array or the work exceeds the limits.
+    ``ValueError`` when the array or the work exceeds the limits (default: the module's
+    :data:`DENSE_CELL_LIMIT`, :data:`MAX_ELEMENTS`, :data:`MAX_WORK`, read at call time).
     """
+    dense_limit = DENSE_CELL_LIMIT if dense_limit is None else dense_limit
+    max_elements = MAX_ELEMENTS if max_elements is None else max_elements
+    max_work = MAX_WORK if max_work is None else max_work
     first = np.asarray(theta[bound.tables[0].name])
     chains, draws = first.shape[:2]
     n = chains * draws
@@ -217,7 +221,7 @@ def try_allocation_log_likelihood(bound, data, theta, total_rate=None):
 
 
 # -- NBMF ---------------------------------------------------------------------------------------
-def bernoulli_log_likelihood(W, H, values, observed, *, max_elements: int = MAX_ELEMENTS,
+def bernoulli_log_likelihood(W, H, values, observed, *, max_elements: int | None = None,
                              floor: float = 1e-12):
     """log Bernoulli(v_fn | [WH]_fn) per observed entry for draws ``W`` (c, d, F, K), ``H`` (c, d, K, N).
 
@@ -225,6 +229,7 @@ def bernoulli_log_likelihood(W, H, values, observed, *, max_elements: int = MAX_
     ``observed_data["V"]``); with missing entries only the observed ones are kept, in row-major
     order, along ``"observed_entry"``.
     """
+    max_elements = MAX_ELEMENTS if max_elements is None else max_elements
     W = np.asarray(W, dtype=np.float64)
     H = np.asarray(H, dtype=np.float64)
     c, d, F, _ = W.shape

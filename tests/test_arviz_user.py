@@ -14,7 +14,7 @@ from scipy.stats import multinomial, poisson
 
 import bam_ppl as bam
 from bam_ppl import pointwise
-from bam_ppl.convert import group, import_arviz
+from bam_ppl.convert import attrs_of, group, import_arviz
 
 matplotlib.use("Agg")
 az = import_arviz()
@@ -107,12 +107,12 @@ def test_condition_on_pointwise_sums_to_the_multinomial():
 
 def test_large_tables_get_the_aggregated_zero_cell_entry(monkeypatch):
     idata_dense = fit("gibbs")
-    monkeypatch.setattr(pointwise, "DENSE_CELL_LIMIT", 5)
+    monkeypatch.setattr(pointwise, "DENSE_CELL_LIMIT", 5)  # the module limit, read at call time
     bound = NMF.bind(X_SMALL)
     post = group(idata_dense, "posterior")
     theta = {n: post[f"theta_{n}"].values for n in "kij"}
     variables, _ = pointwise.allocation_log_likelihood(
-        bound, NMF.as_data(X_SMALL), theta, post["total_rate"].values, dense_limit=5)
+        bound, NMF.as_data(X_SMALL), theta, post["total_rate"].values)
     dims, values = variables["X"]
     assert dims == ("chain", "draw", "X_cell")
     assert values.shape[-1] == np.count_nonzero(X_SMALL) + 1
@@ -121,6 +121,14 @@ def test_large_tables_get_the_aggregated_zero_cell_entry(monkeypatch):
     with pytest.raises(ValueError, match="max_elements"):
         pointwise.allocation_log_likelihood(bound, NMF.as_data(X_SMALL), theta, post["total_rate"].values,
                                             max_elements=10)
+
+
+def test_fit_too_large_for_a_pointwise_log_likelihood_says_why(monkeypatch):
+    monkeypatch.setattr(pointwise, "MAX_WORK", 10)
+    idata = bam.infer(NMF, X_SMALL, method="gibbs", rng_key=0, num_warmup=5, num_samples=5,
+                      progress_bar=False)
+    assert "log_likelihood" not in (list(idata.children) if AZ_MAJOR >= 1 else idata.groups())
+    assert "max_work" in attrs_of(idata)["log_likelihood"]
 
 
 def test_az_compare_of_two_structures():
