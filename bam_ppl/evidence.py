@@ -74,7 +74,9 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
             EvidenceWarning, stacklevel=stacklevel)
     if bound is not None and np.isfinite(bound):
-        slack = BELOW_BOUND_STDERRS * (estimate.stderr if np.isfinite(estimate.stderr) else 0.0)
+        # Rounding: an estimate equal to the bound (one allocation dominates) is not below it.
+        slack = BELOW_BOUND_STDERRS * (estimate.stderr if np.isfinite(estimate.stderr) else 0.0) \
+            + 1e-9 * max(1.0, abs(bound))
         if estimate.value < bound - slack:
             warnings.warn(
                 f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "

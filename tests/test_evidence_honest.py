@@ -120,5 +120,29 @@ def test_auto_picks_exact_smc_or_tempered(x1):
     _, large = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=400)
     method, reason = choose_method(bam.models.nmf(3), large)
     assert method == "tempered" and "400" in reason
-    with pytest.raises(TypeError, match="unknown option.*num_chains"):
-        bam.log_evidence(bam.models.nmf(3), large, num_chains=2)
+    with pytest.raises(TypeError, match=r"unknown option.*\['num_chainz'\]"):
+        bam.log_evidence(bam.models.nmf(3), large, num_chainz=2)
+
+
+def test_auto_passes_each_estimator_only_its_options():
+    _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=400)
+    table = bam.compare({"1": bam.models.nmf(1), "2": bam.models.nmf(2)}, X, num_particles=32, num_runs=2)
+    assert table.loc["1", "method"] == "exact" and table.loc["2", "method"] == "tempered"
+    with pytest.raises(TypeError, match="valid options"):
+        bam.compare({"1": bam.models.nmf(1)}, X, num_particle=32)
+
+
+def test_exact_with_a_one_value_latent_on_many_cells():
+    """A latent of size one leaves every cell one allocation: no enumeration axis per cell."""
+    X = np.random.default_rng(0).poisson(2.0, (12, 10))
+    assert (X > 0).sum() > 64
+    one = bam.log_evidence(bam.models.nmf(1), X, method="exact").value
+    closed = bam.log_evidence(bam.AllocationModel("i; j"), X, method="exact").value
+    assert one == pytest.approx(closed, abs=1e-8)
+
+
+def test_no_warning_for_an_estimate_equal_to_its_bound():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_estimate(EvidenceEstimate(-1234.5, 0.0, "tempered", "estimate",
+                                        {"run_log_evidence": [-1234.5, -1234.5], "lower_bound": -1234.5 + 2e-13}))

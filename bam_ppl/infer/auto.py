@@ -14,7 +14,7 @@ import numpy as np
 from ..evidence import _estimator, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from .exact import log_count_allocations
-from .registry import check_options
+from .registry import option_names
 from .smc import prepare
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
@@ -23,6 +23,7 @@ AUTO_MAX_TENSORS = 20_000
 # many tokens on structured NMF data (benchmarks/README.md); from about 50 tokens on its runs
 # spread by nats and fall below the tempered estimate, and at 400 tokens they are 5-100 nats low.
 AUTO_SMC_MAX_TOKENS = 25
+AUTO_CANDIDATES = ("exact", "smc", "tempered")
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -42,13 +43,20 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[
 def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_CONFIGS, **options):
     """Exact, Pólya-urn SMC or tempered SMC, whichever suits the size (see :func:`choose_method`).
 
-    ``options`` go to the chosen estimator; an option it does not take is an error.
+    ``options`` go to the chosen estimator. Since the choice depends on the data, an option of
+    another candidate (say ``num_particles`` where the exact value is computed) is not passed
+    on; an option that no candidate takes is an error.
     """
+    candidates = {name: _estimator(model, name) for name in AUTO_CANDIDATES}
+    known = set().union(*(option_names(fn) for fn in candidates.values())) | {"max_configs"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
+                        f"(of {', '.join(AUTO_CANDIDATES)}): {sorted(known)}")
     method, reason = choose_method(model, data, max_configs)
-    fn = _estimator(model, method)
-    if method != "exact":
-        options = dict(options, max_configs=max_configs)
-    check_options(fn, options, f"bam.log_evidence(method='auto' -> {method!r})")
+    fn = candidates[method]
+    options = dict(options, max_configs=max_configs)
+    options = {k: v for k, v in options.items() if k in option_names(fn)}
     est = fn(model, data, rng_key=rng_key, **options)
     return type(est)(est.value, est.stderr, est.method, est.kind,
                      {**est.details, "selected_by": "auto", "reason": reason})

@@ -93,15 +93,20 @@ def enumerate_allocations(bound: BoundModel, data, layout: CellLayout, max_tenso
         pos = [bound.visible.index(c) for c in bound.conditioned]
         _, inv = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
         const += gammaln(np.bincount(inv.reshape(-1), weights=data.counts) + 1.0).sum()
-    sizes = [c.shape[0] for c in contrib]
+    # Cells with a single composition (one allowed configuration) add the same to every tensor;
+    # only the others are enumerated (np.unravel_index takes at most 64 axes).
+    fixed_counts = sum((c[0] for c in contrib if c.shape[0] == 1), np.zeros(size))
+    const -= sum(float(g[0]) for c, g in zip(contrib, lg) if c.shape[0] == 1)
+    varying = [(c, g) for c, g in zip(contrib, lg) if c.shape[0] > 1]
+    sizes = [c.shape[0] for c, _ in varying]
     for start in range(0, num, chunk_size):
         flat_idx = np.arange(start, min(start + chunk_size, num))
         choice = np.unravel_index(flat_idx, sizes) if sizes else ()
-        counts = np.zeros((flat_idx.size, size))
+        counts = np.tile(fixed_counts, (flat_idx.size, 1))
         logp = np.full(flat_idx.size, const)
-        for u, ch in enumerate(choice):
-            counts += contrib[u][ch]
-            logp -= lg[u][ch]
+        for (cell_counts, cell_lg), ch in zip(varying, choice):
+            counts += cell_counts[ch]
+            logp -= cell_lg[ch]
         logp += gammaln(alpha + counts).sum(1) - gammaln(alpha_col + counts @ colmat).sum(1)
         yield logp, counts
 

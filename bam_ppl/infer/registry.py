@@ -118,13 +118,19 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **option
     return result
 
 
+def option_names(fn) -> set[str]:
+    """The keyword-only options of a backend or estimator (without ``rng_key``)."""
+    params = inspect.signature(fn).parameters
+    return {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "rng_key"}
+
+
 def check_options(fn, options, caller: str) -> None:
     """Reject options that ``fn`` does not take, naming the caller and the valid options."""
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    valid = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "rng_key"]
-    unknown = sorted(set(options) - set(valid))
+    valid = option_names(fn)
+    unknown = sorted(set(options) - valid)
     if unknown:
         raise TypeError(f"{caller}: unknown option(s) {unknown}; valid options: {sorted(valid)}")
 
