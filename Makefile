@@ -11,7 +11,7 @@ PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-py312 tutorials bench lint clean
+.PHONY: demo test test-all test-py312 tutorials bench lint clean docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,18 @@ tutorials: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	@echo "installed the benchmark extra; run the scripts in benchmarks/ (see benchmarks/README.md)"
+
+# The documentation site, built offline into docs/_build/html: API reference, the tutorials
+# executed with small settings (BAM_PPL_SMALL=1; one that fails is listed as not executed).
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -b html -q docs docs/_build/html
+	@echo "documentation: docs/_build/html/index.html"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bam_ppl tests benchmarks tutorials

