@@ -167,8 +167,14 @@ def relabel(idata, dims: Sequence[str] | str | None = None, *, num_iters: int = 
     -------
     A copy of ``idata`` with a relabelled ``posterior`` (``attrs["relabelled"]`` lists the dims).
     """
-    dims = latent_dims(idata) if dims is None else ((dims,) if isinstance(dims, str) else tuple(dims))
     post = group(idata, "posterior").copy()
+    if dims is None:
+        dims = latent_dims(idata)
+    else:
+        dims = (dims,) if isinstance(dims, str) else tuple(dims)
+        unknown = [d for d in dims if d not in post.dims]
+        if unknown:
+            raise ValueError(f"dims {unknown} are not dims of the posterior {sorted(map(str, post.dims))}")
     dims = tuple(d for d in dims if d in post.dims and post.sizes[d] > 1)
     for d in dims:
         others = set(dims) - {d}

@@ -180,7 +180,7 @@ def test_raw_program_gives_one_log_likelihood_array_to_arviz():
     program = NMF.numpyro_model()
     mcmc = MCMC(NUTS(program), num_warmup=20, num_samples=20, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X_SMALL)
-    ll = group(az.from_numpyro(mcmc), "log_likelihood")
+    ll = group(az.from_numpyro(mcmc, log_likelihood=True), "log_likelihood")
     assert list(ll.data_vars) == ["X"] and ll["X"].shape[2:] == X_SMALL.shape
 
 
@@ -279,3 +279,13 @@ def test_relabel_aligns_gibbs_chains():
     np.testing.assert_array_equal(group(aligned, "posterior")["total_rate"].values,
                                   group(idata, "posterior")["total_rate"].values)
     assert group(aligned, "posterior").attrs["relabelled"] == "k"
+
+
+def test_relabel_rejects_unknown_dims_and_leaves_latent_free_fits_alone():
+    with pytest.raises(ValueError, match="not dims of the posterior"):
+        bam.relabel(fit("gibbs"), dims="topic")
+    free = fit("gibbs", "indep")
+    same = bam.relabel(free)
+    post = group(free, "posterior")
+    for name in post.data_vars:
+        np.testing.assert_array_equal(group(same, "posterior")[name].values, post[name].values)
