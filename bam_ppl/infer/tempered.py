@@ -821,6 +821,19 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         A tqdm bar over runs (None: only when there are several runs and many tokens).
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
+
+    Notes
+    -----
+    ``stderr`` comes from the spread of the independent runs. A bias that every run shares —
+    particles that have not mixed at some temperature, which makes log estimates too low — is
+    not in it: check that the estimate no longer rises with effort (``num_sweeps``, ``rho``,
+    ``num_particles``) before trusting a small error bar. Measured on NMF(4), a = 1, of 50 × 70
+    matrices: the defaults (P = 256, ρ = 0.9, one sweep) came out 1.2 nats (T = 1000) and 1.5
+    nats (T = 4000) below the highest-effort value (P = 512, ρ = 0.97, three sweeps), with a
+    stated standard error of 0.2–0.6; three sweeps at T = 1000, or ρ = 0.97 with more particles at
+    T = 4000, closed most of the gap at 3–12 times the cost. An adaptive schedule also leaves a small bias
+    (hundredths of a nat on tiny data); fixing ``schedule`` from a pilot run removes it. The sure
+    lower bound ``lower_bound`` holds whatever the effort.
     """
     schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
                               max_configs)
