@@ -92,7 +92,7 @@ DEFAULT_NUM_WARMUP = 1000  # at least this many search sweeps; by default one pe
 MAX_DEFAULT_NUM_WARMUP = 10_000
 DEFAULT_NUM_STEPS = 1000
 MAX_ICM_PASSES = 100
-MAX_RELABELLINGS = 720  # label symmetries averaged over at most (6! = 720)
+MAX_RELABELLINGS = 40_320  # label symmetries averaged over at most (8!)
 
 # What one pass of the kernel does with each token.
 DRAW = 0  # remove the token, redraw it from its conditional, add it back
@@ -412,6 +412,8 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
     _, row_base, row_offset, valid, _, _, _, _, moved, has_valid, _ = structure
     if has_valid and not np.array_equal(valid, valid[:, relabel]):
         return False
+    if moved.size == 0:
+        return True
     for m in moved:
         bases = np.unique(row_base[m])
         src = (bases[:, None] + row_offset[m][None, :]).reshape(-1)
@@ -684,8 +686,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         Sweeps S of each chain around z* (>= 1).
     label_symmetry : bool
         Average the transition probabilities over the relabellings of latent nodes that leave
-        p(X, z) unchanged (up to MAX_RELABELLINGS = 720 of them); without it the estimate is
-        low by up to the log of their number when the chain does not switch labels.
+        p(X, z) unchanged (up to MAX_RELABELLINGS = 8! of them); without it the estimate is low
+        by up to the log of their number when the chain does not switch labels.
     kernel : {"auto", "numba"}
         Only the numba CPU kernel exists; ``"jax"`` raises a ValueError.
     max_configs : int
