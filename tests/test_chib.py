@@ -216,6 +216,7 @@ def test_same_key_same_result_and_details():
     (dict(max_configs=0), ValueError),
     (dict(label_symmetry="yes"), TypeError),
     (dict(progress_bar=1), TypeError),
+    (dict(rng_key="seven"), TypeError),
 ])
 def test_bad_options_raise(options, error):
     with pytest.raises(error, match=next(iter(options))):
