@@ -7,7 +7,8 @@ token) of every observed token; the visible indices of each token are fixed by X
 
 where, for token-labelled z, log p(X, z) = C + Σ_tables [log B(α + S_fa(z)) − log B(α)] with
 C the data-only constant (total-count term, conditioned-cell and multinomial coefficients), so
-that log π(S) of the allocation tensor S(z) is log p(X, z) + Σ_u ln X_u! − Σ_(u,l) ln S(u, l)!.
+that log π(S) of the allocation tensor S(z) is log p(X, z) + Σ_u ln X_u! − Σ_(u,l) ln S(u, l)!
+(Cemgil et al. 2019, arXiv:1903.04478, eq. 3.11; equation numbers below refer to that paper).
 
 p(z* | X) is estimated as in Murray & Salakhutdinov (2009, "Evaluating probabilities under
 high-dimensional latent variable models", NIPS) and Wallach, Murray, Salakhutdinov & Mimno
