@@ -14,6 +14,12 @@ uses (papers/000 eq. 3.3–3.4):
   ``x_u log p(u) − log x_u! + (x_u / n_g) log n_g!`` — the multinomial coefficient is apportioned
   to cells in proportion to their counts, so the entries of a group sum to its exact
   multinomial log-pmf, and a zero cell contributes exactly 0.
+* **Bernoulli** (NBMF): ``log Bernoulli(v_fn | [WH]_fn)`` per observed entry
+  (:func:`bernoulli_log_likelihood`).
+
+The Poisson and multinomial forms differ by the Poisson term of the totals, so compare with
+``az.compare`` only fits of the same form on the same data (as with ``bam.compare``, where
+conditioned models have no Gamma–Poisson total term either).
 
 **Dense or aggregated.** Up to :data:`DENSE_CELL_LIMIT` cells (and fully observed data) the
 entries are the dense cells, ``log_likelihood["X"]`` with the dims of ``observed_data["X"]``.
@@ -44,7 +50,7 @@ _CHUNK_ELEMENTS = 20_000_000
 
 
 # -- allocation models --------------------------------------------------------------------------
-def table_members(structure, latent: Sequence[str] = (), condition_on: Sequence[str] = (),
+def table_members(structure, condition_on: Sequence[str] = (),
                   tie: Sequence[Sequence[str]] = ()) -> list[tuple[str, str, tuple[str, ...]]]:
     """``(table name, child, parents)`` of every node that owns a table, as in ``AllocationModel``."""
     from .dag import DAG
