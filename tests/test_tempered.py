@@ -4,6 +4,7 @@ leave π_β invariant, a sure lower bound that is log π(S) of a returned alloca
 from __future__ import annotations
 
 import itertools
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -34,6 +35,8 @@ CASES = {
     "chain_latent_middle": (bam.AllocationModel("i -> k; k -> j", latent={"k": 3}, observed=("i", "j"), a=1.0),
                             np.array([[3, 1, 0], [0, 2, 2]])),
 }
+# Tiny data at a ≤ 0.5 trigger the small-concentration warning (tested on its own below).
+pytestmark = pytest.mark.filterwarnings("ignore:tempered SMC. most particles")
 # An adaptive schedule leaves a small bias (a few hundredths of a nat on these cases).
 ADAPTIVE_BIAS = 0.03
 
@@ -235,6 +238,22 @@ def test_tie_across_latent_and_visible_nodes_is_rejected():
         tempered.run_tempered(model, np.array([[1, 2], [0, 1]]), 0, num_particles=4, num_runs=1)
 
 
+def test_small_concentrations_warn():
+    # a = 0.01: nearly every draw from the latent prior puts all tokens in one component; the
+    # posterior's allocations are rare under it and the default effort falls short: a warning.
+    model = bam.models.nmf(2, a=0.01)
+    with pytest.warns(UserWarning, match="most particles drawn from the latent prior"):
+        tempered.run_tempered(model, X2, 0, num_particles=64, num_runs=2)
+
+
+@pytest.mark.slow
+def test_small_concentrations_converge_with_effort():
+    model = bam.models.nmf(2, a=0.1)
+    with pytest.warns(UserWarning, match="most particles"):
+        result = tempered.run_tempered(model, X2, 0, num_particles=1024, num_runs=8, rho=0.99, num_sweeps=5)
+    assert_matches_exact(result, exact_log_evidence(model, X2))
+
+
 @pytest.mark.slow
 def test_realistic_nmf_above_bounds_and_consistent_across_keys():
     # NMF(4), a = 1, on a 50 × 70 matrix of T = 1000 tokens drawn from a concentrated prior:
@@ -242,8 +261,10 @@ def test_realistic_nmf_above_bounds_and_consistent_across_keys():
     # different keys agree within a few stated standard errors.
     _, X = bam.models.nmf(4, a=200).sample(jax.random.key(0), shape=(50, 70), total=1000)
     model = bam.models.nmf(4, a=1.0)
-    first = bam.log_evidence(model, X, method="tempered", rng_key=1)
-    second = bam.log_evidence(model, X, method="tempered", rng_key=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bam.evidence.EvidenceWarning)  # runs agree, above the bound
+        first = bam.log_evidence(model, X, method="tempered", rng_key=1)
+        second = bam.log_evidence(model, X, method="tempered", rng_key=2)
     vb = bam.log_evidence(model, X, method="vb")
     for estimate in (first, second):
         assert estimate.value >= estimate.details["lower_bound"]

@@ -44,6 +44,7 @@ import functools
 import math
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -71,6 +72,8 @@ RESAMPLE_ESS = 0.5  # resample when the ESS falls below this fraction of the par
 NUM_BLOCKS = 8  # particle blocks of the numba kernel, each with its own random stream
 BISECTION_STEPS = 60
 MAX_TEMPERATURES = 100_000
+# Warn when more than this share of the draws from π₀ have one and the same likelihood.
+DEGENERATE_SHARE = 0.5
 
 # what a pass of the numba kernel does with each token
 _SWEEP = 0
@@ -657,6 +660,7 @@ class TemperedRun(NamedTuple):
     min_ess: float
     lower_bound: float
     best_config: np.ndarray
+    degenerate_start: bool  # most draws from π₀ had the same likelihood
 
 
 class TemperedResult(NamedTuple):
@@ -709,6 +713,12 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
             best_value, best_config = float(value[p]), np.asarray(particles.config[p]).copy()
 
     visit()
+    # Most draws from π₀ sharing one likelihood value (tiny concentrations put every token in one
+    # configuration) means the posterior's allocations are rare under π₀: warned about below.
+    like = np.asarray(particles.log_like)
+    _, repeats = np.unique(np.round(like / max(1.0, float(np.abs(like).max())), 9), return_counts=True)
+    degenerate = bool(tp.visible_numerators.size + tp.visible_denominators.size) and num > 1 and \
+        repeats.max() > DEGENERATE_SHARE * num
     log_w = np.full(num, -np.log(num))
     log_z = tp.constant + tp.log_z0
     beta, betas, resamplings, min_ess = 0.0, [], 0, float(num)
@@ -733,7 +743,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
         visit()
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures; lower rho")
-    return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config)
+    return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate)
 
 
 def _check_schedule(schedule):
@@ -864,6 +874,15 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     finally:
         if pool is not None:
             pool.shutdown()
+    if any(r.degenerate_start for r in runs):
+        warnings.warn(
+            "tempered SMC: most particles drawn from the latent prior have the same likelihood "
+            "(small concentrations put all tokens in one configuration), so the allocations the "
+            "posterior favours are rare at the start and single-token Gibbs moves find them slowly: "
+            "the estimate can be too low and its runs spread. Raise the effort (rho=0.99, "
+            "num_sweeps=5, more particles) until the estimate stops rising, or use method='smc' "
+            "(Pólya-urn SMC) or 'exact' for this model.",
+            _evidence.EvidenceWarning if hasattr(_evidence, "EvidenceWarning") else UserWarning, stacklevel=2)
     values = np.array([r.log_evidence for r in runs])
     value, stderr = pooled(values)
     best = max(runs, key=lambda r: r.lower_bound)
