@@ -8,8 +8,9 @@ note saying it was not executed and why, and the tutorials index lists it.
 Executed notebooks are cached under ``docs/_build/.tutorials`` by a hash of the tutorial and of
 the package sources, so a rebuild re-runs only what changed. ``BAM_PPL_DOCS_EXECUTE=0`` skips
 execution altogether (every tutorial rendered without outputs), ``BAM_PPL_DOCS_CELL_TIMEOUT``
-sets the per-cell timeout in seconds (default 300) and ``BAM_PPL_DOCS_JOBS`` the number of
-tutorials executed at once (default 2).
+sets the per-cell timeout in seconds (default 300), ``BAM_PPL_DOCS_JOBS`` the number of
+tutorials executed at once (default 2), and ``BAM_PPL_DOCS_STRICT=1`` makes a tutorial that
+fails an error of the build (for CI).
 
 Run it alone with ``python docs/_tutorials.py``; ``conf.py`` runs it before every build.
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +36,7 @@ ROOT = DOCS.parent
 SOURCE = ROOT / "tutorials"
 TARGET = DOCS / "tutorials"  # generated, ignored by git
 CACHE = DOCS / "_build" / ".tutorials"
+FIRST = ("quickstart",)
 
 sys.path.insert(0, str(DOCS))
 from _citations import cite  # noqa: E402
@@ -70,7 +74,9 @@ def _execute(nb, timeout: int):
 
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT)}})
-    client.execute()
+    client.log.setLevel(logging.WARNING)  # no "Executing notebook" line per tutorial
+    # the kernel process's own log (not the cells' output, which comes through the client)
+    client.execute(stderr=subprocess.DEVNULL)
     return nb
 
 
@@ -190,7 +196,8 @@ def build() -> list[dict]:
     timeout = int(os.environ.get("BAM_PPL_DOCS_CELL_TIMEOUT", "300"))
     jobs = max(1, int(os.environ.get("BAM_PPL_DOCS_JOBS", "2")))
     TARGET.mkdir(parents=True, exist_ok=True)
-    paths = sorted(SOURCE.glob("*.py"))
+    # the quick start first, the others by name
+    paths = sorted(SOURCE.glob("*.py"), key=lambda p: (p.stem not in FIRST, p.stem))
     for stale in TARGET.glob("*.ipynb"):
         if not (SOURCE / f"{stale.stem}.py").exists():
             stale.unlink()
@@ -214,6 +221,10 @@ def build() -> list[dict]:
           f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     for s in failed:
         print(f"[bam_ppl docs] NOT EXECUTED: {s['name']}: {s['reason']}", file=sys.stderr)
+        if s.get("log"):
+            print(s["log"], file=sys.stderr)
+    if failed and execute and os.environ.get("BAM_PPL_DOCS_STRICT") == "1":
+        raise RuntimeError(f"tutorials not executed: {[s['name'] for s in failed]} (BAM_PPL_DOCS_STRICT=1)")
     return statuses
 
 

