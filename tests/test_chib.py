@@ -198,7 +198,7 @@ def test_same_key_same_result_and_details():
     one = chib_estimate(model, X, rng_key=5, num_runs=1, num_steps=50)
     assert np.isnan(one.stderr) and np.isfinite(one.value)
     default = chib_estimate(model, X, rng_key=5, num_runs=2, num_steps=50, num_warmup=None)
-    assert default.details["num_warmup"] == chib.DEFAULT_NUM_WARMUP  # one sweep per token, at least 1000
+    assert default.details["num_warmup"] == chib.DEFAULT_NUM_WARMUP  # two sweeps per token, at least 2000
 
 
 @pytest.mark.parametrize("options, error", [
