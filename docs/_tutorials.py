@@ -80,10 +80,10 @@ def _execute(nb, timeout: int):
     return nb
 
 
-def _not_executed_note(nbformat, reason: str):
+def _not_executed_note(nbformat, reason: str, name: str):
     text = ("```{warning}\nThis tutorial was **not executed** when this documentation was built, "
             "so the page shows its code without outputs.\n\n"
-            f"Reason: {reason}\n\nRun it yourself with `python tutorials/<name>.py` "
+            f"Reason: {reason}\n\nRun it yourself with `python tutorials/{name}.py` "
             "(`BAM_PPL_SMALL=1` for small settings).\n```")
     return nbformat.v4.new_markdown_cell(text)
 
@@ -160,7 +160,7 @@ def _one(path: Path, package_hash: str, timeout: int, execute: bool) -> dict:
     if not status["executed"]:
         # insert the note right after the title cell
         position = 2 if len(nb.cells) > 1 and nb.cells[1].cell_type == "markdown" else 1
-        nb.cells.insert(position, _not_executed_note(nbformat, status["reason"]))
+        nb.cells.insert(position, _not_executed_note(nbformat, status["reason"], path.stem))
     nb.metadata["mystnb"] = {"execution_mode": "off"}
     nbformat.write(nb, TARGET / f"{path.stem}.ipynb")
     return status
@@ -219,7 +219,7 @@ def build() -> list[dict]:
     failed = [s for s in statuses if not s["executed"]]
     print(f"[bam_ppl docs] tutorials: {len(statuses) - len(failed)} of {len(statuses)} executed "
           f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    for s in failed:
+    for s in failed if execute else []:
         print(f"[bam_ppl docs] NOT EXECUTED: {s['name']}: {s['reason']}", file=sys.stderr)
         if s.get("log"):
             print(s["log"], file=sys.stderr)
