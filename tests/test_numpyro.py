@@ -1,6 +1,8 @@
 """The NumPyro program of an allocation model under NUTS, SVI, Predictive and render_model."""
 
 import functools
+import io
+import sys
 
 import jax
 import numpy as np
@@ -10,6 +12,7 @@ from numpyro.infer import Predictive
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor
+from bam_ppl.infer import numpyro_backends
 from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
 from bam_ppl.models.program import _all_cells
 
@@ -142,3 +145,47 @@ def test_nbmf_runs_under_nuts_and_svi_through_the_registry():
         mean = model.expected_mean(idata)
         assert mean.shape == (6, 5) and np.all((mean > 0) & (mean < 1))
         assert attrs_of(idata)["method"] == method
+
+
+class _Stream(io.StringIO):
+    """A stand-in for sys.stderr that says whether it is a terminal."""
+
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_nuts_writes_energy_for_bfmi_and_no_progress_bar_off_a_terminal(monkeypatch):
+    seen = []
+    real_mcmc = numpyro_backends.MCMC
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["progress_bar"])
+        return real_mcmc(*args, **kwargs)
+
+    monkeypatch.setattr(numpyro_backends, "MCMC", spy)
+    stderr = _Stream(tty=False)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    X = np.array([[3, 0, 1], [1, 4, 2]])
+    idata = bam.infer(bam.AllocationModel("i -> j", a=3.0), X, method="nuts", rng_key=0,
+                      num_warmup=100, num_samples=100, num_chains=2)  # progress_bar left at None
+    assert seen == [False]  # stderr is not a terminal: no bar, no carriage-return frames
+    assert "\r" not in stderr.getvalue()
+    energy = group(idata, "sample_stats")["energy"]
+    assert energy.dims == ("chain", "draw") and energy.shape == (2, 100)
+    assert np.isfinite(energy.values).all()
+    bfmi = np.asarray(az.bfmi(idata))
+    assert bfmi.shape == (2,) and np.all((bfmi > 0) & np.isfinite(bfmi))
+
+
+def test_progress_bar_option_is_resolved_like_numpyro(monkeypatch):
+    for tty in (False, True):
+        monkeypatch.setattr(sys, "stderr", _Stream(tty))
+        assert numpyro_backends.show_progress(None) is tty
+        assert numpyro_backends.show_progress(True) is True
+        assert numpyro_backends.show_progress(False) is False
+    with pytest.raises(TypeError, match="progress_bar"):
+        numpyro_backends.show_progress("yes")

@@ -6,6 +6,7 @@ The same two runners serve every model family; only the conversion of the draws 
 from __future__ import annotations
 
 import functools
+import sys
 
 import jax
 import numpy as np
@@ -28,6 +29,23 @@ GUIDES = {
 }
 
 
+def show_progress(progress_bar) -> bool:
+    """Resolve ``progress_bar``: ``None`` shows NumPyro's bar only when stderr is a terminal.
+
+    A bar redraws itself with carriage returns; in a log file or a captured stream every frame
+    would be kept, so by default it is off there. ``True``/``False`` force it.
+    """
+    if progress_bar is None:
+        try:
+            return bool(sys.stderr.isatty())
+        except (AttributeError, ValueError):  # no stderr, or a closed one
+            return False
+    if not isinstance(progress_bar, (bool, np.bool_)):
+        raise TypeError(f"progress_bar must be True, False or None (shown on a terminal), "
+                        f"got {progress_bar!r}")
+    return bool(progress_bar)
+
+
 def _split_theta(bound, samples):
     theta = {t.name: np.asarray(samples[f"theta_{t.name}"]) for t in bound.tables}
     rate = np.asarray(samples["total_rate"]) if "total_rate" in samples else None
@@ -43,13 +61,19 @@ def _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_ac
 
 def _run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
               target_accept_prob, chain_method, progress_bar):
-    """Draws grouped by chain and the standard ArviZ sample statistics."""
+    """Draws grouped by chain and the standard ArviZ sample statistics.
+
+    ``energy`` is the Hamiltonian (potential + kinetic) at each draw, under ArviZ's name, so
+    ``az.bfmi`` and ``az.plot_energy`` work; ``lp`` is minus the potential energy.
+    """
     mcmc = MCMC(NUTS(program, target_accept_prob=target_accept_prob), num_warmup=num_warmup,
                 num_samples=num_samples, num_chains=num_chains, thinning=thinning,
-                chain_method=chain_method, progress_bar=progress_bar)
-    mcmc.run(as_key(rng_key), extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy"))
+                chain_method=chain_method, progress_bar=show_progress(progress_bar))
+    mcmc.run(as_key(rng_key), extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy",
+                                            "energy"))
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {
+        "energy": (("chain", "draw"), np.asarray(extra["energy"], dtype=np.float64)),
         "diverging": (("chain", "draw"), np.asarray(extra["diverging"])),
         "n_steps": (("chain", "draw"), np.asarray(extra["num_steps"])),
         "acceptance_rate": (("chain", "draw"), np.asarray(extra["accept_prob"])),
@@ -81,7 +105,7 @@ def _run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sampl
     q = guide_cls(program)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
     result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
-        key_fit, num_steps, progress_bar=progress_bar)
+        key_fit, num_steps, progress_bar=show_progress(progress_bar))
     draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
     draws = {k: np.asarray(v)[None] for k, v in draws.items()}
     return draws, {"loss": (("chain", "iteration"), np.asarray(result.losses)[None])}
@@ -90,8 +114,13 @@ def _run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sampl
 @register("nuts", models=(AllocationModel,))
 def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 2,
          thinning: int = 1, target_accept_prob: float = 0.8, chain_method: str = "sequential",
-         progress_bar: bool = False):
-    """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out)."""
+         progress_bar: bool | None = None):
+    """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out).
+
+    sample_stats: ``energy``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``lp`` (ArviZ's
+    names). ``progress_bar=None`` shows NumPyro's bar when stderr is a terminal and never in a
+    log file; ``True``/``False`` force it.
+    """
     _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
     data = model.as_data(data)
     bound = model.bind(data)
@@ -108,7 +137,7 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
 
 @register("svi", models=(AllocationModel,))
 def svi(model, data, *, rng_key=0, guide="normal", num_steps: int = 2000, learning_rate: float = 0.01,
-        num_samples: int = 1000, progress_bar: bool = False):
+        num_samples: int = 1000, progress_bar: bool | None = None):
     """NumPyro SVI with an autoguide ("normal", "diagonal", "lowrank", "delta" or an AutoGuide class)."""
     guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
     data = model.as_data(data)
@@ -133,8 +162,11 @@ def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attr
 @register("nuts", models=(NBMF,))
 def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_samples: int = 500,
               num_chains: int = 2, thinning: int = 1, target_accept_prob: float = 0.8,
-              chain_method: str = "sequential", progress_bar: bool = False):
-    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (papers/002 eqs. 15–18)."""
+              chain_method: str = "sequential", progress_bar: bool | None = None):
+    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (papers/002 eqs. 15–18).
+
+    sample_stats and ``progress_bar`` as for the allocation models' :func:`nuts`.
+    """
     _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
     values, observed, rows, cols = check_data(model, data, mask)
     program = functools.partial(model.numpyro_model(), values, mask=observed)
@@ -148,7 +180,7 @@ def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_s
 
 @register("svi", models=(NBMF,))
 def nbmf_svi(model, data, *, rng_key=0, mask=None, guide="normal", num_steps: int = 2000,
-             learning_rate: float = 0.01, num_samples: int = 1000, progress_bar: bool = False):
+             learning_rate: float = 0.01, num_samples: int = 1000, progress_bar: bool | None = None):
     """NumPyro SVI with an autoguide on the Bernoulli(WH) program of NBMF."""
     guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
     values, observed, rows, cols = check_data(model, data, mask)
