@@ -5,9 +5,8 @@ Declare a model as a DAG of index variables, run any registered backend through
 :func:`compare`.
 """
 
-__version__ = "0.1.0"
-
 from . import datasets, models  # noqa: E402
+from ._version import __version__  # noqa: E402,F401
 from .dag import DAG  # noqa: E402
 from .data import CountTensor  # noqa: E402
 from .evidence import EvidenceEstimate, EvidenceWarning, compare, log_evidence, register_evidence  # noqa: E402

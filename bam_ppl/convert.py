@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
-from . import __version__
+from ._version import __version__
 
 SAMPLE_GROUPS = ("posterior", "sample_stats", "prior", "posterior_predictive", "log_likelihood")
 DENSE_OBSERVED_LIMIT = 10_000_000
