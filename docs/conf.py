@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,9 +161,32 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
 
 
-def _cite_docstring(app, what, name, obj, options, lines):
-    """Docstrings cite some papers by repository path: show authors, year and arXiv id."""
-    lines[:] = cite("\n".join(lines)).split("\n")
+_SECTIONS = {"Parameters", "Returns", "Yields", "Raises", "Warns", "Attributes", "Other Parameters"}
+_ENTRY = re.compile(r"^\*{0,2}[A-Za-z_][\w.]*(\s*,\s*\*{0,2}[A-Za-z_]\w*)*\s*(:.*)?$")
+
+
+def _close_sections(lines: list[str]) -> list[str]:
+    """A paragraph after a numpydoc section, at the section's indentation, that is not an entry
+    (``name : type``) would be read as a malformed entry: give it a "Notes" heading."""
+    out, section = [], None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"} and stripped:
+            section = stripped if stripped in _SECTIONS else None
+        elif (section and stripped and not line[:1].isspace() and i > 0 and not lines[i - 1].strip()
+              and not set(stripped) <= {"-"} and not _ENTRY.match(stripped)):
+            out += ["Notes", "-----"]
+            section = None
+        out.append(line)
+    return out
+
+
+def _fix_docstring(app, what, name, obj, options, lines):
+    """Work around docstrings that do not render (reported to their owners): papers cited by
+    repository path get authors, year and arXiv id; a paragraph after a Parameters section gets
+    a heading; an inline literal directly followed by "^" gets the escaped space it needs."""
+    text = cite("\n".join(lines)).replace("``^", "``\\ ^")
+    lines[:] = _close_sections(text.split("\n"))
 
 
 def _tutorials(app):
@@ -172,7 +196,8 @@ def _tutorials(app):
 
 
 def setup(app):
-    app.connect("autodoc-process-docstring", _cite_docstring)
+    # before napoleon (priority 500) turns numpydoc sections into fields
+    app.connect("autodoc-process-docstring", _fix_docstring, priority=400)
     app.connect("builder-inited", _tutorials)
 
 
