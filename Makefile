@@ -58,8 +58,11 @@ $(DOCS_STAMP): pyproject.toml | $(STAMP)
 	$(PY) -m pip install --quiet -e ".[docs]"
 	touch $(DOCS_STAMP)
 
+# `make docs SPHINXOPTS="-W --keep-going"` turns warnings into errors.
+SPHINXOPTS ?=
+
 docs: $(DOCS_STAMP)
-	$(PY) -m sphinx -b html -q docs docs/_build/html
+	$(PY) -m sphinx -b html -q $(SPHINXOPTS) docs docs/_build/html
 	@echo "documentation: docs/_build/html/index.html"
 
 lint: $(STAMP)
