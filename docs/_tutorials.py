@@ -119,7 +119,6 @@ def _tidy_outputs(nb) -> None:
 
 
 def _one(path: Path, package_hash: str, timeout: int, execute: bool) -> dict:
-    import jupytext
     import nbformat
 
     source = path.read_text(encoding="utf-8")

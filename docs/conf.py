@@ -16,8 +16,9 @@ sys.path.insert(0, str(DOCS))
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import bam_ppl  # noqa: E402
 from _citations import cite  # noqa: E402
+
+import bam_ppl  # noqa: E402
 
 project = "bam_ppl"
 author = "the bam_ppl developers"
@@ -181,12 +182,33 @@ def _close_sections(lines: list[str]) -> list[str]:
     return out
 
 
+def _prose_returns(lines: list[str]) -> list[str]:
+    """A Returns section whose entry is prose over several unindented lines (no type line)
+    would be split into one return value per line: make it a ``:returns:`` field instead."""
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if (line.strip() == "Returns" and i + 2 < len(lines) and set(lines[i + 1].strip()) == {"-"}
+                and lines[i + 2].strip() and not lines[i + 2][:1].isspace()
+                and i + 3 < len(lines) and lines[i + 3].strip() and not lines[i + 3][:1].isspace()):
+            j = i + 2
+            while j < len(lines) and lines[j].strip() and not lines[j][:1].isspace():
+                j += 1
+            out.append(":returns: " + lines[i + 2])
+            out += ["   " + text for text in lines[i + 3:j]]
+            i = j
+            continue
+        out.append(line)
+        i += 1
+    return out
+
+
 def _fix_docstring(app, what, name, obj, options, lines):
     """Work around docstrings that do not render (reported to their owners): papers cited by
     repository path get authors, year and arXiv id; a paragraph after a Parameters section gets
-    a heading; an inline literal directly followed by "^" gets the escaped space it needs."""
+    a heading; a prose Returns entry becomes one field; an inline literal directly followed by "^" gets the escaped space it needs."""
     text = cite("\n".join(lines)).replace("``^", "``\\ ^")
-    lines[:] = _close_sections(text.split("\n"))
+    lines[:] = _prose_returns(_close_sections(text.split("\n")))
 
 
 def _tutorials(app):
