@@ -36,7 +36,7 @@ CASES = {
                             np.array([[3, 1, 0], [0, 2, 2]])),
 }
 # Tiny data at a ≤ 0.5 trigger the small-concentration warning (tested on its own below).
-pytestmark = pytest.mark.filterwarnings("ignore:tempered SMC. most particles")
+pytestmark = pytest.mark.filterwarnings("ignore:tempered SMC. most particles:UserWarning")
 # An adaptive schedule leaves a small bias (a few hundredths of a nat on these cases).
 ADAPTIVE_BIAS = 0.03
 
@@ -92,16 +92,21 @@ def test_fixed_schedule_is_unbiased_precisely():
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
 
-def _enumerate_tempered(model, X, beta):
-    """Every token-level allocation z of a tiny case and π_β(z) ∝ π₀(z) L(z)^β, by enumeration."""
+def _enumerate_tempered(model, X, beta, start_scale=1.0):
+    """Every token-level allocation z of a tiny case and π_β(z) ∝ π₀(z) L(z)^β, by enumeration
+    (with a tilted start q: π_β ∝ q^(1−β) (π₀ L)^β)."""
     data, bound, layout = prepare(model, X)
-    tp = tempered.build_tempered_problem(bound, data, layout)
+    tp = tempered.build_tempered_problem(bound, data, layout, start_scale)
     T, L = tp.token_cell.size, tp.num_configs
     zs = np.array(list(itertools.product(range(L), repeat=T)))
     ok = tp.valid[tp.token_cell[None, :], zs].all(1) if tp.has_valid else np.ones(len(zs), bool)
     zs = zs[ok]
-    terms = np.array([tempered.exact_log_terms(tp, tempered.counts_of_configs(tp, z)) for z in zs])
+    counts = [tempered.counts_of_configs(tp, z) for z in zs]
+    terms = np.array([tempered.exact_log_terms(tp, c) for c in counts])
     log_p = terms[:, 0] + beta * terms[:, 1]
+    if tp.tilted:
+        start = np.array([tempered.exact_log_start(tp, c) for c in counts])
+        log_p = (1 - beta) * start + beta * (terms[:, 0] + terms[:, 1])
     return tp, zs, np.exp(log_p - logsumexp(log_p)), terms
 
 
@@ -126,6 +131,7 @@ TINY = {
         np.array([[0, 1, 0], [1, -1, 0], [1, 1, 1], [0, 0, -1]]), shape=(2, 2, 2))),
     "tied": (bam.models.symmetric_nmf(2, a=0.5), np.array([[2, 1], [1, 0]])),
 }
+START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
 @pytest.mark.parametrize("kernel", ["numba", "jax"])
@@ -134,8 +140,10 @@ TINY = {
 def test_moves_leave_the_tempered_target_invariant(name, beta, kernel):
     # β = 0: the urn initialisation draws π₀ exactly. β > 0: exact draws from π_β, one sweep
     # at β, and the histogram is still π_β (chi-square test over every allocation).
+    # "missing" and "tied" start from a tilted urn (larger latent concentrations).
     model, X = TINY[name]
-    tp, zs, probs, terms = _enumerate_tempered(model, X, beta)
+    tp, zs, probs, terms = _enumerate_tempered(model, X, beta, START_SCALES[name])
+    assert tp.tilted == (START_SCALES[name] != 1.0)
     num = 20_000
     with jax.enable_x64(True):
         particles = _particles(kernel, tp, num, seed=3)
@@ -149,8 +157,12 @@ def test_moves_leave_the_tempered_target_invariant(name, beta, kernel):
         assert statistic < chi2.ppf(0.999, df), (statistic, df)
         # the carried log π₀ and log L differ from the closed forms by a constant (the rows that
         # no configuration changes); after set_configs they are the closed forms.
-        exact = np.array([tempered.exact_log_terms(tp, particles.counts(p)) for p in range(50)])
-        carried = np.stack([np.asarray(particles.log_prior)[:50], np.asarray(particles.log_like)[:50]], 1)
+        exact = np.array([(*tempered.exact_log_terms(tp, particles.counts(p)),
+                           tempered.exact_log_start(tp, particles.counts(p))) for p in range(50)])
+        carried = np.stack([np.asarray(particles.log_prior)[:50], np.asarray(particles.log_like)[:50],
+                            np.asarray(particles.log_start)[:50]], 1)
+        if not tp.tilted:
+            exact, carried = exact[:, :2], carried[:, :2]
         offset = carried - exact
         np.testing.assert_allclose(offset - offset[:1], 0.0, atol=1e-9)
         if beta > 0:
@@ -226,6 +238,8 @@ def test_one_run_has_no_stderr():
     (dict(kernel=1), TypeError, "kernel"),
     (dict(progress_bar="yes"), TypeError, "progress_bar"),
     (dict(max_configs=0), ValueError, "max_configs"),
+    (dict(start_a=0.0), ValueError, "start_a"),
+    (dict(start_a="flat"), TypeError, "start_a"),
 ])
 def test_bad_options_raise(options, error, word):
     with pytest.raises(error, match=word):
@@ -238,19 +252,36 @@ def test_tie_across_latent_and_visible_nodes_is_rejected():
         tempered.run_tempered(model, np.array([[1, 2], [0, 1]]), 0, num_particles=4, num_runs=1)
 
 
-def test_small_concentrations_warn():
+def test_small_concentrations_warn_without_a_tilted_start():
     # a = 0.01: nearly every draw from the latent prior puts all tokens in one component; the
-    # posterior's allocations are rare under it and the default effort falls short: a warning.
+    # posterior's allocations are rare under it and the estimate falls far short: a warning.
     model = bam.models.nmf(2, a=0.01)
-    with pytest.warns(UserWarning, match="most particles drawn from the latent prior"):
-        tempered.run_tempered(model, X2, 0, num_particles=64, num_runs=2)
+    with pytest.warns(UserWarning, match="most particles drawn from the start distribution"):
+        tempered.run_tempered(model, X2, 0, num_particles=64, num_runs=2, start_a=None)
+
+
+@pytest.mark.parametrize("a", [1e-6, 0.01, 0.1])
+def test_small_concentrations_exact_with_the_default_tilted_start(a):
+    model = bam.models.nmf(2, a=a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        result = tempered.run_tempered(model, X2, 0, num_particles=256, num_runs=8)
+    assert_matches_exact(result, exact_log_evidence(model, X2))
+
+
+@pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", "lda_conditioned"])
+def test_tilted_start_matches_exact(name):
+    model, X = CASES[name]
+    result = tempered.run_tempered(model, X, 0, num_particles=256, num_runs=8, start_a=4.0 * model.a)
+    assert_matches_exact(result, exact_log_evidence(model, X))
 
 
 @pytest.mark.slow
-def test_small_concentrations_converge_with_effort():
+def test_small_concentrations_converge_with_effort_from_the_prior():
     model = bam.models.nmf(2, a=0.1)
     with pytest.warns(UserWarning, match="most particles"):
-        result = tempered.run_tempered(model, X2, 0, num_particles=1024, num_runs=8, rho=0.99, num_sweeps=5)
+        result = tempered.run_tempered(model, X2, 0, num_particles=1024, num_runs=8, rho=0.99, num_sweeps=5,
+                                       start_a=None)
     assert_matches_exact(result, exact_log_evidence(model, X2))
 
 
