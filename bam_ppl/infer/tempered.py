@@ -34,8 +34,9 @@ with larger concentrations (option ``start_a``) on the geometric path π_β ∝ 
 the incremental weights become (π₀ L / q)^{Δβ} and the moves use q's factors to the power 1 − β.
 
 log π₀(z) and log L(z) of every particle are carried along (each move changes them by the log
-ratio of the token's factors), so that every visited allocation gives log π(S) (papers/000
-eq. 3.11) for free: the largest of them is a *sure lower bound* on log p(X), since
+ratio of the token's factors), so that every visited allocation gives log π(S) (eq. 3.11 of
+Cemgil et al. 2020, "Bayesian allocation model: marginal likelihood-based model selection for
+count tensors", IEEE JSTSP) for free: the largest of them is a *sure lower bound* on log p(X), since
 p(X) = Σ_S π(S) ≥ π(S) for every S.
 
 Two kernels run the particles: a numba CPU kernel (particles are independent Gibbs states, run in
