@@ -15,17 +15,29 @@ Example::
 
     python benchmarks/nbmf_heldout.py --datasets animals catalanparliament --reps 10 \
         --warmup 300 --samples 300 --iters 200
+
+``--trace`` instead follows Beta-Dir Gibbs sweep by sweep from each start (``--inits``): at each
+checkpoint s it prints the held-out log-likelihood per entry (the negative of eq. 67) of the
+Rao-Blackwellised mean over the last s/10 sweeps (the authors' burn-in fraction 0.9, so s = 500
+is 450 + 50 sweeps), on the first mask::
+
+    python benchmarks/nbmf_heldout.py --datasets paleo lastfm --trace --inits random bica \
+        --checkpoints 10 25 50 100 200 300 500
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import group
+from bam_ppl.infer import nbmf_gibbs
 from bam_ppl.models.nbmf import heldout_perplexity, random_heldout_mask
 
 
@@ -65,6 +77,58 @@ def run_dataset(name, args):
     return data.X.shape, rows
 
 
+def gibbs_trace(X, heldout, init, checkpoints, rng_key=0, K=100):
+    """Held-out log-likelihood per entry against sweeps for one Beta-Dir Gibbs chain.
+
+    Drives the sampler's jitted core one sweep at a time (the chain is the one ``bam.infer`` runs
+    with the same key: sweep i uses the same random numbers) and averages E[W | Z] E[H | Z] over
+    the last ⌈s/10⌉ sweeps at each checkpoint s.
+    """
+    model = bam.models.nbmf(K, prior="beta-dir")
+    values, observed, _, _ = nbmf_gibbs.check_data(model, np.where(heldout, np.nan, X), None)
+    kind, values, observed, hyper, _ = nbmf_gibbs.core_problem(model, values, observed)
+    F, N = values.shape
+    total = max(checkpoints)
+    layout = nbmf_gibbs.DiagonalLayout(*(jnp.asarray(a) for a in nbmf_gibbs.diagonal_layout(values, observed)))
+    key_init, key_run, _ = jax.random.split(jax.random.PRNGKey(rng_key), 3)
+    start = time.perf_counter()
+    chains = nbmf_gibbs._init_chains(jax.random.split(key_init, 1), layout, hyper, kind=kind, F=F,
+                                     N=N, K=K, num_sweeps=total, num_draws=1, keep_assignments=False,
+                                     init=init)
+    keys = jax.random.split(key_run, 1)
+    sampler = nbmf_gibbs.SAMPLERS[kind]
+    recent = collections.deque(maxlen=max(1, -(-total // 10)))
+    rows = []
+    for i in range(total):
+        chains = nbmf_gibbs._run_chains(chains, keys, jnp.int32(i), jnp.int32(i + 1), layout, hyper,
+                                        kind=kind, num_warmup=total, thinning=1, threshold=0.01)
+        state = jax.tree_util.tree_map(lambda x: x[0], chains.state)
+        W, H = sampler.means(state, hyper)
+        recent.append(np.asarray(W, np.float64) @ np.asarray(H, np.float64))
+        s = i + 1
+        if s in checkpoints:
+            window = max(1, -(-s // 10))
+            V_hat = np.mean(list(recent)[-window:], axis=0)
+            rows.append((s, -heldout_perplexity(X, V_hat, heldout), float(chains.log_joint[0, i]),
+                         int(chains.active[0, i]), time.perf_counter() - start))
+    return rows
+
+
+def run_trace(name, args):
+    data = bam.datasets.load_binary(name)
+    heldout = random_heldout_mask(data.X, 0.25, rng_key=1000)
+    train = np.where(heldout, np.nan, data.X)
+    constant = -heldout_perplexity(data.X, np.full(data.X.shape, np.nanmean(train)), heldout)
+    print(f"\n{name} {data.X.shape[0]}×{data.X.shape[1]}, mask key 1000, constant rate {constant:.4f}")
+    print(f"{'init':8s} {'sweeps':>6s} {'held-out':>9s} {'log p(V,Z)':>12s} {'active':>6s} {'seconds':>8s}")
+    for init in args.inits:
+        for key in args.keys:
+            for s, loglik, log_joint, active, seconds in gibbs_trace(data.X, heldout, init, args.checkpoints,
+                                                                     rng_key=key):
+                print(f"{init:8s} {s:6d} {loglik:9.4f} {log_joint:12.1f} {active:6d} {seconds:8.1f}"
+                      f"{f'  key {key}' if len(args.keys) > 1 else ''}", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["animals", "catalanparliament"],
@@ -77,7 +141,16 @@ def main(argv=None):
                         help="K of the bICA baseline (several: one row each, as the paper's scan)")
     parser.add_argument("--only", nargs="+", default=None,
                         help='run only these methods, e.g. --only "Dir-Dir Gibbs" "Beta-Dir CVB0"')
+    parser.add_argument("--trace", action="store_true",
+                        help="Beta-Dir Gibbs held-out log-likelihood against sweeps, first mask only")
+    parser.add_argument("--inits", nargs="+", default=["random", "bica"], choices=list(nbmf_gibbs.INITS))
+    parser.add_argument("--keys", type=int, nargs="+", default=[0], help="chain keys (--trace)")
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=[10, 25, 50, 100, 200, 300, 500])
     args = parser.parse_args(argv)
+    if args.trace:
+        for name in args.datasets:
+            run_trace(name, args)
+        return
     print(f"settings: reps={args.reps} gibbs={args.warmup}+{args.samples} iters={args.iters} "
           f"bICA K={args.bica_k}")
     for name in args.datasets:
