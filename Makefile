@@ -37,7 +37,7 @@ $(STAMP312): pyproject.toml | $(PY312)
 
 # `make test-py312 PYTEST_ARGS="tests/test_numpyro.py"` runs a subset.
 test-py312: $(STAMP312)
-	$(PY312) -c "import arviz, jax, sys; print('python', sys.version.split()[0], 'arviz', arviz.__version__, 'jax', jax.__version__)"
+	$(PY312) -c "import arviz, jax, sys; print('python', sys.version.split()[0], 'arviz', arviz.__version__, 'jax', jax.__version__); assert int(arviz.__version__.split('.')[0]) >= 1, 'test-py312 is meant to run ArviZ 1.x'"
 	$(PY312) -m pytest -q $(PYTEST_ARGS)
 
 test-all: $(STAMP)

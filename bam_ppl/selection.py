@@ -361,13 +361,19 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         ``score(model, X, heldout, rng_key)`` returning a number or a 1-d array of per-slice
         values (summed for the table), higher is better. Default: the held-out log-likelihood of
         the fit by ``method`` (:func:`heldout_log_likelihood`), which for the Dirichlet Tucker
-        model is eq. 2's multinomial log-likelihood of each held-out face.
+        model is eq. 2's multinomial log-likelihood of each held-out face, and for other
+        allocation models without ``condition_on`` (``nmf``, ``cp``, ``tucker`` ...) the
+        Poisson log-likelihood of each held-out slice's cells after a fit that treats them as
+        missing (:func:`allocation_heldout_fit`; e.g. ``heldout_axes=(0, 1)`` holds out single
+        cells of a matrix).
     heldout_axes : int, str or tuple of them, optional
         Data axes whose slices are held out, as positions in the model's ``observed`` order or
         as node names; default the model's conditioned axes (the (m, n) faces for the Dirichlet
         Tucker model).
     method : str, optional
-        Backend of the default score (default: the model's ``default_method``).
+        Backend of the default score (default: the model's ``default_method`` when it takes
+        ``heldout=``, else the missing-cell fit of an allocation model). A backend that cannot
+        hold out data is an error.
     fit_options : dict, optional
         Options of that backend (``num_iters``, ``num_restarts`` ...).
     **model_kwargs
@@ -377,9 +383,11 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     -------
     pandas.DataFrame
         One row per grid point, in grid order: the grid and fixed sizes, ``heldout_loglik``,
-        with per-slice scores ``heldout_loglik_se`` (standard error of the paired difference to
-        the best row), and ``selected``, the smallest model within one standard error of the
-        best (the best row without per-slice scores). ``table.attrs`` holds ``grid`` (the swept
+        with per-slice scores ``heldout_loglik_se`` (the standard error of the row's own score,
+        sqrt(n) · sd of its n per-slice values) and ``heldout_loglik_diff_se`` (that of its
+        paired difference to the best row; nan on the best row), and ``selected``, the smallest
+        model whose score is within the best row's ``heldout_loglik_se`` of the best (the best
+        row without per-slice scores). ``table.attrs`` holds ``grid`` (the swept
         names), ``fixed`` and the ``heldout`` mask.
     """
     import pandas as pd
@@ -424,7 +432,7 @@ def plot_rank_selection(table, ax=None, errorbars: float = 1.0):
 
     One panel per swept size: for each of its values, the best held-out log-likelihood over the
     other sizes, with ± ``errorbars`` × ``heldout_loglik_se`` of that row (the standard error
-    the table already holds; no bars when the score had no per-slice values). The dashed
+    the table already holds; no bars when the score had no per-slice values). The dotted
     horizontal line is the rule's threshold, the best score minus its standard error; the
     vertical line marks the selected grid point.
 
