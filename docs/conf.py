@@ -68,7 +68,7 @@ napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
 napoleon_use_ivar = True  # "Attributes" sections as fields: no duplicate attribute entries
-napoleon_custom_sections = [("Warns", "params_style")]
+napoleon_custom_sections = [("Warns", "params_style"), "Return value"]
 add_module_names = False
 
 # --- myst / myst-nb ---------------------------------------------------------------------------
@@ -184,19 +184,15 @@ def _close_sections(lines: list[str]) -> list[str]:
 
 def _prose_returns(lines: list[str]) -> list[str]:
     """A Returns section whose entry is prose over several unindented lines (no type line)
-    would be split into one return value per line: make it a ``:returns:`` field instead."""
+    would be split into one return value per line: make it a plain "Return value" section."""
     out, i = [], 0
     while i < len(lines):
         line = lines[i]
         if (line.strip() == "Returns" and i + 2 < len(lines) and set(lines[i + 1].strip()) == {"-"}
                 and lines[i + 2].strip() and not lines[i + 2][:1].isspace()
                 and i + 3 < len(lines) and lines[i + 3].strip() and not lines[i + 3][:1].isspace()):
-            j = i + 2
-            while j < len(lines) and lines[j].strip() and not lines[j][:1].isspace():
-                j += 1
-            out.append(":returns: " + lines[i + 2])
-            out += ["   " + text for text in lines[i + 3:j]]
-            i = j
+            out += ["Return value", "------------"]
+            i += 2
             continue
         out.append(line)
         i += 1
