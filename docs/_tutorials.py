@@ -139,7 +139,7 @@ def _one(path: Path, package_hash: str, timeout: int, execute: bool) -> dict:
             _execute(nb, timeout)
         except Exception as exc:  # a failing tutorial is reported, not fatal
             name = type(exc).__name__
-            message = _ANSI.sub("", str(exc)).strip().splitlines()
+            message = _ANSI.sub("", str(exc)).replace(str(ROOT) + "/", "").strip().splitlines()
             detail = next((line for line in reversed(message) if line.strip()), "") if message else ""
             if "Timeout" in name or "timed out" in str(exc):
                 status["reason"] = f"a cell ran longer than the {timeout} s timeout"
@@ -220,8 +220,8 @@ def build() -> list[dict]:
           f"in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     for s in failed if execute else []:
         print(f"[bam_ppl docs] NOT EXECUTED: {s['name']}: {s['reason']}", file=sys.stderr)
-        if s.get("log"):
-            print(s["log"], file=sys.stderr)
+        if s.get("log"):  # the end of the traceback
+            print("\n".join(s["log"].strip().splitlines()[-6:]), file=sys.stderr)
     if failed and execute and os.environ.get("BAM_PPL_DOCS_STRICT") == "1":
         raise RuntimeError(f"tutorials not executed: {[s['name'] for s in failed]} (BAM_PPL_DOCS_STRICT=1)")
     return statuses
