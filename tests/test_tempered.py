@@ -54,7 +54,7 @@ def test_matches_exact_numba(name):
     assert_matches_exact(result, exact_log_evidence(model, X))
 
 
-@pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", "symmetric_nmf_tied"])
+@pytest.mark.parametrize("name", ["missing_entries", "symmetric_nmf_tied"])
 def test_matches_exact_jax(name):
     model, X = CASES[name]
     result = tempered.run_tempered(model, X, 0, num_particles=128, num_runs=4, kernel="jax")
@@ -134,9 +134,8 @@ TINY = {
 START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
-@pytest.mark.parametrize("kernel", ["numba", "jax"])
+@pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), ("jax", 0.0), ("jax", 0.5)])
 @pytest.mark.parametrize("name", sorted(TINY))
-@pytest.mark.parametrize("beta", [0.0, 0.5])
 def test_moves_leave_the_tempered_target_invariant(name, beta, kernel):
     # β = 0: the urn initialisation draws π₀ exactly. β > 0: exact draws from π_β, one sweep
     # at β, and the histogram is still π_β (chi-square test over every allocation).
