@@ -3,7 +3,8 @@
 Every number says what it is (DESIGN §5): ``kind="exact"`` (enumeration or closed form),
 ``"estimate"`` (an unbiased estimator of the evidence such as SMC, reported on the log scale with
 a standard error) or ``"lower_bound"`` (an ELBO). Estimators register themselves with
-:func:`register_evidence`, next to the inference backends.
+:func:`register_evidence` in the one registry of :mod:`bam_ppl.infer.registry`, next to the
+inference backends; :mod:`bam_ppl.estimate` says what an estimate holds.
 """
 
 from __future__ import annotations
@@ -11,144 +12,19 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
+from .estimate import (  # noqa: F401  (re-exported: the public names of evidence values)
+    KINDS,
+    EvidenceEstimate,
+    EvidenceWarning,
+    check_estimate,
+    pool_runs,
+)
+from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
 from .types import KeyLike
-
-KINDS = ("exact", "estimate", "lower_bound")
-# Runs whose log estimates spread by more than this many nats (standard deviation) are in the
-# regime where the pooled log-mean-exp is decided by one run: a warning says so.
-DISAGREEING_RUNS_SD = 2.0
-# An estimate further below a sure lower bound than this many standard errors is wrong.
-BELOW_BOUND_STDERRS = 3.0
-
-
-class EvidenceWarning(UserWarning):
-    """An evidence estimate that should not be trusted as it stands (runs disagree, or it lies
-    below a sure lower bound); the message says what to do."""
-
-
-def pool_runs(run_log_evidence) -> tuple[float, float]:
-    """Pool independent runs' log estimates: log-mean-exp and an honest standard error.
-
-    Each run's exp(value) is an unbiased estimate of the evidence, so their mean is too. Its
-    standard error is taken from the spread of the runs themselves: the larger of the jackknife
-    standard error of the pooled log-mean-exp (leave one run out) and sd(values) / sqrt(R). The
-    delta-method error sd(exp values) / (sqrt(R) · mean) cannot exceed about 1 nat however far
-    the runs disagree (it saturates when one run dominates the mean); these two grow with the
-    disagreement. nan for a single run.
-    """
-    values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
-    if values.size == 0 or not np.all(np.isfinite(values)):
-        raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
-    value = _log_mean_exp(values)
-    R = values.size
-    if R < 2:
-        return value, float("nan")
-    leave_one_out = np.array([_log_mean_exp(np.delete(values, r)) for r in range(R)])
-    jackknife = np.sqrt((R - 1) / R * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
-    return value, float(max(jackknife, values.std(ddof=1) / np.sqrt(R)))
-
-
-def _log_mean_exp(values: np.ndarray) -> float:
-    peak = values.max()
-    return float(peak + np.log(np.mean(np.exp(values - peak))))
-
-
-def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
-    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or it lies below a sure
-    lower bound; returns the estimate unchanged."""
-    if estimate.kind != "estimate":
-        return estimate
-    details = estimate.details
-    runs = np.asarray(details.get("run_log_evidence", []), dtype=np.float64)
-    bound = details.get("lower_bound")
-    advice = ("Use method='tempered' (or 'auto'), more particles or runs, or target_stderr= to add "
-              "runs until the error is small.")
-    if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
-        warnings.warn(
-            f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
-            f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
-            f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
-            EvidenceWarning, stacklevel=stacklevel)
-    if bound is not None and np.isfinite(bound):
-        # Rounding: an estimate equal to the bound (one allocation dominates) is not below it.
-        slack = BELOW_BOUND_STDERRS * (estimate.stderr if np.isfinite(estimate.stderr) else 0.0) \
-            + 1e-9 * max(1.0, abs(bound))
-        if estimate.value < bound - slack:
-            warnings.warn(
-                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
-                f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
-                f"(log p(X, S) of an allocation S the run visited): the estimate is too low. {advice}",
-                EvidenceWarning, stacklevel=stacklevel)
-    return estimate
-
-
-@dataclass(frozen=True)
-class EvidenceEstimate:
-    """A log-evidence value with its provenance.
-
-    Attributes
-    ----------
-    value : float
-        log L_X in nats (full BAM evidence including log p(T) unless totals are conditioned on).
-    stderr : float
-        Standard error of ``value`` (0 for exact values; nan when unknown).
-    method : str
-        The estimator that produced it ("exact", "smc", "vb", ...).
-    kind : str
-        "exact", "estimate" or "lower_bound".
-    details : dict
-        Estimator-specific extras: ``run_log_evidence`` (each independent run's log estimate),
-        ``lower_bound`` (a sure lower bound on log L_X: log p(X, S) of the best allocation S the
-        runs visited, since L_X = Σ_S p(X, S)), diagnostics and settings.
-    """
-
-    value: float
-    stderr: float
-    method: str
-    kind: str
-    details: dict = field(default_factory=dict, compare=False)
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def __repr__(self) -> str:
-        err = "" if self.kind == "exact" else f" ± {self.stderr:.4g}"
-        return f"EvidenceEstimate({self.value:.6g}{err}, method={self.method!r}, kind={self.kind!r})"
-
-
-_EVIDENCE: dict[str, list[tuple[tuple[type, ...], object]]] = {}
-
-
-def register_evidence(name: str, models: tuple[type, ...] = (object,)):
-    """Decorator registering ``fn(model, data, *, rng_key, **options) -> EvidenceEstimate``."""
-    if not isinstance(name, str) or not name:
-        raise ValueError("register_evidence: name must be a non-empty string")
-
-    def deco(fn):
-        entries = _EVIDENCE.setdefault(name, [])
-        entries[:] = [(m, f) for m, f in entries if m != tuple(models)]
-        entries.append((tuple(models), fn))
-        return fn
-
-    return deco
-
-
-def evidence_methods() -> list[str]:
-    """Names of the registered evidence estimators."""
-    _load_backends()
-    return sorted(_EVIDENCE)
-
-
-def _load_backends() -> None:
-    from . import infer  # noqa: F401  (importing registers every backend)
 
 
 def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
@@ -184,28 +60,11 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
-    fn = _estimator(model, method)
-    from .infer.registry import check_options
-
+    fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     if target_stderr is None and max_time is None:
         return check_estimate(fn(model, data, rng_key=rng_key, **options))
     return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options)
-
-
-def _estimator(model, method):
-    _load_backends()
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a string, got {type(method).__name__}")
-    if method not in _EVIDENCE:
-        raise ValueError(f"unknown evidence method {method!r}; registered: {sorted(_EVIDENCE)}")
-    from .infer.registry import most_specific
-
-    fn = most_specific(model, _EVIDENCE[method])
-    if fn is None:
-        accepted = [t.__name__ for types, _ in _EVIDENCE[method] for t in types]
-        raise TypeError(f"evidence method {method!r} accepts {accepted}, not {type(model).__name__}")
-    return fn
 
 
 def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -> EvidenceEstimate:

@@ -60,7 +60,7 @@ def test_wide_table_and_fit_writes_netcdf(tmp_path, capsys):
     (["evidence", "missing.csv", "--structure", "i"], "no such file"),
     (["evidence", "{csv}", "--structure", "age -> ballot"], r"no column\(s\) \['ballot'\]"),
     (["evidence", "{csv}", "--structure", "r -> age", "--latent", "r=x"], "NAME=SIZE"),
-    (["evidence", "{csv}", "--structure", "age -> vote; region", "--option", "num_chains=2"], "unknown option"),
+    (["evidence", "{csv}", "--structure", "age -> vote; region", "--option", "num_chainz=2"], "unknown option"),
     (["fit", "{csv}", "--structure", "r -> age, vote, region", "--latent", "r=1..2"], "one model"),
     (["evidence", "{csv}", "--structure", "age -> vote; region", "--wide"], "two visible nodes"),
 ])

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import _estimator, register_evidence
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from .exact import log_count_allocations
-from .registry import option_names
+from .registry import find_evidence, option_names, register_evidence
 from .smc import prepare
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
@@ -47,7 +46,7 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     another candidate (say ``num_particles`` where the exact value is computed) is not passed
     on; an option that no candidate takes is an error.
     """
-    candidates = {name: _estimator(model, name) for name in AUTO_CANDIDATES}
+    candidates = {name: find_evidence(name, model) for name in AUTO_CANDIDATES}
     known = set().union(*(option_names(fn) for fn in candidates.values())) | {"max_configs"}
     unknown = sorted(set(options) - known)
     if unknown:

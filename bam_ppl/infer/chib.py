@@ -80,12 +80,13 @@ import jax
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ..evidence import EvidenceEstimate, register_evidence
+from ..estimate import EvidenceEstimate
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key, numpy_generator
 from ..validation import check_choice, check_int
 from . import gibbs_numba
 from .gibbs import build_problem
+from .registry import register_evidence
 from .smc import log_evidence_constant, prepare
 
 KERNELS = ("auto", "jax", "numba")
@@ -624,7 +625,7 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
 def _pool(values: np.ndarray) -> tuple[float, float]:
     """log-mean-exp of the runs and a standard error from their spread."""
     try:
-        from ..evidence import pool_runs
+        from ..estimate import pool_runs
     except ImportError:
         pool_runs = None
     if pool_runs is not None:

@@ -15,8 +15,9 @@ import math
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ..evidence import EvidenceEstimate, register_evidence
+from ..estimate import EvidenceEstimate
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
+from .registry import register_evidence
 
 DEFAULT_MAX_TENSORS = 1_000_000
 

@@ -1,8 +1,11 @@
-"""One registry for every inference backend (DESIGN §4).
+"""One registry for every inference backend and evidence estimator (DESIGN §4).
 
-A backend is ``fn(model, data, *, rng_key, **options) -> InferenceData`` registered under a
-method name for the model types it accepts. The same name may serve several model families
-(``"gibbs"`` for allocation models and for NBMF), dispatched on the model's type.
+A backend is ``fn(model, data, *, rng_key, **options) -> InferenceData`` registered with
+:func:`register` under a method name for the model types it accepts; an evidence estimator is
+``fn(model, data, *, rng_key, **options) -> EvidenceEstimate`` registered with
+:func:`register_evidence`. The same name may serve several model families (``"gibbs"`` for
+allocation models and for NBMF), dispatched on the model's type (the most specific class wins).
+Importing :mod:`bam_ppl.infer` registers every built-in one.
 """
 
 from __future__ import annotations
@@ -69,12 +72,7 @@ def most_specific(model, entries):
     return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
 
-def _ensure_loaded() -> None:
-    from .. import infer  # noqa: F401
-
-
 def find(name: str, model) -> Backend:
-    _ensure_loaded()
     if not isinstance(name, str):
         raise TypeError(f"method must be a string, got {type(name).__name__}")
     if name not in _BACKENDS:
@@ -144,10 +142,45 @@ def methods():
     """Registered backends as a pandas DataFrame (method, models, description)."""
     import pandas as pd
 
-    _ensure_loaded()
     rows = [
         dict(method=b.name, models=", ".join(m.__name__ for m in b.models), description=b.description)
         for name in sorted(_BACKENDS)
         for b in _BACKENDS[name]
     ]
     return pd.DataFrame(rows, columns=["method", "models", "description"])
+
+
+# -- evidence estimators -----------------------------------------------------------------------
+_EVIDENCE: dict[str, list[tuple[tuple[type, ...], object]]] = {}
+
+
+def register_evidence(name: str, models: tuple[type, ...] = (object,)):
+    """Decorator registering ``fn(model, data, *, rng_key, **options) -> EvidenceEstimate``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("register_evidence: name must be a non-empty string")
+
+    def deco(fn):
+        entries = _EVIDENCE.setdefault(name, [])
+        entries[:] = [(m, f) for m, f in entries if m != tuple(models)]
+        entries.append((tuple(models), fn))
+        return fn
+
+    return deco
+
+
+def evidence_methods() -> list[str]:
+    """Names of the registered evidence estimators."""
+    return sorted(_EVIDENCE)
+
+
+def find_evidence(name: str, model):
+    """The estimator registered as ``name`` for the type of ``model``."""
+    if not isinstance(name, str):
+        raise TypeError(f"method must be a string, got {type(name).__name__}")
+    if name not in _EVIDENCE:
+        raise ValueError(f"unknown evidence method {name!r}; registered: {sorted(_EVIDENCE)}")
+    fn = most_specific(model, _EVIDENCE[name])
+    if fn is None:
+        accepted = [t.__name__ for types, _ in _EVIDENCE[name] for t in types]
+        raise TypeError(f"evidence method {name!r} accepts {accepted}, not {type(model).__name__}")
+    return fn

@@ -52,14 +52,14 @@ from scipy.special import gammaln
 
 from ..convert import allocation_inference_data
 from ..data import MISSING, CountTensor
-from ..evidence import EvidenceEstimate, pool_runs, register_evidence
+from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
 from ..types import Array, PRNGKey, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from . import smc_numba
 from .gibbs import resolve_kernel
-from .registry import register
+from .registry import register, register_evidence
 from .resampling import RESAMPLERS, weight_summary
 
 # Runs with more particle-token updates than this show a progress bar unless told otherwise.

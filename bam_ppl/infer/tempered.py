@@ -59,14 +59,14 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import gammaln
 
-from .. import evidence as _evidence
 from ..data import CountTensor
-from ..evidence import EvidenceEstimate, register_evidence
+from ..estimate import EvidenceEstimate, EvidenceWarning, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ..types import as_key
 from ..validation import check_choice, check_int, check_positive
 from . import gibbs_numba
 from .gibbs import KERNELS, build_problem, resolve_kernel
+from .registry import register_evidence
 from .smc import log_evidence_constant, prepare
 
 try:
@@ -886,20 +886,10 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
 
 
 def pooled(run_log_evidence) -> tuple[float, float]:
-    """Log-mean-exp of the runs and a standard error that grows with their spread.
-
-    :func:`bam_ppl.evidence.pool_runs` (jackknife of the pooled log-mean-exp, or sd of the runs'
-    log values over √R, whichever is larger) where the package provides it, else
-    sd(values) / √R; nan for one run.
-    """
-    values = np.asarray(run_log_evidence, np.float64)
-    pool_runs = getattr(_evidence, "pool_runs", None)
-    if pool_runs is not None and np.all(np.isfinite(values)):
-        value, stderr = pool_runs(values)
-        return float(value), float(stderr)
-    value = _log_sum_exp(values) - np.log(values.size)
-    stderr = float("nan") if values.size < 2 else float(values.std(ddof=1) / np.sqrt(values.size))
-    return float(value), stderr
+    """Log-mean-exp of the runs and a standard error from their spread
+    (:func:`bam_ppl.estimate.pool_runs`); nan for one run."""
+    value, stderr = pool_runs(np.asarray(run_log_evidence, np.float64))
+    return float(value), float(stderr)
 
 
 def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: int = 4, rho: float = 0.9,
@@ -993,7 +983,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
             "find them slowly: the estimate can be too low and its runs spread. Start from a "
             "flatter urn (start_a=1 or larger), raise the effort (rho=0.99, num_sweeps=5, more "
             "particles) until the estimate stops rising, or use method='smc' or 'exact'.",
-            _evidence.EvidenceWarning if hasattr(_evidence, "EvidenceWarning") else UserWarning, stacklevel=2)
+            EvidenceWarning, stacklevel=2)
     values = np.array([r.log_evidence for r in runs])
     value, stderr = pooled(values)
     best = max(runs, key=lambda r: r.lower_bound)

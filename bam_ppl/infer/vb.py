@@ -23,12 +23,12 @@ import numpy as np
 from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
-from ..evidence import EvidenceEstimate, register_evidence
+from ..estimate import EvidenceEstimate
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
 from ..types import Array, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
-from .registry import register
+from .registry import register, register_evidence
 
 INITS = ("responsibilities", "dirichlet")
 """Initialisations: ``"responsibilities"`` draws each cell's Φ from a flat Dirichlet over its

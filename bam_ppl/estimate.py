@@ -1,0 +1,119 @@
+"""What an evidence value is: :class:`EvidenceEstimate`, honest pooling of independent runs, and
+the :class:`EvidenceWarning` raised when an estimate should not be trusted.
+
+A leaf module: estimators (``bam_ppl.infer``) and the public API (:mod:`bam_ppl.evidence`) both
+import it, and it imports neither.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KINDS = ("exact", "estimate", "lower_bound")
+# Runs whose log estimates spread by more than this many nats (standard deviation) are in the
+# regime where the pooled log-mean-exp is decided by one run: a warning says so.
+DISAGREEING_RUNS_SD = 2.0
+# An estimate further below a sure lower bound than this many standard errors is wrong.
+BELOW_BOUND_STDERRS = 3.0
+
+
+class EvidenceWarning(UserWarning):
+    """An evidence estimate that should not be trusted as it stands (runs disagree, or it lies
+    below a sure lower bound); the message says what to do."""
+
+
+def pool_runs(run_log_evidence) -> tuple[float, float]:
+    """Pool independent runs' log estimates: log-mean-exp and an honest standard error.
+
+    Each run's exp(value) is an unbiased estimate of the evidence, so their mean is too. Its
+    standard error is taken from the spread of the runs themselves: the larger of the jackknife
+    standard error of the pooled log-mean-exp (leave one run out) and sd(values) / sqrt(R). The
+    delta-method error sd(exp values) / (sqrt(R) · mean) cannot exceed about 1 nat however far
+    the runs disagree (it saturates when one run dominates the mean); these two grow with the
+    disagreement. nan for a single run.
+    """
+    values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
+    value = _log_mean_exp(values)
+    R = values.size
+    if R < 2:
+        return value, float("nan")
+    leave_one_out = np.array([_log_mean_exp(np.delete(values, r)) for r in range(R)])
+    jackknife = np.sqrt((R - 1) / R * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+    return value, float(max(jackknife, values.std(ddof=1) / np.sqrt(R)))
+
+
+def _log_mean_exp(values: np.ndarray) -> float:
+    peak = values.max()
+    return float(peak + np.log(np.mean(np.exp(values - peak))))
+
+
+def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
+    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or it lies below a sure
+    lower bound; returns the estimate unchanged."""
+    if estimate.kind != "estimate":
+        return estimate
+    details = estimate.details
+    runs = np.asarray(details.get("run_log_evidence", []), dtype=np.float64)
+    bound = details.get("lower_bound")
+    advice = ("Use method='tempered' (or 'auto'), more particles or runs, or target_stderr= to add "
+              "runs until the error is small.")
+    if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
+        warnings.warn(
+            f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
+            f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
+            f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
+            EvidenceWarning, stacklevel=stacklevel)
+    if bound is not None and np.isfinite(bound):
+        # Rounding: an estimate equal to the bound (one allocation dominates) is not below it.
+        slack = BELOW_BOUND_STDERRS * (estimate.stderr if np.isfinite(estimate.stderr) else 0.0) \
+            + 1e-9 * max(1.0, abs(bound))
+        if estimate.value < bound - slack:
+            warnings.warn(
+                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
+                f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
+                f"(log p(X, S) of an allocation S the run visited): the estimate is too low. {advice}",
+                EvidenceWarning, stacklevel=stacklevel)
+    return estimate
+
+
+@dataclass(frozen=True)
+class EvidenceEstimate:
+    """A log-evidence value with its provenance.
+
+    Attributes
+    ----------
+    value : float
+        log L_X in nats (full BAM evidence including log p(T) unless totals are conditioned on).
+    stderr : float
+        Standard error of ``value`` (0 for exact values; nan when unknown).
+    method : str
+        The estimator that produced it ("exact", "smc", "vb", ...).
+    kind : str
+        "exact", "estimate" or "lower_bound".
+    details : dict
+        Estimator-specific extras: ``run_log_evidence`` (each independent run's log estimate),
+        ``lower_bound`` (a sure lower bound on log L_X: log p(X, S) of the best allocation S the
+        runs visited, since L_X = Σ_S p(X, S)), diagnostics and settings.
+    """
+
+    value: float
+    stderr: float
+    method: str
+    kind: str
+    details: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __repr__(self) -> str:
+        err = "" if self.kind == "exact" else f" ± {self.stderr:.4g}"
+        return f"EvidenceEstimate({self.value:.6g}{err}, method={self.method!r}, kind={self.kind!r})"
