@@ -11,7 +11,7 @@ PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-py312 tutorials bench lint clean docs
+.PHONY: demo test test-all test-py312 test-py312-subset tutorials bench lint clean docs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,19 @@ $(STAMP312): pyproject.toml | $(PY312)
 	$(PY312) -m pip install --quiet -e ".[test,tutorials,dev,fast]"
 	touch $(STAMP312)
 
+# The tests that exercise ArviZ, NumPyro and JAX directly: what .ci/run checks on Python 3.12
+# (`make test-py312` alone runs the whole suite there).
+PY312_SUBSET := tests/test_arviz_user.py tests/test_numpyro.py tests/test_plots.py tests/test_named_dims.py \
+	tests/test_smc.py tests/test_nbmf.py tests/test_selection.py tests/test_pmf.py tests/test_data.py \
+	"tests/test_tutorials.py::test_tutorial_runs[arviz_checks]"
+
 # `make test-py312 PYTEST_ARGS="tests/test_numpyro.py"` runs a subset.
 test-py312: $(STAMP312)
 	$(PY312) -c "import arviz, jax, sys; print('python', sys.version.split()[0], 'arviz', arviz.__version__, 'jax', jax.__version__); assert int(arviz.__version__.split('.')[0]) >= 1, 'test-py312 is meant to run ArviZ 1.x'"
 	$(PY312) -m pytest -q $(PYTEST_ARGS)
+
+test-py312-subset:
+	$(MAKE) test-py312 PYTEST_ARGS='$(PY312_SUBSET)'
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"
