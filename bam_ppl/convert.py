@@ -18,6 +18,7 @@ from ._version import __version__
 
 SAMPLE_GROUPS = ("posterior", "sample_stats", "prior", "posterior_predictive", "log_likelihood")
 DENSE_OBSERVED_LIMIT = 10_000_000
+FLOAT64_GROUPS = ("posterior", "posterior_predictive", "log_likelihood")
 
 
 def import_arviz():
@@ -39,6 +40,8 @@ def _dataset(variables: Mapping, coords: Mapping, group: str) -> xr.Dataset:
     for name, spec in variables.items():
         dims, values = spec
         values = np.asarray(values)
+        if group in FLOAT64_GROUPS and np.issubdtype(values.dtype, np.floating):
+            values = values.astype(np.float64)  # one precision for every backend's draws
         dims = tuple(dims)
         if len(dims) != values.ndim:
             raise ValueError(f"{group}.{name}: {values.ndim}-d array with dims {dims}")

@@ -125,3 +125,13 @@ def test_compare_and_select_ranks_match_names(survey):
                                heldout_axes=("age", "region"), score=score)["heldout_loglik"].to_numpy()
               for order in (ORDERS[0], ORDERS[1])]
     np.testing.assert_allclose(scores[0], scores[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method, options", [
+    ("gibbs", dict(num_warmup=3, num_samples=4, num_chains=1, progress_bar=False, kernel="jax")),
+    ("svi", dict(num_steps=10, num_samples=4, progress_bar=False)),
+])
+def test_posterior_draws_are_float64_from_every_backend(survey, method, options):
+    idata = bam.infer(MODEL, _tensor(survey, ORDERS[0]), method=method, rng_key=0, **options)
+    posterior = group(idata, "posterior")
+    assert all(posterior[name].dtype == np.float64 for name in posterior.data_vars)
