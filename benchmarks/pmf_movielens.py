@@ -61,7 +61,7 @@ def main():
         valid = valid[(valid >= 0).sum(1) >= 2]
         masked, target, truth = hide_one_entry(trial, test)
         v_masked, v_target, v_truth = hide_one_entry(trial + 100, valid)
-        for name, options in (("VB-PMF", dict(method="vi")), ("SVB-PMF", dict(method="svi", validation=valid))):
+        for name, options in (("VB-PMF", dict(method="vb")), ("SVB-PMF", dict(method="svb", validation=valid))):
             start = time.perf_counter()
             idata = bam.infer(model, train, rng_key=trial, num_categories=10, progress_bar=False, **options)
             seconds = time.perf_counter() - start

@@ -47,7 +47,7 @@ def main():
                 for trial in range(args.trials):
                     samples = sample_pmf(1000 * T + trial, weights, factors, T, missing_prob=p)
                     model = bam.models.pmf_tensor(args.max_rank)
-                    for name, method in (("VB-PMF", "vi"), ("SVB-PMF", "svi")):
+                    for name, method in (("VB-PMF", "vb"), ("SVB-PMF", "svb")):
                         start = time.perf_counter()
                         idata = bam.infer(model, samples, method=method, rng_key=trial, num_categories=10,
                                           progress_bar=False)

@@ -30,7 +30,7 @@ QUIET = dict(progress_bar=False)
 
 
 def _vi(model, data, rng_key=0, **options):
-    return bam.infer(model, data, method="vi", rng_key=rng_key, **QUIET, **options)
+    return bam.infer(model, data, method="vb", rng_key=rng_key, **QUIET, **options)
 
 
 def _elbo(idata):
@@ -88,7 +88,7 @@ def test_template_resolves_number_of_variables_from_data(small_problem):
         (lambda: _vi(pmf_tensor(2), [[0, 3]], num_categories=2), ValueError, "out of range"),
         (lambda: _vi(pmf_tensor(2), [[0, 1]], tol=-1.0), ValueError, "tol"),
         (lambda: _vi(pmf_tensor(2), [[0, 1]], num_iters=0), ValueError, "num_iters"),
-        (lambda: bam.infer(pmf_tensor(2), [[0, 1]], method="svi", batch_size=0, **QUIET), ValueError,
+        (lambda: bam.infer(pmf_tensor(2), [[0, 1]], method="svb", batch_size=0, **QUIET), ValueError,
          "batch_size"),
     ],
 )
@@ -229,9 +229,9 @@ def test_kl_decreases_as_samples_grow():
 def test_svb_dispatch_and_heldout_nll_close_to_vb(small_problem, small_fit):
     weights, factors, samples = small_problem
     model = pmf_tensor(10)
-    idata = bam.infer(model, samples, method="svi", rng_key=1, num_categories=6, **QUIET)
+    idata = bam.infer(model, samples, method="svb", rng_key=1, num_categories=6, **QUIET)
     attrs = attrs_of(idata)
-    assert attrs["method"] == "svi" and attrs["batch_size"] == int(np.ceil(np.sqrt(0.9 * samples.shape[0])))
+    assert attrs["method"] == "svb" and attrs["batch_size"] == int(np.ceil(np.sqrt(0.9 * samples.shape[0])))
     test = sample_pmf(99, weights, factors, 2000, missing_prob=0.3)
     resolved = model.resolve(samples)
     vb_nll, svb_nll = resolved.mean_nll(small_fit, test), resolved.mean_nll(idata, test)
@@ -246,7 +246,7 @@ def test_svb_reaches_vb_heldout_nll_on_large_data():
     test = sample_pmf(5, weights, factors, 20_000, missing_prob=0.3)
     model = pmf_tensor(23).resolve(samples)
     vb = _vi(model, samples, num_categories=10)
-    svb = bam.infer(model, samples, method="svi", rng_key=0, num_categories=10, **QUIET)
+    svb = bam.infer(model, samples, method="svb", rng_key=0, num_categories=10, **QUIET)
     assert model.mean_nll(svb, test) <= 1.02 * model.mean_nll(vb, test)
 
 
@@ -353,3 +353,14 @@ def test_generic_backends_read_plain_sample_arrays():
     assert exact == pytest.approx(via_tensor, abs=1e-12)
     smc = bam.log_evidence(model, samples, method="smc", rng_key=0, num_particles=500, num_chains=4)
     assert abs(smc.value - exact) < max(0.05, 4 * smc.stderr)
+
+
+def test_old_pmf_method_names_are_deprecated_aliases():
+    samples = np.array([[0, 1], [1, 0], [0, 0], [1, 1]] * 5)
+    with pytest.warns(DeprecationWarning, match="use method='vb'"):
+        old = bam.infer(pmf_tensor(2), samples, method="vi", rng_key=0, num_iters=20, **QUIET)
+    new = bam.infer(pmf_tensor(2), samples, method="vb", rng_key=0, num_iters=20, **QUIET)
+    np.testing.assert_array_equal(old.posterior["theta_r"].values, new.posterior["theta_r"].values)
+    with pytest.warns(DeprecationWarning, match="use method='svb'"):
+        with pytest.raises(TypeError, match=r"method='svi' -> 'svb'.*unknown option"):
+            bam.infer(pmf_tensor(2), samples, method="svi", num_iterz=3)

@@ -4,7 +4,7 @@
 # A joint probability mass function of N categorical variables is a tensor; a rank-R CPD writes
 # it as a mixture of R product distributions, i.e. a naive-Bayes model with a hidden class
 # (papers/001). `bam.models.pmf_tensor(max_rank)` declares that model with a sparse Dirichlet
-# prior on the mixing weights: variational Bayes (`method="vi"`) switches off the components the
+# prior on the mixing weights: variational Bayes (`method="vb"`) switches off the components the
 # data do not need, so one run detects the rank — no grid of candidate ranks, no
 # cross-validation. Missing entries are marginalised.
 #
@@ -48,7 +48,7 @@ print(samples[:5])  # -1 marks a missing entry
 
 model = bam.models.pmf_tensor(23)
 start = time.perf_counter()
-idata = bam.infer(model, samples, method="vi", rng_key=0, num_categories=num_categories,
+idata = bam.infer(model, samples, method="vb", rng_key=0, num_categories=num_categories,
                   progress_bar=False)
 print(f"VB-PMF: detected rank {attrs_of(idata)['detected_rank']} (true {true_rank}) "
       f"after {attrs_of(idata)['num_iterations']} sweeps, {time.perf_counter() - start:.1f} s")
@@ -109,8 +109,8 @@ stars = (np.arange(10) + 1) / 2  # code k stands for (k + 1) / 2 stars
 
 movie_model = bam.models.pmf_tensor(10 if SMALL else 50)
 fits = {
-    "VB-PMF": dict(method="vi"),
-    "SVB-PMF": dict(method="svi", validation=valid),
+    "VB-PMF": dict(method="vb"),
+    "SVB-PMF": dict(method="svb", validation=valid),
     "EM + BIC": dict(method="em_bic", ranks=[1, 2, 3] if SMALL else [1, 2, 3, 5, 10, 15, 20]),
 }
 resolved = movie_model.resolve(codes)

@@ -272,7 +272,7 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         warnings.warn(
             f"cvb stopped after num_iters={num_iters} sweeps before the relative change of the "
             f"training log-likelihood fell below tol={tol}; raise num_iters (or tol) for a converged fit",
-            UserWarning, stacklevel=2)
+            UserWarning, stacklevel=3)
     alpha_hat = bound.flat_concentration + result.expected[best]
     theta, rate = posterior_draws(key_draw, bound, alpha_hat, num_samples)
     stats = {

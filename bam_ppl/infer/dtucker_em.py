@@ -33,6 +33,7 @@ from scipy.special import gammaln
 
 from ..convert import observed_variables, to_inference_data
 from ..models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
+from ..progress import progress, resolve_progress
 from ..types import numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from .registry import register
@@ -414,7 +415,8 @@ def _ranks_and_sizes(model, dense):
 
 @register("map", models=(DirichletTuckerModel,))
 def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: float = 1e-7,
-                         num_restarts: int = 1, heldout=None, dtype: str = "float64"):
+                         num_restarts: int = 1, heldout=None, dtype: str = "float64",
+                         progress_bar: bool | None = None):
     """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (papers/003 §2).
 
     Parameters
@@ -438,6 +440,9 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     dtype : {"float64", "float32"}
         Arithmetic precision. float64 (default) makes the log posterior trace exactly monotone;
         float32 halves memory for large tensors.
+    progress_bar : bool or None
+        A bar over the restarts (each one compiled loop); ``None``: on a terminal for several
+        restarts (:mod:`bam_ppl.progress`).
 
     Returns
     -------
@@ -452,17 +457,19 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     """
     _common_options(model, num_iters, tol, dtype)
     check_int(num_restarts, "num_restarts")
+    show = resolve_progress(progress_bar, long_run=num_restarts > 1)
     rng = numpy_generator(rng_key)
     data, dense, fitted, total = _faces(model, data, heldout)
     ranks, sizes = _ranks_and_sizes(model, dense)
     starts = init_params(rng, ranks, sizes, num_restarts)
-    with jax.enable_x64(dtype == "float64"):
+    with jax.enable_x64(dtype == "float64"), progress(1, "map (EM restarts)", show, unit="fit") as bar:
         dt = DTYPES[dtype]
         faces = _face_arrays(dense, fitted, dt)
         alpha = _concentrations(model, dt)
         starts = Params(*(jnp.asarray(p, dt) for p in starts))
         states = _run_em_restarts(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
                                   sizes=sizes, capacity=_trace_capacity(num_iters))
+        bar.update(1)
         iterations = np.asarray(states.iteration)
         finals = np.asarray(states.log_posterior)[np.arange(num_restarts), iterations]
         best = int(np.nanargmax(finals))
@@ -484,7 +491,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
 @register("sem", models=(DirichletTuckerModel,))
 def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch_size: int = 64,
                          step_delay: float = 1.0, step_power: float = 0.51, heldout=None,
-                         dtype: str = "float64"):
+                         dtype: str = "float64", progress_bar: bool | None = None):
     """Stochastic (online) EM over minibatches of (m, n) faces for large Dirichlet Tucker fits.
 
     Each step samples ``batch_size`` fitted faces without replacement, computes their expected
@@ -506,6 +513,8 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
         κ ∈ (0.5, 1], the decay of the step size (Robbins–Monro). EM on this model needs hundreds
         of full iterations, and Σ_t ρ_t counts roughly how many the running statistics have
         taken, so the default sits near 0.5 where the step size decays slowest.
+    progress_bar : bool or None
+        Accepted like every backend's; the steps run as one compiled scan, without a bar.
 
     Returns
     -------
@@ -521,6 +530,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     if step_delay < 1.0:
         raise ValueError(f"step_delay must be >= 1 so that every step size is at most 1, got {step_delay}")
     check_positive(step_power, "step_power", upper=1.0)
+    resolve_progress(progress_bar)  # validates; the minibatch updates run as one compiled scan
     if step_power <= 0.5:
         raise ValueError(f"step_power must be in (0.5, 1] (Robbins–Monro), got {step_power}")
     rng = numpy_generator(rng_key)

@@ -29,11 +29,13 @@ from scipy.special import gammaln as np_gammaln
 
 from ..convert import allocation_inference_data
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
+from ..progress import progress, resolve_progress
 from ..types import as_key
 from ..validation import check_choice, check_int, check_positive
 from .registry import register
 
 INITS = ("random", "prior")
+LONG_RUN_WORK = 10**9  # cells × configurations × restarts × iterations worth a bar
 
 
 class EMProblem(NamedTuple):
@@ -168,7 +170,7 @@ def _run_restarts(problem, keys, tol, num_iters, init_method, has_valid):
 
 @register("map", models=(AllocationModel,))
 def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 10,
-           init: str = "random", max_configs: int = DEFAULT_MAX_CONFIGS):
+           init: str = "random", max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None):
     """MAP estimate of the tables by EM on the augmented model, best of several restarts.
 
     Parameters
@@ -188,6 +190,9 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
         Initial columns uniform on the simplex, or drawn from their Dirichlet prior.
     max_configs : int
         Largest number of joint free-node configurations enumerated per cell.
+    progress_bar : bool or None
+        Accepted like every backend's (:mod:`bam_ppl.progress`); the restarts run as one
+        compiled loop, so a bar has one step.
 
     Returns
     -------
@@ -195,13 +200,14 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
         ``posterior``: the MAP point as a single draw (chain 1, draw 1) of ``theta_<table>`` and
         ``total_rate`` (λ*, absent when totals are conditioned on); ``sample_stats``:
         ``log_posterior`` per iteration of the best restart (dims ``("chain", "iteration")``),
-        ``restart_log_posterior`` and ``restart_iterations`` (chain, restart). ``attrs["point_estimate"]``
-        is ``"point (MAP)"``.
+        ``restart_log_posterior`` and ``restart_iterations`` (chain, restart).
+        ``attrs["point_estimate"]`` says that the single draw is the posterior mode.
     """
     num_iters = check_int(num_iters, "num_iters")
     tol = check_positive(tol, "tol", allow_zero=True)
     num_restarts = check_int(num_restarts, "num_restarts")
     check_choice(init, "init", INITS)
+    resolve_progress(progress_bar)  # validates
     key = as_key(rng_key)
     data = model.as_data(data)
     if data.total == 0:
@@ -212,10 +218,13 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     problem = build_problem(bound, data, layout)
     # Log posteriors of large data sets differ by far less than float32 resolves: EM's
     # monotonicity is only visible in float64.
-    with jax.enable_x64(True):
+    work = data.nnz * layout.num_configs * num_restarts * num_iters
+    show = resolve_progress(progress_bar, long_run=work > LONG_RUN_WORK)
+    with jax.enable_x64(True), progress(1, "map (EM restarts)", show, unit="fit") as bar:
         states = _run_restarts(problem, jax.random.split(key, num_restarts), tol, num_iters, init,
                                layout.valid is not None)
         states = jax.tree.map(np.asarray, states)
+        bar.update(1)
     final = np.where(np.isfinite(states.log_posterior), states.log_posterior, -np.inf)
     best = int(np.argmax(final))
     iterations = int(states.iteration[best])

@@ -36,6 +36,7 @@ from scipy.special import gammaln as np_gammaln
 from ..convert import allocation_inference_data
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
+from ..progress import progress, resolve_progress
 from ..types import as_key, numpy_generator
 from ..validation import check_choice, check_int
 from . import gibbs_numba
@@ -398,23 +399,20 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     draw_keys = jax.random.split(key_draw, num_chains)
     states = _init_chains(spec, problem, init_keys, init_method)
     num_blocks = PROGRESS_UPDATES if progress_bar else 1
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
     sweep_done = 0
-    for size in _blocks(num_warmup, num_blocks):
-        states = _advance(spec, problem, sweep_keys, states, sweep_done, size, chain_method)
-        sweep_done += size
-        bar.update(size)
     records, draws_done = [], 0
-    for size in _blocks(num_samples, num_blocks):
-        states, block = _sample(spec, problem, sweep_keys, draw_keys, states, sweep_done, draws_done,
-                                size, thinning, record, chain_method)
-        records.append(block)
-        sweep_done += size * thinning
-        draws_done += size
-        bar.update(size)
-    bar.close()
+    with progress(num_warmup + num_samples, "gibbs", progress_bar, unit="draw") as bar:
+        for size in _blocks(num_warmup, num_blocks):
+            states = _advance(spec, problem, sweep_keys, states, sweep_done, size, chain_method)
+            sweep_done += size
+            bar.update(size)
+        for size in _blocks(num_samples, num_blocks):
+            states, block = _sample(spec, problem, sweep_keys, draw_keys, states, sweep_done, draws_done,
+                                    size, thinning, record, chain_method)
+            records.append(block)
+            sweep_done += size * thinning
+            draws_done += size
+            bar.update(size)
     return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
 
 
@@ -508,7 +506,7 @@ def resolve_kernel(kernel: str) -> str:
 @register("gibbs", models=(AllocationModel,))
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
           thinning: int = 1, init: str = "urn", token_order: str = "random",
-          chain_method: str = "vectorized", kernel: str = "auto", progress_bar: bool = True,
+          chain_method: str = "vectorized", kernel: str = "auto", progress_bar: bool | None = None,
           max_configs: int = DEFAULT_MAX_CONFIGS):
     """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
 
@@ -538,8 +536,8 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         needs the ``fast`` extra), many times faster on a CPU. ``"auto"`` picks numba when it
         is installed and JAX runs on the CPU. The kernels sample the same posterior from
         different random streams.
-    progress_bar : bool
-        Show a tqdm bar.
+    progress_bar : bool or None
+        Show a tqdm bar; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
 
@@ -557,8 +555,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     check_choice(token_order, "token_order", TOKEN_ORDERS)
     check_choice(chain_method, "chain_method", CHAIN_METHODS)
     kernel = resolve_kernel(kernel)
-    if not isinstance(progress_bar, bool):
-        raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
+    progress_bar = resolve_progress(progress_bar)
     key = as_key(rng_key)
     data = model.as_data(data)
     if data.total == 0:

@@ -8,9 +8,9 @@ array; a sample's entry of variable n is the row ``offset_n + code``, and a miss
 at one extra all-zero row, so it drops out of every sum (papers/001 §II, missing data
 marginalised). A sweep costs O(N R U): one gather and one scatter-add per variable.
 
-* ``"vi"`` — VB-PMF (Algorithm 1): closed-form updates (eqs. 22, 28, 32–36), the ELBO (eq. 39)
+* ``"vb"`` — VB-PMF (Algorithm 1): closed-form updates (eqs. 22, 28, 32–36), the ELBO (eq. 39)
   after every sweep, a relative-change stopping rule, pruning of components with E[λ_r] < ε.
-* ``"svi"`` — SVB-PMF (Algorithm 2): minibatches of M patterns drawn in proportion to their
+* ``"svb"`` — SVB-PMF (Algorithm 2): minibatches of M patterns drawn in proportion to their
   counts (uniform sampling of samples), natural-gradient steps scaled by T (eqs. 48–53), the
   adaptive step size of Ranganath et al. (eq. 54) per block with its running averages warm-started
   from several minibatches, stopping on held-out NLL.
@@ -38,7 +38,7 @@ from ..data import MISSING
 from ..models.pmf import PMFTensorModel, categorical_samples
 from ..types import as_key, numpy_generator
 from ..validation import check_int, check_positive
-from .registry import register
+from .registry import deprecated_alias, register
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25
@@ -476,7 +476,7 @@ def _check_common(num_iters, tol, prune_threshold, num_samples):
     check_int(num_samples, "num_samples", minimum=1)
 
 
-@register("vi", models=(PMFTensorModel,))
+@register("vb", models=(PMFTensorModel,))
 def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
            prune_threshold: float = DEFAULT_PRUNE_THRESHOLD, num_samples: int = 200,
            num_categories=None, progress_bar: bool = True):
@@ -518,14 +518,14 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
-            model, data, weights, state.q.factors, keep, key_draw, num_samples, "vi",
+            model, data, weights, state.q.factors, keep, key_draw, num_samples, "vb",
             sample_stats={"elbo": (("chain", "iteration"), trace[None])},
             attrs=dict(converged=bool(state.converged), num_iterations=int(state.iteration),
                        elbo=float(state.elbo), tol=tol, prune_threshold=prune_threshold),
         )
 
 
-@register("svi", models=(PMFTensorModel,))
+@register("svb", models=(PMFTensorModel,))
 def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters: int = 20_000,
             tol: float = 1e-4, eval_every: int | None = None, validation=None,
             validation_fraction: float = 0.1, warmup_batches: int = 10,
@@ -536,7 +536,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
     Parameters
     ----------
     model : PMFTensorModel
-    data : as for ``"vi"``; the training samples
+    data : as for ``"vb"``; the training samples
     rng_key : int or JAX key
     batch_size : int, optional
         M, samples per step (default ⌈√T⌉, papers/001 §V-B).
@@ -552,12 +552,12 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
     warmup_batches : int
         Minibatches whose gradients warm-start the adaptive step size (papers/001 eq. 54).
     prune_threshold, num_samples, num_categories, progress_bar
-        As for ``"vi"``.
+        As for ``"vb"``.
 
     Returns
     -------
     InferenceData
-        As for ``"vi"``, with ``sample_stats.heldout_nll`` (chain, evaluation) instead of the ELBO,
+        As for ``"vb"``, with ``sample_stats.heldout_nll`` (chain, evaluation) instead of the ELBO,
         and ``attrs`` ``batch_size``, ``num_iterations``, ``converged``.
     """
     _check_common(num_iters, tol, prune_threshold, num_samples)
@@ -622,7 +622,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
-            model, data, weights, state.q.factors, keep, key_draw, num_samples, "svi",
+            model, data, weights, state.q.factors, keep, key_draw, num_samples, "svb",
             sample_stats={"heldout_nll": (("chain", "evaluation"), np.asarray(nll_trace)[None])},
             attrs=dict(converged=converged, num_iterations=done, batch_size=M, tol=tol,
                        prune_threshold=prune_threshold, heldout_nll=nll_trace[-1]),
@@ -695,3 +695,9 @@ def em_aic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: fl
            num_categories=None, progress_bar: bool = False):
     """ML EM over candidate ranks (default 1..max_rank), the rank chosen by AIC; one point-estimate draw."""
     return _em_idata(model, data, "aic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
+
+
+# The names of earlier releases: "vi" for VB-PMF, and "svi", which elsewhere means NumPyro's SVI.
+deprecated_alias("vi", "vb", models=(PMFTensorModel,))
+deprecated_alias("svi", "svb", models=(PMFTensorModel,),
+                 note=" (for every other model 'svi' is NumPyro's SVI; for PMF models it will be too)")

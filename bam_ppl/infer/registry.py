@@ -57,6 +57,19 @@ def register(name: str, models: tuple[type, ...] = (object,), description: str |
     return deco
 
 
+def deprecated_alias(alias: str, name: str, models: tuple[type, ...], note: str = ""):
+    """Register ``alias`` as an old name of backend ``name``: it runs that backend after a
+    DeprecationWarning that names the new one."""
+    def run_under_new_name(model, data, *, rng_key=0, **options):
+        warnings.warn(f"method={alias!r} is deprecated for {type(model).__name__}: use method={name!r}{note}",
+                      DeprecationWarning, stacklevel=3)
+        backend = find(name, model)
+        check_options(backend.fn, options, f"bam.infer(method={alias!r} -> {name!r})")
+        return backend.fn(model, data, rng_key=rng_key, **options)
+
+    register(alias, models, description=f"deprecated name of {name!r}")(run_under_new_name)
+
+
 def most_specific(model, entries):
     """The entry whose accepted type is nearest to ``type(model)`` in its MRO (None if none fits).
 

@@ -55,6 +55,7 @@ from ..data import MISSING, CountTensor
 from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
+from ..progress import progress, resolve_progress
 from ..types import Array, PRNGKey, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from . import smc_numba
@@ -432,8 +433,7 @@ def _check_options(num_particles, num_chains, ess_threshold, resampling, max_con
         raise TypeError(f"resampling must be a string, got {type(resampling).__name__}")
     check_choice(resampling, "resampling", RESAMPLERS)
     check_int(max_configs, "max_configs", minimum=1)
-    if progress_bar is not None and not isinstance(progress_bar, bool):
-        raise TypeError(f"progress_bar must be True, False or None (automatic), got {progress_bar!r}")
+    resolve_progress(progress_bar)  # validates
 
 
 def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS):
@@ -491,8 +491,8 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
     key = as_key(rng_key)
     data, bound, layout = prepare(model, data, max_configs)
     num_tokens = data.total
-    if progress_bar is None:
-        progress_bar = num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES
+    progress_bar = resolve_progress(
+        progress_bar, long_run=num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES)
     with jax.enable_x64(True):
         order_key, run_key, final_key = jax.random.split(key, 3)
         block = min(num_tokens, PROGRESS_CHUNK_TOKENS) if progress_bar else num_tokens
@@ -522,12 +522,11 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
 
 def _token_blocks(num_tokens: int, block: int, progress_bar: bool, description: str):
     """Token ranges of the calls that run the filter, with a tqdm bar when asked for."""
-    blocks = range(-(-num_tokens // block))
-    if progress_bar:
-        from tqdm.auto import tqdm
-
-        blocks = tqdm(blocks, desc=description, unit="block")
-    return blocks
+    num_blocks = -(-num_tokens // block)
+    with progress(num_blocks, description, progress_bar, unit="block") as bar:
+        for b in range(num_blocks):
+            yield b
+            bar.update(1)
 
 
 def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,

@@ -26,6 +26,7 @@ from ..convert import allocation_inference_data
 from ..estimate import EvidenceEstimate
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
 from ..models.sampling import dirichlet_log_draws
+from ..progress import progress, resolve_progress
 from ..types import Array, as_key, numpy_generator
 from ..validation import check_choice, check_int, check_positive
 from .registry import register, register_evidence
@@ -386,11 +387,9 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
     Returns the final states and the stacked per-iteration outputs ``(restart, iteration, ...)``,
     cut at the last iteration any restart ran.
     """
-    from tqdm.auto import tqdm
-
     outputs = []
     done_iters = 0
-    with tqdm(total=num_iters, desc=desc, disable=not progress_bar) as bar:
+    with progress(num_iters, desc, progress_bar) as bar:
         while done_iters < num_iters:
             states, out = run_chunk(problem, states, num_iters, tol, length=CHUNK_ITERS)
             outputs.append(out)
@@ -441,17 +440,14 @@ def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, ini
     if not isinstance(init, str):
         raise TypeError(f"init must be a string, one of {list(inits)}, got {type(init).__name__}")
     check_choice(init, "init", inits)
-    if progress_bar is not None and not isinstance(progress_bar, (bool, np.bool_)):
-        raise TypeError(f"progress_bar must be True, False or None, got {type(progress_bar).__name__}")
+    resolve_progress(progress_bar)  # validates
     return key
 
 
 def show_progress(progress_bar, layout: CellLayout, data, num_restarts: int, num_iters: int) -> bool:
-    """``progress_bar`` itself, or for ``None`` whether the run is long enough to show one."""
-    if progress_bar is not None:
-        return bool(progress_bar)
+    """``progress_bar`` itself, or for ``None`` a long run on a terminal (:mod:`bam_ppl.progress`)."""
     work = data.nnz * layout.num_configs * layout.num_members * num_restarts * num_iters
-    return work > AUTO_PROGRESS_WORK
+    return resolve_progress(progress_bar, long_run=work > AUTO_PROGRESS_WORK)
 
 
 def prepare(model, data):

@@ -231,7 +231,7 @@ class PMFTensorModel(AllocationModel):
     by :func:`categorical_samples` (a plain array would be read as a dense count tensor).
     """
 
-    default_method = "vi"
+    default_method = "vb"
 
     def __init__(self, max_rank: int, alpha_lambda: float = 1e-6, alpha: float = 1.0,
                  num_variables: int | None = None):
@@ -579,7 +579,7 @@ def pmf_tensor(max_rank: int, alpha_lambda: float = 1e-6, alpha: float = 1.0,
     --------
     >>> import bam_ppl as bam
     >>> model = bam.models.pmf_tensor(23)
-    >>> idata = bam.infer(model, samples, method="vi")          # doctest: +SKIP
+    >>> idata = bam.infer(model, samples, method="vb")          # doctest: +SKIP
     >>> int(bam.convert.attrs_of(idata)["detected_rank"])      # doctest: +SKIP
     """
     return PMFTensorModel(max_rank, alpha_lambda, alpha, num_variables)
