@@ -82,6 +82,7 @@ from scipy.special import gammaln, logsumexp
 
 from ..estimate import EvidenceEstimate
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
+from ..progress import resolve_progress
 from ..types import as_key, numpy_generator
 from ..validation import check_choice, check_int
 from . import gibbs_numba
@@ -647,8 +648,7 @@ def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry
     check_int(max_configs, "max_configs", minimum=1)
     if not isinstance(label_symmetry, bool):
         raise TypeError(f"label_symmetry must be a bool, got {type(label_symmetry).__name__}")
-    if not isinstance(progress_bar, bool):
-        raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
+    resolve_progress(progress_bar)  # validates
     return num_runs, num_searches, num_warmup, num_steps, _resolve_kernel(kernel)
 
 
@@ -657,7 +657,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
                       num_searches: int = DEFAULT_NUM_SEARCHES,
                       num_warmup: int | None = None, num_steps: int = DEFAULT_NUM_STEPS,
                       label_symmetry: bool = True, kernel: str = "auto",
-                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool = False) -> EvidenceEstimate:
+                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None) -> EvidenceEstimate:
     """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009).
 
     log p(X) = log p(X, z*) − log p(z* | X) for a token labelling z* of high probability, with
@@ -698,8 +698,9 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         Only the numba CPU kernel exists; ``"jax"`` raises a ValueError.
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
-    progress_bar : bool
-        A tqdm bar over the searches and chains.
+    progress_bar : bool or None
+        A tqdm bar over the searches and chains; ``None``: on a terminal for more than 2000
+        tokens (:mod:`bam_ppl.progress`).
 
     Returns
     -------
@@ -725,7 +726,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=num_searches + num_runs, desc="chib", unit="chain", disable=not progress_bar)
+    bar = tqdm(total=num_searches + num_runs, desc="chib", unit="chain",
+               disable=not resolve_progress(progress_bar, long_run=data.total > 2000))
 
     def tick(out):
         bar.update(1)

@@ -62,6 +62,7 @@ from scipy.special import gammaln
 from ..data import CountTensor
 from ..estimate import EvidenceEstimate, EvidenceWarning, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
+from ..progress import resolve_progress
 from ..types import as_key
 from ..validation import check_choice, check_int, check_positive
 from . import gibbs_numba
@@ -877,8 +878,7 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
     check_choice(kernel, "kernel", KERNELS)
-    if progress_bar is not None and not isinstance(progress_bar, bool):
-        raise TypeError(f"progress_bar must be True, False or None (automatic), got {progress_bar!r}")
+    resolve_progress(progress_bar)  # validates
     check_int(max_configs, "max_configs", minimum=1)
     if start_a is not None:
         check_positive(start_a, "start_a")
@@ -952,8 +952,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     data, bound, layout = prepare(model, data, max_configs)
     start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
     tp = build_tempered_problem(bound, data, layout, start_scale)
-    if progress_bar is None:
-        progress_bar = num_runs > 1 and data.total * num_particles > 2_000_000
+    progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
     runs = []
     from tqdm.auto import tqdm
