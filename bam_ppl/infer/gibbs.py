@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -498,7 +499,15 @@ def resolve_kernel(kernel: str) -> str:
     if kernel == "numba" and not gibbs_numba.HAVE_NUMBA:
         raise ImportError('kernel="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     if kernel == "auto":
-        return "numba" if gibbs_numba.HAVE_NUMBA and jax.default_backend() == "cpu" else "jax"
+        if jax.default_backend() != "cpu":
+            return "jax"
+        if not gibbs_numba.HAVE_NUMBA:
+            warnings.warn(
+                "numba is not installed, so kernel='auto' runs the JAX kernel: it draws from other "
+                "random streams, so the same rng_key gives other results than an install with numba "
+                "(a dependency of bam_ppl: pip install numba)", UserWarning, stacklevel=3)
+            return "jax"
+        return "numba"
     return kernel
 
 
