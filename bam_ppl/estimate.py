@@ -20,6 +20,19 @@ DISAGREEING_RUNS_SD = 2.0
 BELOW_BOUND_STDERRS = 3.0
 
 
+ADVICE = {
+    "smc": "The token-by-token Pólya-urn SMC collapses on larger data: use method='tempered' (or "
+           "'auto'), or cross-check with method='chib'.",
+    "tempered": "Raise the effort (num_sweeps=3, rho=0.99, num_particles=1024) until the estimate stops "
+                "rising, and cross-check with method='chib' (and method='smc' on tables with few "
+                "distinct cells and many tokens per cell, where single-token moves mix slowly).",
+    "chib": "The search for a high-probability allocation may have stopped in a poorer mode: raise "
+            "num_warmup or num_searches, and cross-check with method='tempered'.",
+    "default": "Use more particles, runs or sweeps, target_stderr= to add runs, and cross-check with an "
+               "estimator of another kind (method='tempered', 'chib').",
+}
+
+
 class EvidenceWarning(UserWarning):
     """An evidence estimate that should not be trusted as it stands (runs disagree, or it lies
     below a sure lower bound); the message says what to do."""
@@ -60,8 +73,7 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
     details = estimate.details
     runs = np.asarray(details.get("run_log_evidence", []), dtype=np.float64)
     bound = details.get("lower_bound")
-    advice = ("Use method='tempered' (or 'auto'), more particles or runs, or target_stderr= to add "
-              "runs until the error is small.")
+    advice = ADVICE.get(estimate.method, ADVICE["default"])
     if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
         warnings.warn(
             f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
