@@ -36,6 +36,7 @@ from jax.scipy.special import digamma, gammaln
 from ..convert import allocation_inference_data
 from ..data import MISSING
 from ..models.pmf import PMFTensorModel, categorical_samples
+from ..progress import resolve_progress
 from ..types import as_key, numpy_generator
 from ..validation import check_int, check_positive
 from .registry import deprecated_alias, register
@@ -479,7 +480,7 @@ def _check_common(num_iters, tol, prune_threshold, num_samples):
 @register("vb", models=(PMFTensorModel,))
 def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
            prune_threshold: float = DEFAULT_PRUNE_THRESHOLD, num_samples: int = 200,
-           num_categories=None, progress_bar: bool = True):
+           num_categories=None, progress_bar: bool | None = None):
     """VB-PMF (papers/001 Algorithm 1): mean-field VB with rank detection by pruning.
 
     Parameters
@@ -498,7 +499,8 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
         Posterior Dirichlet draws stored per table.
     num_categories : int or sequence, optional
         Alphabet sizes I_n when the data do not show every category.
-    progress_bar : bool
+    progress_bar : bool or None
+        tqdm bar over iterations; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
 
     Returns
     -------
@@ -514,7 +516,8 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     arrays = pattern_arrays(data)
     prior = Prior(model.alpha_lambda, model.alpha)
     with jax.enable_x64(True):
-        state, trace = vb_run(key_fit, arrays, prior, model.max_rank, num_iters, tol, progress_bar)
+        state, trace = vb_run(key_fit, arrays, prior, model.max_rank, num_iters, tol,
+                              resolve_progress(progress_bar))
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
@@ -530,7 +533,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
             tol: float = 1e-4, eval_every: int | None = None, validation=None,
             validation_fraction: float = 0.1, warmup_batches: int = 10,
             prune_threshold: float = DEFAULT_PRUNE_THRESHOLD, num_samples: int = 200,
-            num_categories=None, progress_bar: bool = True):
+            num_categories=None, progress_bar: bool | None = None):
     """SVB-PMF (papers/001 Algorithm 2): stochastic VB with natural gradients and rank detection.
 
     Parameters
@@ -607,7 +610,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
 
         nll_trace, done, converged = [], 0, False
         previous = float(_heldout_nll(state.q, device_heldout))
-        with tqdm(total=num_iters, desc="SVB-PMF", disable=not progress_bar, leave=False) as bar:
+        with tqdm(total=num_iters, desc="SVB-PMF", disable=not resolve_progress(progress_bar), leave=False) as bar:
             while done < num_iters:
                 length = min(eval_every, num_iters - done)
                 state, nll = run_steps(state, jax.random.fold_in(key_steps, done), length)
@@ -630,7 +633,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
 
 
 def em_rank_selection(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-                      num_categories=None, progress_bar: bool = False):
+                      num_categories=None, progress_bar: bool | None = None):
     """ML EM for each candidate rank and their AIC / BIC (papers/001 §V baselines).
 
     Returns
@@ -649,7 +652,7 @@ def em_rank_selection(model, data, *, rng_key=0, ranks=None, num_iters: int = 10
     model, data = _prepare(model, data, num_categories)
     arrays = pattern_arrays(data)
     with jax.enable_x64(True):
-        state = em_run(as_key(rng_key), arrays, ranks, num_iters, tol, progress_bar)
+        state = em_run(as_key(rng_key), arrays, ranks, num_iters, tol, resolve_progress(progress_bar))
         aic, bic = information_criteria(state.log_likelihood, ranks, arrays.sizes, arrays.total)
         return dict(ranks=np.asarray(ranks), log_likelihood=np.asarray(state.log_likelihood), aic=aic,
                     bic=bic, weights=np.asarray(state.weights), factors=np.asarray(state.factors),
@@ -685,14 +688,14 @@ def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_catego
 
 @register("em_bic", models=(PMFTensorModel,))
 def em_bic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-           num_categories=None, progress_bar: bool = False):
+           num_categories=None, progress_bar: bool | None = None):
     """ML EM over candidate ranks (default 1..max_rank), the rank chosen by BIC; one point-estimate draw."""
     return _em_idata(model, data, "bic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
 
 
 @register("em_aic", models=(PMFTensorModel,))
 def em_aic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-           num_categories=None, progress_bar: bool = False):
+           num_categories=None, progress_bar: bool | None = None):
     """ML EM over candidate ranks (default 1..max_rank), the rank chosen by AIC; one point-estimate draw."""
     return _em_idata(model, data, "aic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
 
