@@ -48,6 +48,7 @@ from ..convert import to_inference_data
 from ..data import as_binary_matrix
 from ..models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
 from ..pointwise import bernoulli_log_likelihood
+from ..progress import progress, resolve_progress
 from ..types import as_key, numpy_generator
 from ..validation import check_int, check_positive
 from .registry import register
@@ -463,21 +464,17 @@ def run_in_chunks(advance, carry, total, progress_bar, description, unit):
     """Call the jitted ``advance(carry, start, stop)`` on chunks of ``CHUNK_SWEEPS`` iterations.
 
     The bounds are traced int32 values, so every chunk reuses one compilation; between chunks a
-    tqdm bar (``progress_bar=True``) reports progress.
+    tqdm bar reports progress (``progress_bar``: True, False, or None for a terminal only; see
+    :mod:`bam_ppl.progress`).
     """
     bounds = list(range(0, total, CHUNK_SWEEPS)) + [total]
-    progress = None
-    if progress_bar:
-        from tqdm.auto import tqdm
-
-        progress = tqdm(total=total, desc=description, unit=unit)
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        carry = advance(carry, jnp.int32(start), jnp.int32(stop))
-        if progress is not None:
-            jax.block_until_ready(carry)
-            progress.update(stop - start)
-    if progress is not None:
-        progress.close()
+    show = resolve_progress(progress_bar)
+    with progress(total, description, show, unit=unit) as bar:
+        for start, stop in zip(bounds[:-1], bounds[1:]):
+            carry = advance(carry, jnp.int32(start), jnp.int32(stop))
+            if show:
+                jax.block_until_ready(carry)
+                bar.update(stop - start)
     return carry
 
 
@@ -586,7 +583,7 @@ def check_data(model: NBMF, data, mask):
 @register("gibbs", models=(NBMF,))
 def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, num_samples: int = 1000,
           num_chains: int = 1, thinning: int | None = None, active_threshold: float = ACTIVE_THRESHOLD,
-          progress_bar: bool = True, init: str | None = None):
+          progress_bar: bool | None = None, init: str | None = None):
     """Collapsed Gibbs for NBMF (Beta-Dir and Dir-Beta: Alg. 1; Dir-Dir: Alg. 2 of papers/002).
 
     Parameters
@@ -606,7 +603,8 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
         keep at most 20 draws per chain).
     active_threshold : float
         A component is active when it holds more than this fraction of the assignments z.
-    progress_bar : bool
+    progress_bar : bool or None
+        tqdm bar over sweeps; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
     init : {"bica", "random"}, optional
         Starting labels. ``"bica"`` (default for Beta-Dir and Dir-Beta): the authors' code's
         start, 100 iterations of bICA (``method="vb"``) with 10 components, then each entry's most

@@ -253,7 +253,7 @@ def _check_options(model, method, num_iters, num_restarts, num_samples, active_t
 
 @register("cvb", models=(NBMF,))
 def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
-        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool = True):
+        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
     """Collapsed VB with the zero-order approximation (CVB0) for Beta-Dir NBMF (papers/002 §4.3).
 
     Parameters
@@ -273,7 +273,8 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         Draws of W and H from q(W) q(H) (eqs. 37–38) stored per restart.
     active_threshold : float
         A component is active when it holds more than this fraction of the soft assignments.
-    progress_bar : bool
+    progress_bar : bool or None
+        tqdm bar over iterations; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
 
     Returns
     -------
@@ -304,7 +305,7 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
 
 @register("vb", models=(NBMF,))
 def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
-       num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool = True):
+       num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
     """Uncollapsed mean-field VB for Beta-Dir NBMF: the bICA baseline of papers/002 §6.
 
     The paper's bICA-K is ``nbmf(K, alpha=1, beta=1, gamma=K)`` (γ_k = 1) with small K.
