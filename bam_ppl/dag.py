@@ -1,6 +1,6 @@
 """Directed acyclic graphs of index variables.
 
-A BAM structure (papers/000 §3) is a DAG whose nodes are the index variables of a tensor. It is
+A BAM structure (Cemgil et al. 2019 §3) is a DAG whose nodes are the index variables of a tensor. It is
 written as edges, ``"k -> i; k -> j"``, with comma lists on either side (``"r -> i, j, k"``,
 ``"(i, j) -> q"``), as a dict of parent lists, or as a ``networkx.DiGraph``.
 """

@@ -3,7 +3,7 @@
 Every backend reads data through :class:`CountTensor`, a COO representation (unique cells and
 their counts), so costs scale with the number of nonzero cells or tokens, never with the dense
 size. A cell index of ``-1`` on an axis means that coordinate is missing for those tokens
-(categorical samples with missing values, papers/001).
+(categorical samples with missing values, Chege et al. 2024).
 """
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ class BinaryMatrix(NamedTuple):
 
 
 def as_binary_matrix(V, mask=None, name: str = "V"):
-    """Validate a binary matrix with missing entries (papers/002 §3, V ∈ {0, 1, NA}^{F×N}).
+    """Validate a binary matrix with missing entries (Lumbreras et al. 2020 §3, V ∈ {0, 1, NA}^{F×N}).
 
     Parameters
     ----------

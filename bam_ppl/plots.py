@@ -1,4 +1,4 @@
-"""Plots of evidence tables (papers/000 Figs. 9–10: log evidence against model order)."""
+"""Plots of evidence tables (Cemgil et al. 2019 Figs. 9–10: log evidence against model order)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every sampling backend hands θ draws (and λ draws) to :mod:`bam_ppl.convert`, which calls
 :func:`allocation_log_likelihood` to write the ``log_likelihood`` group that ``az.loo``,
 ``az.waic`` and ``az.compare`` read. One entry per observation, under the likelihood the model
-uses (papers/000 eq. 3.3–3.4):
+uses (Cemgil et al. 2019 eq. 3.3–3.4):
 
 * **Poisson cells** (no ``condition_on``, λ sampled): ``log Poisson(x_u | λ p(u))`` for every
   cell u, with p(u) = Σ over latent configurations of the product of θ tables. Zero cells are

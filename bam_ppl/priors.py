@@ -1,9 +1,9 @@
-"""Dirichlet concentrations of the conditional probability tables (papers/000 §3.2, §3.6).
+"""Dirichlet concentrations of the conditional probability tables (Cemgil et al. 2019 §3.2, §3.6).
 
 The default prior is BDeu: every table's concentration is a contraction of one base measure
 α(i_1..N) = a / ∏_n I_n (eq. 3.3), so a family's table holds the constant a / ∏_{u ∈ fa(n)} I_u
 and α itself is never materialised. Markov-equivalent DAGs then give the same evidence
-(Remark 3.2). Explicit symmetric concentrations per node (papers/001, papers/003) override it.
+(Remark 3.2). Explicit symmetric concentrations per node (Chege et al. 2024, Zhang & Linderman) override it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def table_concentration(
     """Concentration array of one table, laid out as (*parent sizes, child size).
 
     ``members`` lists the family sizes (child first) of every node sharing the table. Under BDeu
-    a tied table collects the pseudo-counts of all its members (papers/000 App. E: α(i, r) =
+    a tied table collects the pseudo-counts of all its members (Cemgil et al. 2019 App. E: α(i, r) =
     2a / (I R) for symmetric NMF); an explicit value is the concentration of the shared table.
     """
     child, *parents = members[0]

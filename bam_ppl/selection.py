@@ -1,4 +1,4 @@
-"""Model-size selection by speckled held-out likelihood (papers/003 §3), for any model family.
+"""Model-size selection by speckled held-out likelihood (Zhang & Linderman §3), for any model family.
 
 A random "speckled" set of slices of the data (for the Dirichlet Tucker decomposition, whole
 (m, n) faces) is held out once; every model of a grid of sizes is fitted to the rest and scored
@@ -339,7 +339,7 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
                  heldout_fraction: float = 0.1, rng_key: KeyLike = 0, score: Callable | None = None, *,
                  heldout_axes=None, method: str | None = None, fit_options: Mapping | None = None,
                  **model_kwargs):
-    """Sweep a grid of model sizes and score each by its speckled held-out likelihood (papers/003 §3).
+    """Sweep a grid of model sizes and score each by its speckled held-out likelihood (Zhang & Linderman §3).
 
     Parameters
     ----------

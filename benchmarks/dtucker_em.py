@@ -2,7 +2,7 @@
 
 Two tables:
 
-1. ``collapsed`` (bam_ppl's ``method="map"`` step, papers/003 §2.3) against ``naive`` (the E-step
+1. ``collapsed`` (bam_ppl's ``method="map"`` step, Zhang & Linderman §2.3) against ``naive`` (the E-step
    tensor E[z_mnpsijkl] built in full, then summed for each M-step): EM iterations per second
    and XLA's peak temporary memory of one compiled iteration, on sizes where Z fits.
 2. Scaling of the collapsed step with the number of cells M·N·P·S up to 1e6, all ranks = 8.
@@ -39,7 +39,7 @@ from bam_ppl.models.dirichlet_tucker import dirichlet_tucker
 
 
 def naive_em_step(params: Params, X, alpha, weight):
-    """EM step of papers/003 §2.1–2.2 written literally: π and E[z] with all eight axes."""
+    """EM step of Zhang & Linderman §2.1–2.2 written literally: π and E[z] with all eight axes."""
     rate = jnp.einsum("mi,nj,ijkl,kp,ls->mnpsijkl", params.psi, params.phi, params.core, params.theta,
                       params.lam)
     total = rate.sum(axis=(4, 5, 6, 7), keepdims=True)

@@ -1,4 +1,4 @@
-"""Held-out perplexity of the NBMF backends on the papers/002 data sets (its Fig. 10).
+"""Held-out perplexity of the NBMF backends on the Lumbreras et al. 2020 data sets (its Fig. 10).
 
 For each data set and each of ``--reps`` random masks holding out 25 % of the entries, fit on the
 rest and report the mean negative log-likelihood per held-out entry (eq. 67, nats):

@@ -1,4 +1,4 @@
-"""MovieLens rating prediction (papers/001 §V-B, Table I) on R's dslabs::movielens.
+"""MovieLens rating prediction (Chege et al. 2024 §V-B, Table I) on R's dslabs::movielens.
 
 50 most-rated movies, ratings ×2 → 10 levels, users with ≥ 2 of them, users split 70/10/20
 (train / validation / test) per trial; one rating per test user hidden and predicted by its
@@ -22,7 +22,7 @@ from bam_ppl.datasets import movielens_ratings
 from bam_ppl.infer.pmf_vb import em_candidate_idata, em_rank_selection
 from bam_ppl.models.pmf import hide_one_entry, mae, rmse
 
-PAPER_TABLE_I = {  # papers/001 Table I (MovieLens 25M, T = 1.52e5 users, 20 trials)
+PAPER_TABLE_I = {  # Chege et al. 2024 Table I (MovieLens 25M, T = 1.52e5 users, 20 trials)
     "VB-PMF": (0.726, 0.540, 20.543, 44, "3.17 h"),
     "SVB-PMF": (0.737, 0.551, 20.594, 31, "0.52 h"),
     "EM+ValErr": (0.731, 0.544, 20.552, 30, "21.27 h"),

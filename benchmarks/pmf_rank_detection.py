@@ -1,4 +1,4 @@
-"""Rank detection on synthetic PMF tensors, papers/001 §V-A style.
+"""Rank detection on synthetic PMF tensors, Chege et al. 2024 §V-A style.
 
 N = 5 variables with I_n = 10 categories, true rank R, entries missing with probability p, T
 samples; per trial a fresh sample of the fixed ground truth. Prints, per method, the mean

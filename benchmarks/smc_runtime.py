@@ -1,4 +1,4 @@
-"""SMC runtime against tensor size (papers/000 Fig. 10b): CP data with T = 1000, R = 10, a = 50.
+"""SMC runtime against tensor size (Cemgil et al. 2019 Fig. 10b): CP data with T = 1000, R = 10, a = 50.
 
 Prints one row per size I×I×I and version: compile+first run, the best of the following runs in
 wall-clock and CPU time, and the CPU-time ratio to the smallest size. The SMC cost should depend

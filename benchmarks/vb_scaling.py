@@ -1,6 +1,6 @@
 """VB time per iteration as the dense size of X doubles at a fixed number of nonzero cells.
 
-The allocation model's VB (papers/000 App. D) only touches the nonzero cells and the tables, so
+The allocation model's VB (Cemgil et al. 2019 App. D) only touches the nonzero cells and the tables, so
 its per-iteration cost should stay flat while I × J doubles at fixed nnz (the tables grow with
 I + J only). For each shape the script draws ``--nnz`` distinct cells with counts 1 + Poisson(2),
 fits KL-NMF ``k -> i; k -> j`` and times (t(2n) − t(n)) / n, which removes set-up and

@@ -1,7 +1,7 @@
 """KL-NMF on a sparse count matrix: bam_ppl VB against scikit-learn's multiplicative updates.
 
 Both fit X ≈ W H under the KL divergence at the same number of iterations, in one run:
-bam_ppl's mean-field VB for the allocation model ``k -> i; k -> j`` (papers/000 App. D, cost
+bam_ppl's mean-field VB for the allocation model ``k -> i; k -> j`` (Cemgil et al. 2019 App. D, cost
 O(nnz · K) per iteration) and ``sklearn.decomposition.NMF(beta_loss="kullback-leibler",
 solver="mu")``. Time per iteration is (t(2n) − t(n)) / n, which removes set-up and compilation
 from both; the KL divergence D(X ‖ X̂) is evaluated on the sparse cells for both fits, with

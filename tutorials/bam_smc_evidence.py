@@ -3,11 +3,11 @@
 #
 # The Bayesian allocation model integrates its tables out analytically; what is left is a Pólya
 # urn over tokens. `method="smc"` estimates the evidence L_X = p(X | model) by sequential
-# Monte Carlo on that urn (papers/000 §4.2): one random order of the observed tokens per run,
+# Monte Carlo on that urn (Cemgil et al. 2019 §4.2): one random order of the observed tokens per run,
 # latent indices drawn from their exact conditional, adaptive resampling. Each run gives an
 # unbiased estimate of L_X; several runs are pooled with a standard error.
 #
-# This tutorial repeats two experiments of papers/000:
+# This tutorial repeats two experiments of Cemgil et al. 2019:
 #
 # * §5.1.1: on two tiny matrices the exact evidence can be enumerated; SMC agrees with it for
 #   every prior strength a and rank K;
@@ -30,7 +30,7 @@ OUTPUT = Path(__file__).resolve().parent / "_output" if "__file__" in globals() 
 OUTPUT.mkdir(exist_ok=True)
 
 # %% [markdown]
-# ## 1. Exact evidence against SMC (papers/000 §5.1.1, Fig. 9)
+# ## 1. Exact evidence against SMC (Cemgil et al. 2019 §5.1.1, Fig. 9)
 #
 # X⁽¹⁾ and X⁽²⁾ are the paper's toy matrices; the model is KL-NMF/LDA (`k -> i; k -> j`) with
 # a BDeu prior of equivalent sample size a. `exact_log_evidence` sums π(S) over every
@@ -77,7 +77,7 @@ fig.tight_layout()
 fig.savefig(OUTPUT / "smc_exact_vs_a.png")
 
 # %% [markdown]
-# ## 2. PARAFAC rank selection (papers/000 §5.1.2, Fig. 10a)
+# ## 2. PARAFAC rank selection (Cemgil et al. 2019 §5.1.2, Fig. 10a)
 #
 # A 20×25×30 tensor with T = 500 tokens drawn from the CP model with R = 5 and a = 30 (the
 # generator of the paper: θ_R ~ D(a/R), θ_{i_n | r} ~ D(a/(R I_n)), then T tokens). We fit CP
@@ -111,7 +111,7 @@ ax.figure.savefig(OUTPUT / "smc_parafac_rank.png")
 #
 # `bam.infer(..., method="smc")` returns ArviZ InferenceData: θ drawn from each equally weighted
 # particle's Dirichlet posterior, the per-run evidence, the ESS trace, and the family counts of
-# each run's most probable allocation (the particle papers/000 Fig. 13 inspects).
+# each run's most probable allocation (the particle Cemgil et al. 2019 Fig. 13 inspects).
 
 # %%
 from bam_ppl.convert import group  # noqa: E402

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Dirichlet Tucker decomposition: MAP-EM and rank selection by speckled held-out likelihood
 #
-# A count tensor X (M × N × P × S) whose (m, n) faces all hold C counts — in papers/003 mice ×
+# A count tensor X (M × N × P × S) whose (m, n) faces all hold C counts — in Zhang & Linderman mice ×
 # epochs × position bins × behavioural syllables, with C video frames per epoch — is modelled as
 #
 # vec(X_mn) ~ Mult(C, Σ_ijkl g_ijkl ψ_mi φ_nj vec(θ_k λ_lᵀ))   (eq. 2)

@@ -2,7 +2,7 @@
 # # Dictionary learning on binary data with mean-parameterized NBMF
 #
 # A binary matrix V (F × N) is modelled as `v_fn ~ Bernoulli([WH]_fn)` with **no link function**
-# (papers/002): the dictionary W and the activations H are constrained so that WH stays in
+# (Lumbreras et al. 2020): the dictionary W and the activations H are constrained so that WH stays in
 # [0, 1]. In the **Beta-Dir** model each row of W lies on the simplex (w_f ~ Dirichlet(γ/K)) and
 # every h_kn ~ Beta(α, β): row f is a mixture of K binary profiles. With K = 100 and γ = 1 the
 # Dirichlet prior switches off the components the data do not need (the paper's nonparametric

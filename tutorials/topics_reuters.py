@@ -2,12 +2,12 @@
 # # Topics of Reuters news with VB, collapsed VB and collapsed Gibbs
 #
 # LDA is the allocation model `d -> k -> w` with every document's length fixed
-# (papers/000 §3.5): document d picks topic k, topic k picks word w. Its counts are a
+# (Cemgil et al. 2019 §3.5): document d picks topic k, topic k picks word w. Its counts are a
 # document × word matrix; only the nonzero cells are ever touched.
 #
 # We fit the 395 × 4258 Reuters matrix shipped with the `lda` package three ways:
 #
-# * `method="vb"`: mean-field VB (papers/000 App. D), whose ELBO is a lower bound on the
+# * `method="vb"`: mean-field VB (Cemgil et al. 2019 App. D), whose ELBO is a lower bound on the
 #   evidence;
 # * `method="cvb"`: collapsed VB (CVB0), which integrates the tables out;
 # * `method="gibbs"`: collapsed Gibbs sampling over the token allocations.
@@ -134,7 +134,7 @@ fig.savefig(OUTPUT / "topics_reuters_traces.png", dpi=100)
 # ## Evidence against the number of topics
 # SMC's cost grows with the number of tokens, so we take a subsample: a few documents and the
 # most frequent words. The VB bound (best of restarts) lies below the SMC estimate; where the
-# gap changes with K the bound can rank models differently from the evidence (papers/000
+# gap changes with K the bound can rank models differently from the evidence (Cemgil et al. 2019
 # §5.1).
 
 # %%

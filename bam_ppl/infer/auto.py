@@ -1,7 +1,7 @@
 """``method="auto"``: the evidence estimator that suits the problem's size.
 
 Exact where enumeration is cheap (no free nodes, or few allocation tensors), the Pólya-urn SMC
-of papers/000 §4.2 on small token counts where it is accurate, the tempered SMC over allocations
+of Cemgil et al. 2019 §4.2 on small token counts where it is accurate, the tempered SMC over allocations
 otherwise. The thresholds come from measurements recorded in benchmarks/README.md ("Choosing an
 evidence method"); the estimate's ``method`` names the estimator that ran and
 ``details["selected_by"]`` says it was chosen automatically, with the reason.

@@ -1,6 +1,6 @@
 """Collapsed variational Bayes (CVB0) for allocation models.
 
-Θ and λ are integrated out, as in the Pólya urn (papers/000 §4.1, eq. 4.1), and each token keeps
+Θ and λ are integrated out, as in the Pólya urn (Cemgil et al. 2019 §4.1, eq. 4.1), and each token keeps
 a distribution Φ[u, ·] over the free configurations of its cell u. CVB0 (the zeroth-order
 collapsed update, Asuncion et al. 2009) sets
 

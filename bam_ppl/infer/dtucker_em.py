@@ -1,4 +1,4 @@
-"""MAP estimation of the Dirichlet Tucker decomposition by EM (papers/003 §2) and stochastic EM.
+"""MAP estimation of the Dirichlet Tucker decomposition by EM (Zhang & Linderman §2) and stochastic EM.
 
 The E-step's expected allocation tensor E[z_mnpsijkl] = x_mnps π_mnpsijkl (§2.1) has eight axes;
 it is never built. Every M-step statistic is a contraction of it, and each contraction factors
@@ -92,7 +92,7 @@ def _log_likelihood(faces: Faces, rates: jax.Array) -> jax.Array:
 
 
 class Statistics(NamedTuple):
-    """Expected sufficient statistics E[Σ z] for each parameter (papers/003 §2.2), same shapes."""
+    """Expected sufficient statistics E[Σ z] for each parameter (Zhang & Linderman §2.2), same shapes."""
 
     psi: jax.Array
     phi: jax.Array
@@ -133,7 +133,7 @@ def _mode(pseudo_counts: jax.Array, axis) -> jax.Array:
 
 
 def m_step(stats: Statistics, alpha: Concentrations) -> Params:
-    """Modes of the Dirichlet conditionals (papers/003 §2.2): ψ*_mi ∝ α_ψ − 1 + E[Σ z]."""
+    """Modes of the Dirichlet conditionals (Zhang & Linderman §2.2): ψ*_mi ∝ α_ψ − 1 + E[Σ z]."""
     return Params(
         _mode(alpha.psi - 1.0 + stats.psi, -1),
         _mode(alpha.phi - 1.0 + stats.phi, -1),
@@ -152,7 +152,7 @@ def _log_dirichlet(x: jax.Array, alpha: jax.Array, axis) -> jax.Array:
 
 
 def log_prior(params: Params, alpha: Concentrations) -> jax.Array:
-    """log p(ψ, φ, θ, λ, G) under the Dirichlet priors of papers/003 §1."""
+    """log p(ψ, φ, θ, λ, G) under the Dirichlet priors of Zhang & Linderman §1."""
     return (_log_dirichlet(params.psi, alpha.psi, -1) + _log_dirichlet(params.phi, alpha.phi, -1)
             + _log_dirichlet(params.theta, alpha.theta, -1) + _log_dirichlet(params.lam, alpha.lam, -1)
             + _log_dirichlet(params.core, alpha.core, (-2, -1)))
@@ -313,7 +313,7 @@ def _faces(model: DirichletTuckerModel, X, heldout):
     if (fitted_sums != fitted_sums[0]).any():
         bad = np.argwhere(fitted & (sums != fitted_sums[0]))[0]
         raise ValueError(
-            "X: every fitted (m, n) face must sum to the same total C (papers/003 eq. 2); face "
+            "X: every fitted (m, n) face must sum to the same total C (Zhang & Linderman eq. 2); face "
             f"{tuple(int(b) for b in np.argwhere(fitted)[0])} sums to {int(fitted_sums[0])} but face "
             f"{tuple(int(b) for b in bad)} sums to {int(sums[tuple(bad)])}"
         )
@@ -417,7 +417,7 @@ def _ranks_and_sizes(model, dense):
 def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: float = 1e-7,
                          num_restarts: int = 1, heldout=None, dtype: str = "float64",
                          progress_bar: bool | None = None):
-    """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (papers/003 §2).
+    """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (Zhang & Linderman §2).
 
     Parameters
     ----------
@@ -434,7 +434,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     num_restarts : int
         Random starts, run one after another; the one with the highest log posterior is kept.
     heldout : bool array (M, N), optional
-        Faces left out of the fit (their augmentation counts are zero, papers/003 §3); their
+        Faces left out of the fit (their augmentation counts are zero, Zhang & Linderman §3); their
         multinomial log-likelihood under the estimate is reported as
         ``sample_stats["heldout_log_likelihood"]``.
     dtype : {"float64", "float32"}
@@ -495,7 +495,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     """Stochastic (online) EM over minibatches of (m, n) faces for large Dirichlet Tucker fits.
 
     Each step samples ``batch_size`` fitted faces without replacement, computes their expected
-    statistics with the collapsed contractions of papers/003 §2.3 (memory O(batch · P · S · max K)),
+    statistics with the collapsed contractions of Zhang & Linderman §2.3 (memory O(batch · P · S · max K)),
     blends them into running statistics with step size ρ_t = (t + step_delay)^−step_power, and
     takes the M-step (Dirichlet modes, §2.2).
 

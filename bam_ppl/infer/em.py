@@ -1,4 +1,4 @@
-"""MAP-EM for any allocation model (papers/000 Table 1, "EM": Θ*, λ* ↔ E_P{S}).
+"""MAP-EM for any allocation model (Cemgil et al. 2019 Table 1, "EM": Θ*, λ* ↔ E_P{S}).
 
 EM on the augmented model: the allocation S is the missing data, (Θ, λ) the parameters.
 
@@ -8,7 +8,7 @@ EM on the augmented model: the allocation S is the missing data, (Θ, λ) the pa
   of the KL-NMF multiplicative update (eq. 2.8–2.9).
 * M-step: the mode of the Dirichlet posterior given E S (eq. 3.10), θ = (α − 1 + E S) normalised
   per column. The mode is interior only for concentrations ≥ 1, so smaller concentrations are
-  rejected; models such as Dirichlet Tucker (papers/003) use α > 1 on purpose.
+  rejected; models such as Dirichlet Tucker (Zhang & Linderman) use α > 1 on purpose.
 
 λ separates from Θ (the total T is Poisson(λ) whatever Θ), so its MAP is closed form,
 λ* = (a + T − 1) / (b + 1). The objective recorded per iteration is the log posterior density up
@@ -78,7 +78,7 @@ def build_problem(bound: BoundModel, data, layout: CellLayout) -> EMProblem:
     column_size = np.concatenate([np.full(t.size, t.shape[-1]) for t in bound.tables])
     index = layout.cell_flat[:, :, None] + layout.config_flat[:, None, :]
     # Dirichlet normalisers Σ_columns [lnΓ(Σα) − Σ lnΓ(α)], and the multinomial coefficient of X
-    # given its total (or given each conditioned cell's total), papers/000 eq. 3.12–3.15.
+    # given its total (or given each conditioned cell's total), Cemgil et al. 2019 eq. 3.12–3.15.
     constant = np_gammaln(bound.flat_column_concentration).sum() - np_gammaln(alpha).sum()
     constant -= np_gammaln(data.counts + 1.0).sum()
     if bound.conditioned:

@@ -1,4 +1,4 @@
-"""Exact evidence and posterior expectations by enumerating allocation tensors (papers/000 §5.1.1).
+"""Exact evidence and posterior expectations by enumerating allocation tensors (Cemgil et al. 2019 §5.1.1).
 
 The evidence L_X = Σ_{S : S_V = X} π(S) (eq. 3.7) is a sum over every way of splitting each
 observed cell's count among the configurations of the free (latent or missing) nodes:

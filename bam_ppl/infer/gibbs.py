@@ -1,6 +1,6 @@
 """Collapsed Gibbs sampling of token allocations for any allocation model (notes/bam_digest.md §9).
 
-The Pólya-Bayes process of papers/000 §4.1 is exchangeable: the probability of a sequence of
+The Pólya-Bayes process of Cemgil et al. 2019 §4.1 is exchangeable: the probability of a sequence of
 tokens depends only on the final counts (eq. 4.2). Any token can therefore be treated as the last
 one. Removing it (the reverse process, eq. 4.4) and redrawing its free configuration (latent
 nodes, and visible nodes that are missing for that token) from the urn's one-step conditional
@@ -249,7 +249,7 @@ def init(spec: GibbsSpec, problem: GibbsProblem, key, method: str = "urn") -> Gi
     """Initial allocation of one chain.
 
     ``"urn"`` adds the tokens one at a time, in random order, each drawn from the Pólya-urn
-    conditional given the tokens already placed (one particle of the SMC proposal, papers/000
+    conditional given the tokens already placed (one particle of the SMC proposal, Cemgil et al. 2019
     §4.2); ``"uniform"`` draws every token's configuration uniformly among those its cell allows.
     """
     num_tokens = problem.token_cell.shape[0]

@@ -3,7 +3,7 @@
 On a CPU, one iteration of the JAX ``lax.scan`` over tokens costs a few XLA kernel launches, far
 more than the arithmetic of one token update. This module runs the same update as compiled
 machine code: the same problem arrays (:class:`~bam_ppl.infer.gibbs.GibbsProblem`), the same
-urn conditional (papers/000 eq. 4.1 with the token's own increments removed, eq. 4.4), the same
+urn conditional (Cemgil et al. 2019 eq. 4.1 with the token's own increments removed, eq. 4.4), the same
 tie and missing-entry handling; only the random streams differ (a NumPy ``Generator`` per chain,
 seeded from the JAX key). numba is an optional dependency (extra ``fast``); without it
 ``HAVE_NUMBA`` is False and the JAX kernel is used.
@@ -40,7 +40,7 @@ HAVE_NUMBA = numba is not None
 
 # What a call of the kernel does with each token.
 SWEEP = 0  # remove the token's increments, redraw its configuration, add them back
-URN = 1  # add the token, drawn from the urn given the tokens placed so far (papers/000 §4.2)
+URN = 1  # add the token, drawn from the urn given the tokens placed so far (Cemgil et al. 2019 §4.2)
 UNIFORM = 2  # add the token with a configuration drawn uniformly among those its cell allows
 
 

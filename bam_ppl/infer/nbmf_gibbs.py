@@ -1,4 +1,4 @@
-"""Collapsed Gibbs samplers for mean-parameterized NBMF (papers/002 §4.2 Alg. 1, §5.2 Alg. 2).
+"""Collapsed Gibbs samplers for mean-parameterized NBMF (Lumbreras et al. 2020 §4.2 Alg. 1, §5.2 Alg. 2).
 
 W and H are integrated out; the state is one label z_fn per observed entry (Beta-Dir) or a pair
 (z_fn, c_fn) (Dir-Dir, the double augmentation of eqs. 45–52), with int32 counts
@@ -151,7 +151,7 @@ def _col_counts(layout, labels, N, K, weight=None):
 # -- Beta-Dir, Alg. 1 -----------------------------------------------------------------------------
 
 def random_labels(key, layout, K):
-    """Uniform random labels on the observed entries, -1 elsewhere (papers/002 §6.2)."""
+    """Uniform random labels on the observed entries, -1 elsewhere (Lumbreras et al. 2020 §6.2)."""
     z = jax.random.randint(key, layout.values.shape, 0, K, dtype=jnp.int32)
     return jnp.where(layout.observed, z, -1)
 
@@ -163,7 +163,7 @@ def beta_dir_state(z, layout, F, N, K):
 
 
 def beta_dir_init(key, layout, F, N, K):
-    """Uniform random labels on the observed entries (papers/002 §6.2)."""
+    """Uniform random labels on the observed entries (Lumbreras et al. 2020 §6.2)."""
     return beta_dir_state(random_labels(key, layout, K), layout, F, N, K)
 
 
@@ -204,7 +204,7 @@ def _dirichlet_rows_log_marginal(counts, concentration):
 
 
 def beta_dir_log_joint(state, hyper):
-    """log p(V, Z) (papers/002 eqs. 22–24), the monitoring trace."""
+    """log p(V, Z) (Lumbreras et al. 2020 eqs. 22–24), the monitoring trace."""
     a, b = hyper.alpha, hyper.beta
     A, B = state.A.astype(jnp.float32), state.B.astype(jnp.float32)
     columns = gammaln(a + b) - gammaln(a) - gammaln(b) + gammaln(a + A) + gammaln(b + B) - gammaln(a + b + A + B)
@@ -221,7 +221,7 @@ def beta_dir_means(state, hyper):
 # -- Dir-Dir, Alg. 2 ------------------------------------------------------------------------------
 
 def dir_dir_init(key, layout, F, N, K):
-    """Random z and c = z, as in the authors' code (papers/002 §5.2, Alg. 2).
+    """Random z and c = z, as in the authors' code (Lumbreras et al. 2020 §5.2, Alg. 2).
 
     The start violates v = Σ_k c_k z_k where v = 0; the first sweep draws z ≠ c there (eqs.
     60–61), so every state from sweep 1 on satisfies the constraint. In trials on the Catalan
@@ -268,7 +268,7 @@ def dir_dir_sweep(state, layout, uniforms, hyper):
 
 
 def dir_dir_log_joint(state, hyper):
-    """log p(V, Z, C) on the constraint set (papers/002 eqs. 53–56)."""
+    """log p(V, Z, C) on the constraint set (Lumbreras et al. 2020 eqs. 53–56)."""
     return _dirichlet_rows_log_marginal(state.L, hyper.row) + _dirichlet_rows_log_marginal(state.Q, hyper.column)
 
 
@@ -524,7 +524,7 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
 
 
 def core_problem(model: NBMF, values, observed):
-    """Orient the data for the core: Dir-Beta runs as Beta-Dir on Vᵀ (papers/002 §3.1).
+    """Orient the data for the core: Dir-Beta runs as Beta-Dir on Vᵀ (Lumbreras et al. 2020 §3.1).
 
     Returns ``(kind, values, observed, hyper, transposed)``.
     """
@@ -584,7 +584,7 @@ def check_data(model: NBMF, data, mask):
 def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, num_samples: int = 1000,
           num_chains: int = 1, thinning: int | None = None, active_threshold: float = ACTIVE_THRESHOLD,
           progress_bar: bool | None = None, init: str | None = None):
-    """Collapsed Gibbs for NBMF (Beta-Dir and Dir-Beta: Alg. 1; Dir-Dir: Alg. 2 of papers/002).
+    """Collapsed Gibbs for NBMF (Beta-Dir and Dir-Beta: Alg. 1; Dir-Dir: Alg. 2 of Lumbreras et al. 2020).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Variational backends for Beta-Dir NBMF (papers/002): collapsed CVB0 and uncollapsed bICA.
+"""Variational backends for Beta-Dir NBMF (Lumbreras et al. 2020): collapsed CVB0 and uncollapsed bICA.
 
 ``"cvb"`` — collapsed variational Bayes with the zero-order approximation (CVB0, §4.3 eq. 36):
 q(Z) = Π q(z_fn) with responsibilities φ_fn updated in place, entry after entry, from the soft
@@ -68,7 +68,7 @@ def _soft_counts(layout, phi, F, N):
 
 
 def cvb_means(L, A, B, hyper):
-    """E_q[W] (F × K) and E_q[H] (K × N) (papers/002 eqs. 37–39)."""
+    """E_q[W] (F × K) and E_q[H] (K × N) (Lumbreras et al. 2020 eqs. 37–39)."""
     W = (hyper.row + L) / (hyper.row + L).sum(-1, keepdims=True)
     H = (hyper.alpha + A) / (hyper.alpha + hyper.beta + A + B)
     return W, H.T
@@ -86,7 +86,7 @@ def _active(L, threshold):
 
 
 def cvb_init(key, layout, F, N, K):
-    """One-hot responsibilities at uniform random labels (papers/002 §4.3: many components used)."""
+    """One-hot responsibilities at uniform random labels (Lumbreras et al. 2020 §4.3: many components used)."""
     z = jax.random.randint(key, layout.values.shape, 0, K)
     phi = jax.nn.one_hot(z, K, dtype=jnp.float32) * layout.observed[..., None]
     return CVBState(phi, *_soft_counts(layout, phi, F, N))
@@ -243,7 +243,7 @@ def _draw_q(key, row, ones, zeros, num_samples):
 
 def _check_options(model, method, num_iters, num_restarts, num_samples, active_threshold):
     if model.prior == "dir-dir":
-        raise ValueError(f"method {method!r} serves the beta-dir and dir-beta priors; papers/002 gives "
+        raise ValueError(f"method {method!r} serves the beta-dir and dir-beta priors; Lumbreras et al. 2020 gives "
                          "no variational scheme for dir-dir, use method='gibbs'")
     check_int(num_iters, "num_iters")
     check_int(num_restarts, "num_restarts")
@@ -254,7 +254,7 @@ def _check_options(model, method, num_iters, num_restarts, num_samples, active_t
 @register("cvb", models=(NBMF,))
 def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
         num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
-    """Collapsed VB with the zero-order approximation (CVB0) for Beta-Dir NBMF (papers/002 §4.3).
+    """Collapsed VB with the zero-order approximation (CVB0) for Beta-Dir NBMF (Lumbreras et al. 2020 §4.3).
 
     Parameters
     ----------
@@ -306,7 +306,7 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
 @register("vb", models=(NBMF,))
 def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
-    """Uncollapsed mean-field VB for Beta-Dir NBMF: the bICA baseline of papers/002 §6.
+    """Uncollapsed mean-field VB for Beta-Dir NBMF: the bICA baseline of Lumbreras et al. 2020 §6.
 
     The paper's bICA-K is ``nbmf(K, alpha=1, beta=1, gamma=K)`` (γ_k = 1) with small K.
 

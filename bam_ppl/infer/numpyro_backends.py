@@ -163,7 +163,7 @@ def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attr
 def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_samples: int = 500,
               num_chains: int = 2, thinning: int = 1, target_accept_prob: float = 0.8,
               chain_method: str = "sequential", progress_bar: bool | None = None):
-    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (papers/002 eqs. 15–18).
+    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (Lumbreras et al. 2020 eqs. 15–18).
 
     sample_stats and ``progress_bar`` as for the allocation models' :func:`nuts`.
     """

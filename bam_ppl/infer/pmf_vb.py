@@ -1,11 +1,11 @@
-"""VB-PMF, SVB-PMF and EM with BIC/AIC rank selection for the PMF tensor model (papers/001).
+"""VB-PMF, SVB-PMF and EM with BIC/AIC rank selection for the PMF tensor model (Chege et al. 2024).
 
 All three work on the distinct sample patterns of the data (a CountTensor from
 :func:`~bam_ppl.models.pmf.categorical_samples`) weighted by their counts: samples that share a
 pattern share their responsibilities, so a sweep over U ≤ T patterns is exactly a sweep over the
 T samples. The factor tables of all variables are stacked row-wise into one ``(Σ_n I_n, R)``
 array; a sample's entry of variable n is the row ``offset_n + code``, and a missing entry points
-at one extra all-zero row, so it drops out of every sum (papers/001 §II, missing data
+at one extra all-zero row, so it drops out of every sum (Chege et al. 2024 §II, missing data
 marginalised). A sweep costs O(N R U): one gather and one scatter-add per variable.
 
 * ``"vb"`` — VB-PMF (Algorithm 1): closed-form updates (eqs. 22, 28, 32–36), the ELBO (eq. 39)
@@ -15,7 +15,7 @@ marginalised). A sweep costs O(N R U): one gather and one scatter-add per variab
   adaptive step size of Ranganath et al. (eq. 54) per block with its running averages warm-started
   from several minibatches, stopping on held-out NLL.
 * ``"em_bic"`` / ``"em_aic"`` — maximum-likelihood EM for every candidate rank at once (vmapped,
-  inactive components masked), the rank chosen by BIC or AIC (papers/001 §V baselines).
+  inactive components masked), the rank chosen by BIC or AIC (Chege et al. 2024 §V baselines).
 
 The JAX cores run in float64 inside ``jax.enable_x64(True)``: with α_λ = 1e-6, ψ(α̃) ≈ −1e6.
 """
@@ -99,11 +99,11 @@ def _column_sums(table, row_variable, num_variables):
 
 
 def _log_dirichlet_norm(concentration, total):
-    """log C(α) = lnΓ(Σα) − Σ lnΓ(α) summed over columns (papers/001 §II)."""
+    """log C(α) = lnΓ(Σα) − Σ lnΓ(α) summed over columns (Chege et al. 2024 §II)."""
     return jnp.sum(gammaln(total)) - jnp.sum(gammaln(concentration))
 
 
-# -- variational quantities (papers/001 eqs. 32–36, 39) ----------------------------------------------
+# -- variational quantities (Chege et al. 2024 eqs. 32–36, 39) ----------------------------------------------
 class Variational(NamedTuple):
     """Dirichlet parameters of q(λ) and of every q(a_{n,r}), stacked: (R,) and (ΣI_n, R)."""
 
@@ -163,7 +163,7 @@ def _statistics(rho, weights, rows, num_rows):
 
 
 def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
-    """Random start α̃ = prior + U(0, 1) · T / R (per category: T / (R I_n)); papers/001 leaves it open."""
+    """Random start α̃ = prior + U(0, 1) · T / R (per category: T / (R I_n)); Chege et al. 2024 leaves it open."""
     key_w, key_f = jax.random.split(key)
     per_row = jnp.repeat(jnp.asarray([total / (rank * s) for s in sizes]), jnp.asarray(sizes),
                          total_repeat_length=int(sum(sizes)))
@@ -250,7 +250,7 @@ def _drive(chunk, state, num_iters, progress_bar, label):
 
 # -- SVB-PMF (Algorithm 2) -----------------------------------------------------------------------------
 class StepSize(NamedTuple):
-    """Running averages of the adaptive step size (Ranganath et al. 2013; papers/001 eq. 54)."""
+    """Running averages of the adaptive step size (Ranganath et al. 2013; Chege et al. 2024 eq. 54)."""
 
     mean_gradient: jnp.ndarray       # ḡ, shaped like the block's parameters
     mean_square_norm: jnp.ndarray    # h̄ = running mean of gᵀg, one per block
@@ -335,7 +335,7 @@ def svb_init(key, arrays: PatternArrays, prior: Prior, rank: int, total: float, 
 
 
 def _heldout_nll(q: Variational, arrays: PatternArrays):
-    """Mean NLL per held-out sample under the posterior-mean PMF (papers/001 §V, Alg. 2 line 10)."""
+    """Mean NLL per held-out sample under the posterior-mean PMF (Chege et al. 2024 §V, Alg. 2 line 10)."""
     weights = q.weights / q.weights.sum()
     totals = _column_sums(q.factors, arrays.row_variable, len(arrays.sizes))
     factors = q.factors / totals[arrays.row_variable]
@@ -343,7 +343,7 @@ def _heldout_nll(q: Variational, arrays: PatternArrays):
     return -(arrays.weights @ jax.scipy.special.logsumexp(log_mix, axis=1)) / arrays.weights.sum()
 
 
-# -- EM with BIC / AIC (papers/001 §V baselines) --------------------------------------------------------
+# -- EM with BIC / AIC (Chege et al. 2024 §V baselines) --------------------------------------------------------
 class EMState(NamedTuple):
     weights: jnp.ndarray            # (C, R) mixing weights, zero beyond each candidate's rank
     factors: jnp.ndarray            # (C, ΣI, R) stacked factor columns
@@ -481,7 +481,7 @@ def _check_common(num_iters, tol, prune_threshold, num_samples):
 def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
            prune_threshold: float = DEFAULT_PRUNE_THRESHOLD, num_samples: int = 200,
            num_categories=None, progress_bar: bool | None = None):
-    """VB-PMF (papers/001 Algorithm 1): mean-field VB with rank detection by pruning.
+    """VB-PMF (Chege et al. 2024 Algorithm 1): mean-field VB with rank detection by pruning.
 
     Parameters
     ----------
@@ -492,7 +492,7 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     num_iters : int
         Maximum number of sweeps.
     tol : float
-        Stop when |ΔELBO| ≤ tol · |ELBO| (relative change; papers/001 uses 1e-7).
+        Stop when |ΔELBO| ≤ tol · |ELBO| (relative change; Chege et al. 2024 uses 1e-7).
     prune_threshold : float
         ε: components with E_q[λ_r] < ε are deleted (eq. 24; default 1e-3).
     num_samples : int
@@ -534,7 +534,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
             validation_fraction: float = 0.1, warmup_batches: int = 10,
             prune_threshold: float = DEFAULT_PRUNE_THRESHOLD, num_samples: int = 200,
             num_categories=None, progress_bar: bool | None = None):
-    """SVB-PMF (papers/001 Algorithm 2): stochastic VB with natural gradients and rank detection.
+    """SVB-PMF (Chege et al. 2024 Algorithm 2): stochastic VB with natural gradients and rank detection.
 
     Parameters
     ----------
@@ -542,7 +542,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
     data : as for ``"vb"``; the training samples
     rng_key : int or JAX key
     batch_size : int, optional
-        M, samples per step (default ⌈√T⌉, papers/001 §V-B).
+        M, samples per step (default ⌈√T⌉, Chege et al. 2024 §V-B).
     num_iters : int
         Maximum number of steps.
     tol : float
@@ -551,9 +551,9 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
         Steps between held-out evaluations (default: one pass, ⌈T / M⌉).
     validation : samples, optional
         Held-out samples for the stopping rule; default: ``validation_fraction`` of ``data``
-        held out at random (papers/001 §V-B holds out 10 %).
+        held out at random (Chege et al. 2024 §V-B holds out 10 %).
     warmup_batches : int
-        Minibatches whose gradients warm-start the adaptive step size (papers/001 eq. 54).
+        Minibatches whose gradients warm-start the adaptive step size (Chege et al. 2024 eq. 54).
     prune_threshold, num_samples, num_categories, progress_bar
         As for ``"vb"``.
 
@@ -634,7 +634,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
 
 def em_rank_selection(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
                       num_categories=None, progress_bar: bool | None = None):
-    """ML EM for each candidate rank and their AIC / BIC (papers/001 §V baselines).
+    """ML EM for each candidate rank and their AIC / BIC (Chege et al. 2024 §V baselines).
 
     Returns
     -------

@@ -1,4 +1,4 @@
-"""Resampling schemes for sequential Monte Carlo (papers/000 §4.2, Algorithm 3).
+"""Resampling schemes for sequential Monte Carlo (Cemgil et al. 2019 §4.2, Algorithm 3).
 
 Every scheme is a pure function ``(key, log_weights, num) -> indices``: it takes unnormalised log
 weights of shape ``(P,)`` and returns ``num`` ancestor indices (int32) drawn so that index p is

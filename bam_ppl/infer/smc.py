@@ -1,4 +1,4 @@
-"""Pólya-urn sequential Monte Carlo for any allocation model (papers/000 §4.1–4.2, Algorithms 1–3).
+"""Pólya-urn sequential Monte Carlo for any allocation model (Cemgil et al. 2019 §4.1–4.2, Algorithms 1–3).
 
 The Bayesian allocation model integrated over its tables and total rate is a Pólya urn
 (eq. 4.1): token τ lands in the full cell c with probability
@@ -6,7 +6,7 @@ The Bayesian allocation model integrated over its tables and total rate is a Pó
     p_τ(c | S^{τ−1}) = ∏_m Ŝ_fa(m)(c) / Ŝ_pa(m)(c),   Ŝ = α + S^{τ−1},
 
 a product over the table members m (tied members of one table also see the increments of the
-same token's earlier members, papers/000 App. E). The SMC visits the T observed tokens in one
+same token's earlier members, Cemgil et al. 2019 App. E). The SMC visits the T observed tokens in one
 random order shared by all particles (exchangeability makes every order equally likely, so a
 fixed order only removes the visible part of the proposal's variance; see the digest's
 implementation notes). For each token it draws the free indices — latent nodes, and visible
@@ -400,7 +400,7 @@ class SMCResult(NamedTuple):
     ``chain_log_evidence`` (chain,) is each run's full log L_X estimate; ``counts`` (chain,
     particle, entries) the equally weighted particles after the final resampling (None when
     run with ``keep_particles=False``); ``best_counts`` (chain, entries) the final particle whose
-    allocation is most probable (the "most likely decomposition" of papers/000 §5.2, Fig. 13)
+    allocation is most probable (the "most likely decomposition" of Cemgil et al. 2019 §5.2, Fig. 13)
     and ``best_log_prob`` its log urn probability Σ_τ log p_τ (eq. 4.1); ``ess`` and
     ``resampled`` (chain, token) the per-token diagnostics.
     """
@@ -599,13 +599,13 @@ def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
 def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
         ess_threshold: float = 0.5, resampling: str = "systematic",
         max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, kernel: str = "auto"):
-    """Pólya-urn SMC (papers/000 §4.2): posterior particles and per-run evidence estimates.
+    """Pólya-urn SMC (Cemgil et al. 2019 §4.2): posterior particles and per-run evidence estimates.
 
     Chains are independent SMC runs; draws are the equally weighted particles after a final
     resampling, each with θ drawn from its Dirichlet posterior (eq. 3.10). ``sample_stats``
     holds ``log_marginal_likelihood`` (chain), the ``ess`` trace and ``resampled`` flags (chain,
     token), and ``best_particle_counts_<table>`` (chain, *table dims): the family counts of each
-    run's most probable final allocation (papers/000 §5.2, Fig. 13). See :func:`run_smc` for
+    run's most probable final allocation (Cemgil et al. 2019 §5.2, Fig. 13). See :func:`run_smc` for
     the options.
     """
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,

@@ -16,7 +16,7 @@ generation, the row is copied into the current order through its lineage (copy o
 resampling costs O(depth × P) instead of copying every particle's tables, O(P × Σ table sizes),
 and only when ``depth`` generations are used up are all rows re-indexed at once. Rows no token
 touches are never copied, and the run time depends far less on the size of the tables
-(papers/000 Fig. 10b). In XLA the reads through the lineage are element gathers several times
+(Cemgil et al. 2019 Fig. 10b). In XLA the reads through the lineage are element gathers several times
 slower than the row reads of the eager copy (benchmarks/README.md), so the JAX kernel copies.
 """
 

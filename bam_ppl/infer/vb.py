@@ -1,4 +1,4 @@
-"""Mean-field variational Bayes for allocation models (papers/000 §4.3, Appendix D).
+"""Mean-field variational Bayes for allocation models (Cemgil et al. 2019 §4.3, Appendix D).
 
 The variational family is Q(S, λ, Θ) = q(S) q(λ) ∏ q(θ): q(S) is a product of multinomials
 over the free configurations of each observed cell (responsibilities Φ[u, l]), each table
@@ -487,7 +487,7 @@ def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar)
 @register("vb", models=(AllocationModel,))
 def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 1,
        init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None):
-    """Mean-field variational Bayes (papers/000 App. D); ELBO per iteration, best of restarts.
+    """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
     Parameters
     ----------
@@ -544,7 +544,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
 @register_evidence("vb", models=(AllocationModel,))
 def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8,
                     num_restarts: int = 10, init: str = "responsibilities", progress_bar: bool | None = None):
-    """The best ELBO over ``num_restarts`` VB runs: a lower bound on log L_X (papers/000 §5.1).
+    """The best ELBO over ``num_restarts`` VB runs: a lower bound on log L_X (Cemgil et al. 2019 §5.1).
 
     ``stderr`` is nan: the bound is deterministic given ``rng_key``, not a noisy estimate of the
     evidence. ``details`` holds every restart's final ELBO and the best restart's index.

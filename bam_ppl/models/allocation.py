@@ -1,4 +1,4 @@
-"""The Bayesian Allocation Model (papers/000 §3) for any DAG of index variables.
+"""The Bayesian Allocation Model (Cemgil et al. 2019 §3) for any DAG of index variables.
 
 :class:`AllocationModel` holds what the user declares (structure, latent cardinalities, priors,
 tied tables, conditioned totals). Binding it to data (:meth:`AllocationModel.bind`) fixes every
@@ -41,7 +41,7 @@ def _is_dataframe(data) -> bool:
 class Table(NamedTuple):
     """One Dirichlet-distributed conditional probability table θ_{n|pa(n)}.
 
-    Tied nodes (papers/000 App. E) share one table; ``members`` lists them with their parents.
+    Tied nodes (Cemgil et al. 2019 App. E) share one table; ``members`` lists them with their parents.
     The array layout is ``(*parents, child)``: columns (conditional distributions) along the
     last axis.
     """
@@ -312,7 +312,7 @@ class BoundModel:
 
 
 class AllocationModel:
-    """A Bayesian allocation model over a DAG of index variables (papers/000 §3).
+    """A Bayesian allocation model over a DAG of index variables (Cemgil et al. 2019 §3).
 
     Parameters
     ----------
@@ -329,11 +329,11 @@ class AllocationModel:
     a : float
         BDeu equivalent sample size and Gamma shape of the total rate λ ~ Gamma(a, b).
     b : float, optional
-        Gamma rate of λ; ``None`` means b = a / T at fit time (empirical Bayes, papers/000 §3.2).
+        Gamma rate of λ; ``None`` means b = a / T at fit time (empirical Bayes, Cemgil et al. 2019 §3.2).
     priors : dict[str, float], optional
         Explicit symmetric Dirichlet concentrations per node (replacing BDeu for those nodes).
     tie : list of tuples of str, optional
-        Groups of nodes that share one conditional table (symmetric NMF, papers/000 App. E).
+        Groups of nodes that share one conditional table (symmetric NMF, Cemgil et al. 2019 App. E).
     condition_on : sequence of str, optional
         Visible nodes whose totals are fixed (e.g. documents in LDA); they must form an
         ancestral set. The evidence then has no Gamma–Poisson total term and the likelihood is
@@ -506,7 +506,7 @@ class AllocationModel:
 
     # -- closed forms and draws ----------------------------------------------------------------
     def log_prob_allocation(self, S, *, b: float | None = None) -> float:
-        """Closed-form log π(S) of a dense allocation tensor (papers/000 eq. 3.11).
+        """Closed-form log π(S) of a dense allocation tensor (Cemgil et al. 2019 eq. 3.11).
 
         ``S`` has one axis per node in topological order (``self.dag.nodes``). With ``b=None``
         and no ``b`` on the model, b = a / S_+.

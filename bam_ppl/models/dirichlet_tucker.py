@@ -1,6 +1,6 @@
-"""Dirichlet Tucker decomposition of a count tensor with fixed face totals (papers/003).
+"""Dirichlet Tucker decomposition of a count tensor with fixed face totals (Zhang & Linderman).
 
-A tensor X of shape M × N × P × S (mouse × epoch × position × syllable in papers/003) whose
+A tensor X of shape M × N × P × S (mouse × epoch × position × syllable in Zhang & Linderman) whose
 (m, n) faces all hold C counts is modelled as (eq. 2)
 
     vec(X_mn) ~ Mult(C, Σ_ijkl g_ijkl ψ_mi φ_nj vec(θ_k λ_lᵀ)),
@@ -40,7 +40,7 @@ PARAMETERS = ("psi", "phi", "theta", "lambda", "core")
 
 
 class DirichletTuckerParams(NamedTuple):
-    """Parameters of a Dirichlet Tucker decomposition (papers/003 §1).
+    """Parameters of a Dirichlet Tucker decomposition (Zhang & Linderman §1).
 
     Attributes
     ----------
@@ -76,7 +76,7 @@ class DirichletTuckerParams(NamedTuple):
         return probs if self.lam is not None else probs[..., 0]
 
     def reconstruct(self, total) -> np.ndarray:
-        """E[X] = C · G ×₁ Ψ ×₂ Φ ×₃ Θ ×₄ Λ (papers/003 §1.1); ``total`` is C or an (M, N) array."""
+        """E[X] = C · G ×₁ Ψ ×₂ Φ ×₃ Θ ×₄ Λ (Zhang & Linderman §1.1); ``total`` is C or an (M, N) array."""
         probs = self.face_probabilities()
         total = np.asarray(total, dtype=np.float64)
         return probs * total.reshape(total.shape + (1,) * (probs.ndim - total.ndim))
@@ -134,7 +134,7 @@ def _check_alpha(alpha, order: int) -> dict[str, float]:
 
 
 class DirichletTuckerModel(AllocationModel):
-    """Dirichlet Tucker decomposition (papers/003) as an allocation model.
+    """Dirichlet Tucker decomposition (Zhang & Linderman) as an allocation model.
 
     Parameters
     ----------
@@ -142,7 +142,7 @@ class DirichletTuckerModel(AllocationModel):
         (K_M, K_N, K_P, K_S) for an M × N × P × S tensor, or (K_M, K_N, K_P) for the 3-way
         variant on M × N × P.
     alpha : float or dict
-        Symmetric Dirichlet concentration of every parameter (papers/003 uses 1.1), or a dict with
+        Symmetric Dirichlet concentration of every parameter (Zhang & Linderman uses 1.1), or a dict with
         keys among ``psi, phi, theta, lambda, core`` (missing keys take 1.1). MAP estimation
         (``method="map"``/``"sem"``) needs every value > 1; the evidence and sampling accept any
         positive value.
@@ -178,13 +178,13 @@ class DirichletTuckerModel(AllocationModel):
 
     # -- parameters ----------------------------------------------------------------------------
     def check_map_alpha(self) -> None:
-        """Raise unless every concentration exceeds one (the MAP of papers/003 §2 needs α > 1)."""
+        """Raise unless every concentration exceeds one (the MAP of Zhang & Linderman §2 needs α > 1)."""
         low = {n: v for n, v in self.alpha.items() if v <= 1.0}
         if low:
             raise ValueError(
                 f"alpha must exceed 1 for MAP estimation, got {low}: with α ≤ 1 the Dirichlet density "
                 "is unbounded or flat at the simplex boundary, so the posterior mode need not exist "
-                "and the M-step (α − 1 + expected counts) can leave the simplex (papers/003 §2.2). "
+                "and the M-step (α − 1 + expected counts) can leave the simplex (Zhang & Linderman §2.2). "
                 "Use alpha > 1 (the paper uses 1.1), or an evidence/sampling method"
             )
 
@@ -222,7 +222,7 @@ class DirichletTuckerModel(AllocationModel):
         Returns
         -------
         params : DirichletTuckerParams
-            ψ, φ, θ, λ, G drawn from their Dirichlet priors (papers/003 §1).
+            ψ, φ, θ, λ, G drawn from their Dirichlet priors (Zhang & Linderman §1).
         X : np.ndarray of int64, shape ``shape``
             vec(X_mn) ~ Mult(C, ·) as in eq. 2.
 
@@ -274,7 +274,7 @@ class DirichletTuckerModel(AllocationModel):
 
 def dirichlet_tucker(ranks=None, alpha=1.1, *, K_M: int | None = None, K_N: int | None = None,
                      K_P: int | None = None, K_S: int | None = None) -> DirichletTuckerModel:
-    """Dirichlet Tucker decomposition (papers/003) of an M × N × P × S count tensor.
+    """Dirichlet Tucker decomposition (Zhang & Linderman) of an M × N × P × S count tensor.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
-"""Bayesian mean-parameterized nonnegative binary matrix factorization (papers/002).
+"""Bayesian mean-parameterized nonnegative binary matrix factorization (Lumbreras et al. 2020).
 
 A binary matrix V (F × N, entries 0/1, missing entries allowed) is modelled as
-``v_fn ~ Bernoulli([WH]_fn)`` with no link function (papers/002 §3.1), so E[V | W, H] = WH.
+``v_fn ~ Bernoulli([WH]_fn)`` with no link function (Lumbreras et al. 2020 §3.1), so E[V | W, H] = WH.
 Three prior families keep [WH]_fn in [0, 1]:
 
 =============  ===========================================  ===========================
@@ -16,7 +16,7 @@ prior          W (F × K)                                    H (K × N)
 truncation with K = 100, §4.4); η is the concentration of each component (η_k = η, §6.2).
 Dir-Beta is Beta-Dir on Vᵀ (§3.1), and every backend runs it that way.
 
-This module also holds the evaluation helpers of papers/002 §6: random held-out masks, the
+This module also holds the evaluation helpers of Lumbreras et al. 2020 §6: random held-out masks, the
 held-out perplexity (eq. 67) and the data-approximation negative log-likelihood (eq. 66).
 """
 
@@ -33,7 +33,7 @@ from ..validation import check_choice, check_int, check_positive
 
 PRIORS = ("beta-dir", "dir-beta", "dir-dir")
 ACTIVE_THRESHOLD = 0.01
-"""Default mass threshold for an *active* component (papers/002 leaves "active" undefined).
+"""Default mass threshold for an *active* component (Lumbreras et al. 2020 leaves "active" undefined).
 
 A component is active when it holds more than this fraction of the observed entries'
 assignments (Σ_f L_fk > threshold · #observed, with soft counts for CVB0/VB). With K = 100 and
@@ -45,7 +45,7 @@ PROBABILITY_FLOOR = 1e-12
 
 
 class NBMF:
-    """Mean-parameterized NBMF model (papers/002 §3).
+    """Mean-parameterized NBMF model (Lumbreras et al. 2020 §3).
 
     Parameters
     ----------
@@ -97,7 +97,7 @@ class NBMF:
         return np.full(self.n_components, self.eta)
 
     def numpyro_model(self):
-        """The uncollapsed program ``v_fn ~ Bernoulli([WH]_fn)`` (papers/002 eqs. 15–18, 45–48).
+        """The uncollapsed program ``v_fn ~ Bernoulli([WH]_fn)`` (Lumbreras et al. 2020 eqs. 15–18, 45–48).
 
         Returns ``program(V=None, *, mask=None, shape=None)``: with ``V`` it conditions on the
         observed entries (NaN or ``mask == False`` entries are masked out of the likelihood);
@@ -145,7 +145,7 @@ class NBMF:
         return program
 
     def expected_mean(self, idata, chain: int | None = None) -> np.ndarray:
-        """E[WH | V] as an F × N array (papers/002 eqs. 32–33 and 39).
+        """E[WH | V] as an F × N array (Lumbreras et al. 2020 eqs. 32–33 and 39).
 
         Uses the backend's Rao-Blackwellised estimate when present (Gibbs: the average over kept
         sweeps of E[W | Z] E[H | Z]; CVB0/VB: E_q[W] E_q[H]); otherwise the average of W H over
@@ -170,7 +170,7 @@ class NBMF:
 
 def nbmf(n_components: int, prior: str = "beta-dir", alpha: float = 1.0, beta: float = 1.0,
          gamma: float = 1.0, eta: float = 1.0) -> NBMF:
-    """Mean-parameterized NBMF (papers/002); see :class:`NBMF`.
+    """Mean-parameterized NBMF (Lumbreras et al. 2020); see :class:`NBMF`.
 
     Examples
     --------
@@ -183,7 +183,7 @@ def nbmf(n_components: int, prior: str = "beta-dir", alpha: float = 1.0, beta: f
 
 
 def random_heldout_mask(V, fraction: float = 0.25, rng_key: KeyLike = 0) -> np.ndarray:
-    """Hold out each observed entry independently with probability ``fraction`` (papers/002 §6.4).
+    """Hold out each observed entry independently with probability ``fraction`` (Lumbreras et al. 2020 §6.4).
 
     Parameters
     ----------
@@ -233,7 +233,7 @@ def _bool_matrix(mask, shape):
 
 
 def heldout_perplexity(V, V_hat, heldout) -> float:
-    """Mean negative log-likelihood per held-out entry, in nats (papers/002 eq. 67).
+    """Mean negative log-likelihood per held-out entry, in nats (Lumbreras et al. 2020 eq. 67).
 
     ``-(1/T) Σ_{(f,n) held out} log Bernoulli(v_fn | v̂_fn)`` with T the number of held-out
     entries that are observed in ``V`` (entries already missing in V are not counted).
@@ -245,7 +245,7 @@ def heldout_perplexity(V, V_hat, heldout) -> float:
 
 
 def data_nll(V, V_hat, mask=None) -> float:
-    """Data-approximation negative log-likelihood D(V | V̂) (papers/002 eq. 66).
+    """Data-approximation negative log-likelihood D(V | V̂) (Lumbreras et al. 2020 eq. 66).
 
     ``-Σ_fn [v log v̂ + (1 - v) log(1 - v̂)]`` over the observed entries of ``V`` (and those where
     ``mask`` is True), in nats.

@@ -1,20 +1,20 @@
-"""Joint PMF of N categorical variables as a rank-R CPD with tuning-free rank detection (papers/001).
+"""Joint PMF of N categorical variables as a rank-R CPD with tuning-free rank detection (Chege et al. 2024).
 
-The joint PMF of X_1..X_N is a mixture of R product distributions (papers/001 eq. 1–2),
+The joint PMF of X_1..X_N is a mixture of R product distributions (Chege et al. 2024 eq. 1–2),
 
     Pr(x_1, …, x_N) = Σ_r λ_r ∏_n A_n(x_n, r),
 
 i.e. the naive-Bayes allocation model ``r -> x1; …; r -> xN`` with a sparse Dirichlet(α_λ) prior
 on the mixing weights λ (eq. 11) and a Dirichlet(α) prior on every factor column (eq. 12). With
 α_λ ≪ 1 the variational posterior switches off the components the data do not need, so an
-over-specified ``max_rank`` is pruned to the detected rank in one run (papers/001 §III).
+over-specified ``max_rank`` is pruned to the detected rank in one run (Chege et al. 2024 §III).
 
 Data are T samples with missing entries: a ``(T, N)`` array of category codes with ``-1`` (or NaN /
 ``pandas.NA``) for a missing entry, a pandas DataFrame of categoricals, or a
 :class:`~bam_ppl.data.CountTensor`; :func:`categorical_samples` is the one place that validates
 them. A missing entry drops out of every sum because each factor column sums to one.
 
-This module also holds what the rank-detection experiments of papers/001 §V need: ground-truth
+This module also holds what the rank-detection experiments of Chege et al. 2024 §V need: ground-truth
 PMFs (:func:`random_pmf`, :func:`sample_pmf`), the dense joint PMF and its KL divergence, and
 the rating-prediction metrics (eq. 55, RMSE, MAE, mean test NLL).
 """
@@ -84,7 +84,7 @@ def _drop_empty_rows(codes: np.ndarray, name: str = "samples", stacklevel: int =
     """``codes`` without the rows whose every entry is missing, with a warning naming how many.
 
     Such a sample carries no information about the joint PMF (its likelihood is 1 under every
-    model), so dropping it changes no estimate; papers/001's missing-data settings produce them.
+    model), so dropping it changes no estimate; Chege et al. 2024's missing-data settings produce them.
     Data with no observed entry at all are an error naming ``name``.
     """
     empty = (codes == MISSING).all(axis=1)
@@ -182,7 +182,7 @@ def categorical_samples(samples, num_categories=None, *, allow_empty_rows: bool 
     allow_empty_rows : bool
         Keep rows with every entry missing (only meaningful for prediction, where the target
         entry has been hidden). By default they are dropped with a ``UserWarning``: such a
-        sample carries no information (papers/001's 30 % missing setting produces some).
+        sample carries no information (Chege et al. 2024's 30 % missing setting produces some).
 
     Returns
     -------
@@ -209,7 +209,7 @@ class PMFTensorModel(AllocationModel):
     max_rank : int
         Initial (over-specified) number of components R; VB prunes it to the detected rank.
     alpha_lambda : float
-        Symmetric Dirichlet concentration on the mixing weights λ (papers/001 eq. 11); ≪ 1 makes
+        Symmetric Dirichlet concentration on the mixing weights λ (Chege et al. 2024 eq. 11); ≪ 1 makes
         the posterior sparse, which is the rank-detection mechanism.
     alpha : float
         Symmetric Dirichlet concentration of every factor column a_{n,r} (eq. 12).
@@ -225,8 +225,8 @@ class PMFTensorModel(AllocationModel):
     Notes
     -----
     Visible nodes are named ``x1..xN``; a DataFrame's column names stay the data's dims and its
-    labels the coords. The Gamma–Poisson total term of the allocation model (papers/000 eq. 3.11)
-    is independent of λ and the factors, so posteriors equal those of papers/001; only evidence
+    labels the coords. The Gamma–Poisson total term of the allocation model (Cemgil et al. 2019 eq. 3.11)
+    is independent of λ and the factors, so posteriors equal those of Chege et al. 2024; only evidence
     values carry it. Backends written for any :class:`AllocationModel` take a CountTensor built
     by :func:`categorical_samples` (a plain array would be read as a dense count tensor).
     """
@@ -320,12 +320,12 @@ class PMFTensorModel(AllocationModel):
         return (f"PMFTensorModel(max_rank={self.max_rank}, alpha_lambda={self.alpha_lambda:g}, "
                 f"alpha={self.alpha:g}, num_variables={n})")
 
-    # -- prediction (papers/001 §V-B) -----------------------------------------------------------------
+    # -- prediction (Chege et al. 2024 §V-B) -----------------------------------------------------------------
     def predict_conditional(self, idata, samples, target) -> np.ndarray:
         """Conditional PMF of one variable given the other observed entries of each sample.
 
         Pr(x_target = i | y_obs) = Σ_r λ_r A_target(i, r) ∏_{n ∈ obs} A_n(y_n, r) /
-        Σ_r λ_r ∏_{n ∈ obs} A_n(y_n, r), the Bayes-rule reading of papers/001 eq. (55), with the
+        Σ_r λ_r ∏_{n ∈ obs} A_n(y_n, r), the Bayes-rule reading of Chege et al. 2024 eq. (55), with the
         posterior means of λ and the factors in ``idata`` (any backend's output).
 
         Parameters
@@ -357,7 +357,7 @@ class PMFTensorModel(AllocationModel):
         return probs / probs.sum(axis=1, keepdims=True)
 
     def predict_mean(self, idata, samples, target, values=None) -> np.ndarray:
-        """Conditional expectation Σ_i values[i] Pr(x_target = i | y_obs) (papers/001 eq. 55).
+        """Conditional expectation Σ_i values[i] Pr(x_target = i | y_obs) (Chege et al. 2024 eq. 55).
 
         ``values`` are the numbers the categories stand for (default: the codes 0..I-1).
         """
@@ -374,7 +374,7 @@ class PMFTensorModel(AllocationModel):
         return logsumexp(_log_component_likelihood(weights, factors, codes), axis=1)
 
     def mean_nll(self, idata, samples) -> float:
-        """Mean test negative log-likelihood per sample (the NLL column of papers/001 Table I)."""
+        """Mean test negative log-likelihood per sample (the NLL column of Chege et al. 2024 Table I)."""
         return float(-self.log_likelihood(idata, samples).mean())
 
 
@@ -429,7 +429,7 @@ def point_estimate(idata):
     """Posterior means (λ̂ (R,), [Â_n (R, I_n)], data dims) from a PMF backend's InferenceData.
 
     Uses the variational Dirichlet parameters when the run stored them (group ``variational``:
-    exact means, papers/001 eqs. 24, 30), else the mean of the posterior draws.
+    exact means, Chege et al. 2024 eqs. 24, 30), else the mean of the posterior draws.
     """
     from ..convert import attrs_of, group
 
@@ -458,9 +458,9 @@ def point_estimate(idata):
     return weights / weights.sum(), factors, dims
 
 
-# -- ground truth and metrics (papers/001 §V) ------------------------------------------------------
+# -- ground truth and metrics (Chege et al. 2024 §V) ------------------------------------------------------
 def random_pmf(rng_key: KeyLike, rank: int, num_variables: int, num_categories):
-    """A ground-truth rank-R PMF as in papers/001 §V-A.
+    """A ground-truth rank-R PMF as in Chege et al. 2024 §V-A.
 
     λ_r ~ U(0.3, 1) and factor entries ~ U(0, 1), then λ is normalised and every factor column
     normalised to sum to one.
@@ -468,7 +468,7 @@ def random_pmf(rng_key: KeyLike, rank: int, num_variables: int, num_categories):
     Returns
     -------
     weights : (R,) numpy array
-    factors : list of (R, I_n) numpy arrays (row r = column a_{n,r} of papers/001)
+    factors : list of (R, I_n) numpy arrays (row r = column a_{n,r} of Chege et al. 2024)
     """
     rank = check_int(rank, "rank")
     num_variables = check_int(num_variables, "num_variables")
@@ -486,7 +486,7 @@ def sample_pmf(rng_key: KeyLike, weights, factors, num_samples: int, missing_pro
     """Draw T samples of the naive-Bayes model and hide entries independently with ``missing_prob``.
 
     A row that would lose every entry keeps one, chosen uniformly: an all-missing sample carries no
-    information (papers/001 eq. 3, conditioned on at least one observed entry).
+    information (Chege et al. 2024 eq. 3, conditioned on at least one observed entry).
 
     Returns
     -------
@@ -513,7 +513,7 @@ def sample_pmf(rng_key: KeyLike, weights, factors, num_samples: int, missing_pro
 
 
 def joint_pmf(weights, factors) -> np.ndarray:
-    """The dense tensor Σ_r λ_r a_{1,r} ∘ … ∘ a_{N,r} (papers/001 eq. 1); factors are (R, I_n)."""
+    """The dense tensor Σ_r λ_r a_{1,r} ∘ … ∘ a_{N,r} (Chege et al. 2024 eq. 1); factors are (R, I_n)."""
     weights = np.asarray(weights, dtype=np.float64)
     out = weights
     for factor in factors:  # grow the tensor one mode at a time, keeping the rank axis first
@@ -523,7 +523,7 @@ def joint_pmf(weights, factors) -> np.ndarray:
 
 
 def kl_divergence(p, q) -> float:
-    """D(p ‖ q) = Σ p log(p / q) between two dense PMF tensors (papers/001 §V-A)."""
+    """D(p ‖ q) = Σ p log(p / q) between two dense PMF tensors (Chege et al. 2024 §V-A)."""
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)
     if p.shape != q.shape:
@@ -572,7 +572,7 @@ def pmf_tensor(max_rank: int, alpha_lambda: float = 1e-6, alpha: float = 1.0,
     """Joint PMF of N categorical variables as a rank-``max_rank`` CPD with rank detection.
 
     The naive-Bayes allocation model ``r -> x1; …; r -> xN`` with Dirichlet(α_λ) mixing weights
-    and Dirichlet(α) factor columns (papers/001 eqs. 11–12). N comes from the data at fit time
+    and Dirichlet(α) factor columns (Chege et al. 2024 eqs. 11–12). N comes from the data at fit time
     unless ``num_variables`` is given (see :class:`PMFTensorModel`).
 
     Examples

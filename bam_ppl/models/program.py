@@ -1,4 +1,4 @@
-"""An allocation model as a NumPyro program (papers/000 eq. 3.3–3.4).
+"""An allocation model as a NumPyro program (Cemgil et al. 2019 eq. 3.3–3.4).
 
 λ ~ Gamma(a, b); every table column θ_{n|pa(n)}(:, i_pa) ~ Dirichlet(α_fa(n)(:, i_pa));
 X(i_V) ~ Poisson(λ p(i_V)) with p(i_V) = Σ_latent ∏_n θ.

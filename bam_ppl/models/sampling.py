@@ -1,4 +1,4 @@
-"""Generative draws from an allocation model (papers/000 §3.1–3.2).
+"""Generative draws from an allocation model (Cemgil et al. 2019 §3.1–3.2).
 
 Draws are made with NumPy's Generator seeded from the JAX key (the same key gives the same draw):
 the number of tokens is itself random, and eager JAX would compile anew for every new T.

@@ -1,4 +1,4 @@
-"""Named allocation models (papers/000 §5, Fig. 7): one-liners over :class:`AllocationModel`."""
+"""Named allocation models (Cemgil et al. 2019 §5, Fig. 7): one-liners over :class:`AllocationModel`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def tucker(ranks, a: float = 1.0, b: float | None = None) -> AllocationModel:
     ranks = tuple(ranks)
     names = _names(len(ranks))
     latents = [f"r{n + 1}" for n in range(len(ranks))]
-    # The core p(r1..rN) as a complete DAG over the latents, rN first (papers/000 Fig. 7f).
+    # The core p(r1..rN) as a complete DAG over the latents, rN first (Cemgil et al. 2019 Fig. 7f).
     order = latents[::-1]
     core = [f"({', '.join(order[:k])}) -> {order[k]}" for k in range(1, len(order))]
     edges = core + [f"{r} -> {n}" for r, n in zip(latents, names)]
