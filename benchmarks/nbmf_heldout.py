@@ -43,7 +43,7 @@ from bam_ppl.models.nbmf import heldout_perplexity, random_heldout_mask
 
 def methods(args):
     """(label, model, method, options) of every competitor."""
-    gibbs = dict(num_warmup=args.warmup, num_samples=args.samples)
+    gibbs = dict(num_warmup=args.warmup, num_samples=args.samples, thinning=max(1, args.samples // 20))
     return [
         ("Beta-Dir Gibbs", bam.models.nbmf(100, prior="beta-dir"), "gibbs", gibbs),
         ("Beta-Dir CVB0", bam.models.nbmf(100, prior="beta-dir"), "cvb", dict(num_iters=args.iters)),

@@ -362,3 +362,17 @@ def test_parliament_gibbs_matches_paper(prior, reference, tolerance, active):
         assert n_active == active
     else:
         assert 5 <= n_active <= 11  # paper: 9
+
+
+def test_gibbs_returns_num_samples_draws():
+    rng = np.random.default_rng(3)
+    V = (rng.random((12, 9)) < 0.4).astype(float)
+    idata = bam.infer(bam.models.nbmf(3), V, method="gibbs", rng_key=0, num_warmup=5, num_samples=30,
+                      num_chains=1, progress_bar=False)
+    assert idata.posterior.sizes["draw"] == 30
+    thinned = bam.infer(bam.models.nbmf(3), V, method="gibbs", rng_key=0, num_warmup=5, num_samples=30,
+                        num_chains=1, thinning=10, progress_bar=False)
+    assert thinned.posterior.sizes["draw"] == 3
+    with pytest.raises(ValueError, match="thinning="):
+        bam.infer(bam.models.nbmf(100), np.zeros((2000, 2000)), method="gibbs", num_samples=1000,
+                  num_warmup=0)

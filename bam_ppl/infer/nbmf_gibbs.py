@@ -54,6 +54,7 @@ from ..validation import check_int, check_positive
 from .registry import register
 
 CHUNK_SWEEPS = 50
+MAX_STORED_BYTES = 2**31  # stored W and H draws above this need thinning=
 
 
 class DiagonalLayout(NamedTuple):
@@ -599,8 +600,10 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     num_chains : int
         Independent chains, run vectorised.
     thinning : int, optional
-        Posterior draws of W and H are stored every ``thinning`` kept sweeps (default: as many as
-        keep at most 20 draws per chain).
+        Posterior draws of W and H are stored every ``thinning`` kept sweeps (default 1: all
+        ``num_samples`` of them, as every backend returns ``num_samples`` draws); every kept sweep
+        enters E[WH | V] whatever the thinning. Draws above ``MAX_STORED_BYTES`` (2 GiB) need a
+        larger thinning.
     active_threshold : float
         A component is active when it holds more than this fraction of the assignments z.
     progress_bar : bool or None
@@ -625,12 +628,18 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_samples = check_int(num_samples, "num_samples", minimum=1)
     num_chains = check_int(num_chains, "num_chains", minimum=1)
-    thinning = max(1, num_samples // 20) if thinning is None else check_int(thinning, "thinning")
+    thinning = 1 if thinning is None else check_int(thinning, "thinning")
     if thinning > num_samples:
         raise ValueError(f"thinning must be <= num_samples ({num_samples}), got {thinning}")
     check_positive(active_threshold, "active_threshold", upper=1.0)
     check_init(init)
     values, observed, rows, cols = check_data(model, data, mask)
+    stored = num_chains * (num_samples // thinning) * sum(values.shape) * model.n_components * 8
+    if stored > MAX_STORED_BYTES:
+        raise ValueError(
+            f"num_samples={num_samples} draws of W and H would take {stored / 2**30:.1f} GiB; keep "
+            f"fewer with thinning= (every sweep still enters E[WH | V]), e.g. "
+            f"thinning={int(np.ceil(stored / MAX_STORED_BYTES))}")
     kind, core_values, core_observed, hyper, transposed = core_problem(model, values, observed)
     init = default_init(kind) if init is None else init
     result = sample(rng_key, core_values, core_observed, hyper, kind=kind, num_warmup=num_warmup,
