@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ REAL_DATA = {
     "rank_confusion": (["rank_confusion_trials.csv", "rank_confusion_summary.csv", "rank_confusion.png"],
                        "exact rank recovery:"),
 }
-SMALL_SECONDS = 90  # "well under a minute" on an idle machine; generous for a loaded CI runner
 
 
 def _real_data_available() -> bool:
@@ -39,17 +37,14 @@ def test_tutorial_runs(path, tmp_path):
     if path.stem in REAL_DATA and not _real_data_available():
         pytest.skip("real data sets not found (set BAM_PPL_DATA)")
     env = {**os.environ, "BAM_PPL_SMALL": "1", "MPLBACKEND": "Agg", "BAM_PPL_OUTPUT": str(tmp_path)}
-    start = time.perf_counter()
     result = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)
-    seconds = time.perf_counter() - start
     assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     if path.stem in REAL_DATA:
         files, line = REAL_DATA[path.stem]
         missing = [f for f in files if not (tmp_path / f).exists()]
         assert not missing, f"{path.name} did not write {missing}"
         assert line in result.stdout, result.stdout[-3000:]
-        assert seconds < SMALL_SECONDS, f"{path.name} took {seconds:.0f} s with small settings"
 
 
 def test_cli_methods_lists_backends():
