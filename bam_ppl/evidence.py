@@ -60,14 +60,20 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
+    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, depth=0)
+
+
+def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, depth: int):
+    """:func:`log_evidence`; ``depth`` extra frames between the user's call and this one, so that
+    an EvidenceWarning points at the user's line."""
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     if target_stderr is None and max_time is None:
-        return check_estimate(fn(model, data, rng_key=rng_key, **options))
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options)
+        return check_estimate(fn(model, data, rng_key=rng_key, **options), stacklevel=4 + depth)
+    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, depth)
 
 
-def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -> EvidenceEstimate:
+def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, depth=0) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …) until the pooled error meets the target."""
     import jax
 
@@ -101,7 +107,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -
             break
     details = {**est.details, "run_log_evidence": list(map(float, runs)), "lower_bound": float(max(bounds)),
                "num_calls": calls, "seconds": elapsed}
-    return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=4)
+    return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=5 + depth)
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, **options):
@@ -138,7 +144,7 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
             est = model
         else:
             m = method.get(name, "auto") if isinstance(method, Mapping) else method
-            est = log_evidence(model, data, method=m, rng_key=rng_key, **options)
+            est = _log_evidence(model, data, m, rng_key, None, None, options, depth=0)
         rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
                          method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
     table = pd.DataFrame(rows).set_index("model")
