@@ -60,20 +60,20 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
-    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, depth=0)
+    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options)
 
 
-def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, depth: int):
-    """:func:`log_evidence`; ``depth`` extra frames between the user's call and this one, so that
-    an EvidenceWarning points at the user's line."""
+def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options):
+    """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
+    an EvidenceWarning (``stacklevel``) points at the user's line."""
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     if target_stderr is None and max_time is None:
-        return check_estimate(fn(model, data, rng_key=rng_key, **options), stacklevel=4 + depth)
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, depth)
+        return check_estimate(fn(model, data, rng_key=rng_key, **options), stacklevel=4)
+    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options)
 
 
-def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, depth=0) -> EvidenceEstimate:
+def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …) until the pooled error meets the target."""
     import jax
 
@@ -107,7 +107,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, d
             break
     details = {**est.details, "run_log_evidence": list(map(float, runs)), "lower_bound": float(max(bounds)),
                "num_calls": calls, "seconds": elapsed}
-    return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=5 + depth)
+    return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=5)
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, **options):
@@ -144,7 +144,7 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
             est = model
         else:
             m = method.get(name, "auto") if isinstance(method, Mapping) else method
-            est = _log_evidence(model, data, m, rng_key, None, None, options, depth=0)
+            est = _log_evidence(model, data, m, rng_key, None, None, options)
         rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
                          method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
     table = pd.DataFrame(rows).set_index("model")
