@@ -65,6 +65,15 @@ def _log_mean_exp(values: np.ndarray) -> float:
     return float(peak + np.log(np.mean(np.exp(values - peak))))
 
 
+def below_bound(value, stderr, bound) -> bool:
+    """Whether an estimate lies more than BELOW_BOUND_STDERRS standard errors below a sure lower
+    bound (an estimate equal to its bound, one allocation dominating, is not below it)."""
+    if bound is None or not np.isfinite(bound):
+        return False
+    slack = BELOW_BOUND_STDERRS * (stderr if np.isfinite(stderr) else 0.0) + 1e-9 * max(1.0, abs(bound))
+    return bool(value < bound - slack)
+
+
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
     """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or it lies below a sure
     lower bound; returns the estimate unchanged."""
@@ -80,16 +89,12 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
             EvidenceWarning, stacklevel=stacklevel)
-    if bound is not None and np.isfinite(bound):
-        # Rounding: an estimate equal to the bound (one allocation dominates) is not below it.
-        slack = BELOW_BOUND_STDERRS * (estimate.stderr if np.isfinite(estimate.stderr) else 0.0) \
-            + 1e-9 * max(1.0, abs(bound))
-        if estimate.value < bound - slack:
-            warnings.warn(
-                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
-                f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
-                f"(log p(X, S) of an allocation S the run visited): the estimate is too low. {advice}",
-                EvidenceWarning, stacklevel=stacklevel)
+    if below_bound(estimate.value, estimate.stderr, bound):
+        warnings.warn(
+            f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
+            f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
+            f"(log p(X, S) of an allocation S the run visited): the estimate is too low. {advice}",
+            EvidenceWarning, stacklevel=stacklevel)
     return estimate
 
 

@@ -20,6 +20,7 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
     KINDS,
     EvidenceEstimate,
     EvidenceWarning,
+    below_bound,
     check_estimate,
     pool_runs,
 )
@@ -131,7 +132,8 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         ``distinguishable``: False for rows within two combined standard errors of the best
         (sqrt(stderr_best² + stderr²)), whose order the estimates do not settle, and for the best
         row itself unless every other row is distinguishable from it.
-        ``lower_bound`` holds each estimate's sure lower bound where it reports one.
+        ``lower_bound`` holds each estimate's sure lower bound where it reports one, and
+        ``below_bound`` flags estimates that lie below it beyond their error (not converged).
         A lower bound is not an evidence value: compare such rows with care (their ``kind`` says so).
     """
     import pandas as pd
@@ -160,4 +162,6 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     settled = table["delta"].to_numpy() > 2.0 * combined
     settled[0] = settled[1:].all()  # the best row is settled when every other row is
     table["distinguishable"] = settled
+    table["below_bound"] = [below_bound(v, e, b) for v, e, b in
+                            zip(table["log_evidence"], table["stderr"], table["lower_bound"])]
     return table

@@ -81,6 +81,9 @@ def test_compare_marks_indistinguishable_rows():
     assert list(table.index) == ["a", "b", "c"]
     assert table["distinguishable"].tolist() == [False, False, True]
     assert "lower_bound" in table
+    flagged = bam.compare({"low": _estimate([-3300.0, -3300.5], bound=-2830.9),
+                           "fine": _estimate([-10.0, -10.2], bound=-12.0)}, data=None)
+    assert flagged.loc["low", "below_bound"] and not flagged.loc["fine", "below_bound"]
     clear = bam.compare({"a": _estimate([-1.0, -1.1]), "c": _estimate([-50.0, -50.2])}, data=None)
     assert clear["distinguishable"].tolist() == [True, True]
 
