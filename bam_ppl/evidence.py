@@ -25,12 +25,17 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
     pool_runs,
 )
 from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
+from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
 from .types import KeyLike
+
+# Independent calls of an estimator under target_stderr run in rounds; a round at most doubles
+# the calls made so far, so the calls never overshoot the projected need by more than twice.
+ROUND_GROWTH = 2
 
 
 def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
                  target_stderr: float | None = None, max_time: float | None = None,
-                 **options) -> EvidenceEstimate:
+                 executor=None, **options) -> EvidenceEstimate:
     """log marginal likelihood of ``data`` under ``model``.
 
     Parameters
@@ -52,6 +57,11 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     max_time : float, optional
         Seconds after which the repetitions for ``target_stderr`` stop; the estimate so far is
         returned with an :class:`EvidenceWarning`. Default: no limit.
+    executor : concurrent.futures.Executor or dask.distributed.Client, optional
+        Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
+        calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
+        the rounds depend only on the runs' values, so the estimate is the same as without an
+        executor, on any number of workers.
     **options
         Passed to the estimator (``num_particles``, ``num_chains``, ``num_restarts``, ...).
 
@@ -61,42 +71,63 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
-    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options)
+    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor)
 
 
-def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options):
+def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None):
     """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
     an EvidenceWarning (``stacklevel``) points at the user's line."""
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
+    check_executor(executor)
     if target_stderr is None and max_time is None:
-        return check_estimate(fn(model, data, rng_key=rng_key, **options), stacklevel=4)
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options)
+        if executor is None:
+            est = fn(model, data, rng_key=rng_key, **options)
+        else:
+            [est] = run_tasks(executor, evidence_task, [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))],
+                              data)
+        return check_estimate(est, stacklevel=4)
+    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor)
 
 
-def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -> EvidenceEstimate:
-    """Repeat an estimator with keys fold_in(key, 0, 1, …) until the pooled error meets the target."""
-    import jax
+def _label(model, estimator: str, call: int | None = None) -> str:
+    """How an error of a task on an executor names it."""
+    return f"{type(model).__name__} evidence ({estimator}" + ("" if call is None else f", call {call}") + ")"
 
-    from .types import as_key
+
+def _next_round(calls: int, stderr: float, target_stderr: float | None) -> int:
+    """Calls of the next round: the projected need (the error falls as 1/sqrt(calls)), at least
+    one, at most ROUND_GROWTH − 1 times the calls so far. Depends on values, never on workers."""
+    if target_stderr is None or not np.isfinite(stderr):
+        return 1
+    needed = int(np.ceil(calls * (stderr / target_stderr) ** 2))
+    return int(np.clip(needed - calls, 1, (ROUND_GROWTH - 1) * calls))
+
+
+def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor) -> EvidenceEstimate:
+    """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
+    ``executor`` when given), until the pooled error meets the target."""
     from .validation import check_positive
 
     if target_stderr is not None:
         check_positive(target_stderr, "target_stderr")
     if max_time is not None:
         check_positive(max_time, "max_time")
-    key = as_key(rng_key)
     start = time.perf_counter()
-    runs, bounds, calls = [], [], 0
+    runs, bounds, calls, size = [], [], 0, 1
     while True:
-        est = fn(model, data, rng_key=jax.random.fold_in(key, calls), **options)
-        calls += 1
-        if est.kind != "estimate" or "run_log_evidence" not in est.details:
-            return est  # exact values and bounds have nothing to add up
-        runs.extend(est.details["run_log_evidence"])
-        bounds.append(est.details.get("lower_bound", -np.inf))
+        tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
+                 for call in range(calls, calls + size)]
+        estimates = run_tasks(executor, evidence_task, tasks, data)
+        calls += size
+        for est in estimates:
+            if est.kind != "estimate" or "run_log_evidence" not in est.details:
+                return est  # exact values and bounds have nothing to add up
+            runs.extend(est.details["run_log_evidence"])
+            bounds.append(est.details.get("lower_bound", -np.inf))
         value, stderr = pool_runs(runs)
         elapsed = time.perf_counter() - start
+        size = _next_round(calls, stderr, target_stderr)
         if target_stderr is not None and stderr <= target_stderr and len(runs) > 1:
             break
         if max_time is not None and elapsed >= max_time:
@@ -111,7 +142,8 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options) -
     return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=5)
 
 
-def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, **options):
+def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, *, executor=None,
+            **options):
     """Rank models by their log evidence.
 
     Parameters
@@ -120,6 +152,13 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         name -> model, or name -> an already computed :class:`EvidenceEstimate`.
     method : str or dict
         Estimator for every model, or a dict name -> method.
+    rng_key : int or jax key
+        Every model's estimator gets this key, so a row equals
+        ``log_evidence(model, data, method, rng_key)``.
+    executor : concurrent.futures.Executor or dask.distributed.Client, optional
+        Runs one task per model there (:mod:`bam_ppl.parallel`), the data sent to each worker
+        once; the table is the same as without an executor. A model whose estimator raises
+        surfaces as a :class:`~bam_ppl.parallel.TaskError` naming the model.
     **options
         Passed to every estimator call.
 
@@ -140,13 +179,16 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
 
     if not isinstance(models, Mapping) or not models:
         raise ValueError("models must be a non-empty dict of name -> model")
+    check_executor(executor)
+    remote = {} if executor is None else _remote_estimates(models, data, method, rng_key, options, executor)
     rows = []
     for name, model in models.items():
         if isinstance(model, EvidenceEstimate):
             est = model
+        elif name in remote:
+            est = check_estimate(remote[name], stacklevel=3)
         else:
-            m = method.get(name, "auto") if isinstance(method, Mapping) else method
-            est = _log_evidence(model, data, m, rng_key, None, None, options)
+            est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options)
         rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
                          method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
     table = pd.DataFrame(rows).set_index("model")
@@ -165,3 +207,21 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     table["below_bound"] = [below_bound(v, e, b) for v, e, b in
                             zip(table["log_evidence"], table["stderr"], table["lower_bound"])]
     return table
+
+
+def _method_of(method, name) -> str:
+    return method.get(name, "auto") if isinstance(method, Mapping) else method
+
+
+def _remote_estimates(models: Mapping, data, method, rng_key, options, executor) -> dict:
+    """Every model's estimate computed on ``executor``, one task per model, keyed by name."""
+    tasks, names = [], []
+    for name, model in models.items():
+        if isinstance(model, EvidenceEstimate):
+            continue
+        chosen = _method_of(method, name)
+        fn = find_evidence(chosen, model)
+        check_options(fn, options, f"bam.compare(method={chosen!r})")
+        tasks.append(Task(f"model {str(name)!r} (method={chosen!r})", (fn, model, rng_key, options)))
+        names.append(name)
+    return dict(zip(names, run_tasks(executor, evidence_task, tasks, data)))

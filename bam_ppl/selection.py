@@ -8,12 +8,14 @@ column in the fit, so their loadings can still be estimated (§3).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from .data import as_count_tensor
+from .parallel import Task, check_executor, run_tasks, score_task
 from .types import KeyLike, as_key, numpy_generator
 from .validation import check_positive
 
@@ -338,7 +340,7 @@ def _heldout_axes(model, heldout_axes) -> tuple[int, ...]:
 def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | None = None,
                  heldout_fraction: float = 0.1, rng_key: KeyLike = 0, score: Callable | None = None, *,
                  heldout_axes=None, method: str | None = None, fit_options: Mapping | None = None,
-                 **model_kwargs):
+                 executor=None, **model_kwargs):
     """Sweep a grid of model sizes and score each by its speckled held-out likelihood (Zhang & Linderman §3).
 
     Parameters
@@ -376,6 +378,10 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         hold out data is an error.
     fit_options : dict, optional
         Options of that backend (``num_iters``, ``num_restarts`` ...).
+    executor : concurrent.futures.Executor or dask.distributed.Client, optional
+        Scores the grid points there, one task each (:mod:`bam_ppl.parallel`), the data sent to
+        each worker once; the table is the same as without an executor. A custom ``score`` must
+        then be picklable (a process pool needs a module-level function; Dask also sends closures).
     **model_kwargs
         Passed to ``model_factory`` (e.g. ``alpha``).
 
@@ -399,6 +405,7 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     if score is not None and (method is not None or fit_options):
         raise ValueError("method and fit_options configure the default score; a custom score fits by itself")
     fit_options = dict(fit_options or {})
+    check_executor(executor)
     key = as_key(rng_key)
     import jax
 
@@ -412,11 +419,12 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         raise ValueError(f"heldout_axes must be distinct axes of the {data.ndim}-way data, got {axes}")
     heldout = speckled_mask(tuple(data.shape[a] for a in axes), heldout_fraction, mask_key)
     if score is None:
-        def score(model, X, heldout, rng_key):
-            return heldout_log_likelihood(model, X, heldout, rng_key=rng_key, method=method, **fit_options)
+        score = functools.partial(_fit_score, method=method, fit_options=fit_options)
+    # The same fit key for every grid point: the scores are compared point against point.
+    tasks = [Task(f"grid point {point}", (score, model, heldout, fit_key)) for point, model in zip(points, models)]
     rows, pointwise = [], []
-    for point, model in zip(points, models):
-        value = np.asarray(score(model, data, heldout, fit_key), dtype=np.float64)
+    for point, raw in zip(points, run_tasks(executor, score_task, tasks, data)):
+        value = np.asarray(raw, dtype=np.float64)
         if value.ndim > 1:
             raise ValueError(f"score must return a number or a 1-d array of per-slice values, got shape {value.shape}")
         pointwise.append(value if value.ndim == 1 else None)
@@ -425,6 +433,11 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     _mark_selection(table, pointwise, names)
     table.attrs.update(grid=names, fixed=fixed, heldout=heldout, heldout_axes=axes)
     return table
+
+
+def _fit_score(model, X, heldout, rng_key, *, method, fit_options):
+    """The default score of :func:`select_ranks`: the held-out log-likelihood of the fit by ``method``."""
+    return heldout_log_likelihood(model, X, heldout, rng_key=rng_key, method=method, **fit_options)
 
 
 def plot_rank_selection(table, ax=None, errorbars: float = 1.0):

@@ -1,0 +1,113 @@
+"""executor=: the same tables and InferenceData as the serial run, on threads, processes and Dask."""
+
+import concurrent.futures
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bam_ppl as bam
+from bam_ppl.infer.registry import register_evidence
+from bam_ppl.parallel import TaskError, task_key
+
+X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
+MODELS = {f"nmf{rank}": bam.models.nmf(rank=rank) for rank in (1, 2, 3)}
+SMC = dict(method="smc", num_particles=64, num_chains=2)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two single-threaded worker processes, shared by the module's tests."""
+    distributed = pytest.importorskip("distributed")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as dask_client:
+        yield dask_client
+
+
+def test_compare_on_dask_equals_serial(client):
+    serial = bam.compare(MODELS, X2, rng_key=3, **SMC)
+    parallel = bam.compare(MODELS, X2, rng_key=3, executor=client, **SMC)
+    pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
+
+
+def test_compare_on_thread_and_process_pools_equals_serial():
+    serial = bam.compare(MODELS, X2, rng_key=1, **SMC)
+    with concurrent.futures.ThreadPoolExecutor(2) as threads:
+        pd.testing.assert_frame_equal(bam.compare(MODELS, X2, rng_key=1, executor=threads, **SMC), serial,
+                                      check_exact=True)
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as processes:
+        pd.testing.assert_frame_equal(bam.compare(MODELS, X2, rng_key=1, executor=processes, **SMC), serial,
+                                      check_exact=True)
+
+
+def test_target_stderr_rounds_equal_serial(client):
+    options = dict(method="smc", num_particles=16, num_chains=2, target_stderr=0.02)
+    serial = bam.log_evidence(MODELS["nmf2"], X2, rng_key=5, **options)
+    parallel = bam.log_evidence(MODELS["nmf2"], X2, rng_key=5, executor=client, **options)
+    assert parallel.details["num_calls"] == serial.details["num_calls"] > 1
+    assert parallel.details["run_log_evidence"] == serial.details["run_log_evidence"]
+    assert (parallel.value, parallel.stderr) == (serial.value, serial.stderr)
+    # Call c has the key fold_in(rng_key, c), whatever ran it.
+    second = bam.log_evidence(MODELS["nmf2"], X2, rng_key=task_key(5, 1), method="smc", num_particles=16,
+                              num_chains=2)
+    assert second.details["run_log_evidence"] == serial.details["run_log_evidence"][2:4]
+
+
+def test_select_ranks_on_dask_equals_serial(client):
+    rng = np.random.default_rng(0)
+    X = rng.poisson(3.0, size=(12, 10))
+    options = dict(grid={"rank": [1, 2]}, heldout_axes=(0, 1), rng_key=0, heldout_fraction=0.2,
+                   fit_options=dict(num_iters=50, num_restarts=2))
+    serial = bam.select_ranks(bam.models.nmf, X, **options)
+    parallel = bam.select_ranks(bam.models.nmf, X, executor=client, **options)
+    pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
+
+
+def test_failing_task_names_the_model(client):
+    models = {"small": MODELS["nmf1"], "too_many": MODELS["nmf3"]}
+    with pytest.raises(TaskError, match="model 'too_many'.*max_tensors") as raised:
+        bam.compare(models, X2, method="exact", max_tensors=2, executor=client)
+    assert isinstance(raised.value.__cause__, ValueError)
+    with concurrent.futures.ThreadPoolExecutor(1) as threads, pytest.raises(TaskError, match="too_many"):
+        bam.compare(models, X2, method="exact", max_tensors=2, executor=threads)
+
+
+def test_bad_executor_is_a_type_error():
+    with pytest.raises(TypeError, match="executor must be .*got int"):
+        bam.compare(MODELS, X2, executor=2)
+    with pytest.raises(TypeError, match="executor must be .*got str"):
+        bam.log_evidence(MODELS["nmf1"], X2, executor="dask")
+    with pytest.raises(TypeError, match="executor must be"):
+        bam.select_ranks(bam.models.nmf, X2, grid={"rank": [1]}, heldout_axes=(0, 1), executor=object())
+
+
+@register_evidence("smc_killing_its_worker_once")
+def _smc_killing_its_worker_once(model, data, *, rng_key=0, marker, **options):
+    """The Pólya-urn SMC, after killing the worker process that runs it the first time."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return bam.log_evidence(model, data, method="smc", rng_key=rng_key, **options)
+
+
+def test_lost_worker_is_retried(client, tmp_path):
+    options = dict(num_particles=64, num_chains=2)
+    serial = bam.compare(MODELS, X2, rng_key=2, method="smc", **options)
+    parallel = bam.compare(MODELS, X2, rng_key=2, method="smc_killing_its_worker_once", executor=client,
+                           marker=str(tmp_path / "killed"), **options)
+    assert (tmp_path / "killed").exists()
+    pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
+
+
+def test_forking_process_pool_is_refused():
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool, \
+            pytest.raises(ValueError, match="spawn"):
+        bam.compare(MODELS, X2, executor=pool)
