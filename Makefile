@@ -18,7 +18,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e ".[test,tutorials,dev,fast]"
+	$(PY) -m pip install --quiet -e ".[test,tutorials,dev,fast,distributed]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,7 +32,7 @@ $(PY312):
 	$(PY312) -m pip install --quiet --upgrade pip
 
 $(STAMP312): pyproject.toml | $(PY312)
-	$(PY312) -m pip install --quiet -e ".[test,tutorials,dev,fast]"
+	$(PY312) -m pip install --quiet -e ".[test,tutorials,dev,fast,distributed]"
 	touch $(STAMP312)
 
 # The tests that exercise ArviZ, NumPyro and JAX directly: what .ci/run checks on Python 3.12
