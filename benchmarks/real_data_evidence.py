@@ -1,53 +1,199 @@
-"""The BAM papers' real-data comparisons at full size, as markdown tables.
+"""The BAM papers' real-data evidence comparisons at full size, one CSV row per estimate.
 
-Runs the four real-data tutorials with their full settings (``BAM_PPL_SMALL`` unset), each in
-its own process writing its tables under ``--output``, and prints markdown tables of the results
-with each tutorial's wall time — the numbers for benchmarks/README.md:
+* ``abalone``: Abalone, complete graph (exact) against CP(R), a = 1 and 0.001 (Cemgil,
+  Kurutmaz, Yıldırım, Barsbey & Şimşekli 2019, "Bayesian allocation model: inference by
+  sequential Monte Carlo for nonnegative tensor factorizations and topic models using Pólya
+  urns", §5.2), and p(age | r) of the best allocation of CP(3), a = 1 (its Fig. 13);
+* ``letters``: NMF against symmetric NMF on 2000 sampled letter bigrams, a = 1 and 0.001 (same
+  paper, §5.3);
+* ``icews``: CP ranks against Tucker ranks (r, r, q) on the ICEWS 2017 threshold-0.9 tensor
+  (Yıldırım, Kurutmaz, Barsbey, Şimşekli & Cemgil 2021, "Bayesian allocation model: marginal
+  likelihood-based model selection for count tensors").
 
-* ``abalone_structures``: Abalone, complete graph (exact) against CP(R), R = 1..30, a = 1 and
-  0.001 (Cemgil et al. 2019, "Bayesian allocation model: inference by sequential Monte Carlo for
-  nonnegative tensor factorizations and topic models using Pólya urns", §5.2);
-* ``letter_bigrams``: NMF against symmetric NMF, orders 1..50, 2000 tokens, a = 1 and 0.001
-  (same paper, §5.3);
-* ``icews_ranks``: ICEWS 2017 (3519 events), CP ranks 1..25 against Tucker ranks (r, r, q),
-  r ∈ {1..6, 8}, q ∈ {1..4}
-  (Yıldırım et al. 2021, "Bayesian allocation model: marginal likelihood-based model selection
-  for count tensors");
-* ``rank_confusion``: CP rank recovery on 20 × 25 × 30 tensors, T = 1000, a = 10, true R = 2..7
-  (5 tensors each), candidates 1..9; the authors report 92.5 % (SMC) and 52.5 % (VB).
+The data and models are those of the tutorials ``tutorials/abalone_structures.py``,
+``letter_bigrams.py`` and ``icews_ranks.py``; the rank-confusion experiment has its own script
+(``benchmarks/rank_confusion.py``). Every estimate is ``bam.log_evidence(model, X)`` with the
+default ``method="auto"`` (options with ``--num-particles`` etc.), next to the VB bound of the
+same model. Each row is appended to ``<output>/<experiment>.csv`` as soon as it is measured
+(estimate, stderr, sure lower bound, per-run values, temperatures, wall and CPU seconds, load
+average), so a run cut off early keeps its numbers, and a second call skips the rows already
+there. The ranks/orders default to a grid (``--ranks`` to change it): the full 1..30 / 1..50
+takes many hours on a 2-core machine.
 
-Samplers run with the package defaults (``method="auto"``: the tempered SMC's default particles
-and runs). The full runs take hours on a 2-core machine (hundreds of tempered-SMC evidence estimates at
-T = 1000-4177). Usage::
+Usage::
 
-    python benchmarks/real_data_evidence.py                    # all four, full size
-    python benchmarks/real_data_evidence.py --only icews_ranks rank_confusion
-    python benchmarks/real_data_evidence.py --small            # CI settings: checks the script
-    python benchmarks/real_data_evidence.py --tables-only      # re-print tables of an earlier run
+    python benchmarks/real_data_evidence.py abalone --a 1
+    python benchmarks/real_data_evidence.py letters --ranks 1 2 3 4 5 6 8 10
+    python benchmarks/real_data_evidence.py icews
+    python benchmarks/real_data_evidence.py abalone --summary       # markdown tables of the rows
+    python benchmarks/real_data_evidence.py icews --small           # tiny settings: checks the script
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
+import resource
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+import bam_ppl as bam
+
 ROOT = Path(__file__).resolve().parent.parent
-TUTORIALS = ("abalone_structures", "letter_bigrams", "icews_ranks", "rank_confusion")
+DEFAULT_OUTPUT = ROOT / "benchmarks" / "_output" / "real_data"
+RANK_GRIDS = {
+    "abalone": [1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30],
+    "letters": [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 40, 50],
+    "icews": [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 25],
+}
+A_VALUES = {"abalone": [1.0, 0.001], "letters": [1.0, 0.001], "icews": [1.0]}
+ICEWS_TUCKER = [(r, r, q) for r in (2, 3, 4, 6) for q in (1, 2, 4)]
+PROFILE_RANK = 3  # Fig. 13 of Cemgil et al. 2019
 
 
-def markdown(df: pd.DataFrame, index: bool = True) -> str:
-    """A pandas DataFrame as a GitHub markdown table (no extra dependency)."""
-    frame = df.reset_index() if index else df
-    cells = [[str(c) for c in frame.columns]] + [[_fmt(v) for v in row] for row in frame.itertuples(index=False)]
+def cpu_seconds() -> float:
+    """CPU time of this process, all threads (the numba kernel runs two)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------- data and models
+
+def abalone_data(small: bool):
+    """The 7 discretised measurements (CountTensor) and the 8-axis tensor with age, for p(age | r)."""
+    from bam_ppl.data import CountTensor
+    from bam_ppl.datasets import load_abalone
+
+    X8 = load_abalone(bins=5, include_age=True, num_records=300 if small else None, rng_key=0)
+    X = CountTensor(X8.indices[:, :7], X8.counts, X8.shape[:7], dims=X8.dims[:7],
+                    coords={d: X8.coords[d] for d in X8.dims[:7]})
+    return X, X8
+
+
+def abalone_models(a: float, ranks):
+    yield "CG", bam.models.complete_graph(7, a=a)
+    for R in ranks:
+        yield f"CP({R})", bam.models.independence(7, a=a) if R == 1 else bam.models.cp(R, order=7, a=a)
+
+
+def letters_models(a: float, ranks):
+    for K in ranks:
+        yield f"NMF({K})", bam.models.nmf(K, a=a)
+        yield f"sNMF({K})", bam.models.symmetric_nmf(K, a=a)
+
+
+def icews_models(a: float, ranks, small: bool):
+    for R in ranks:
+        yield f"CP({R})", bam.models.cp(R, a=a)
+    for shape in ([(2, 2, 1)] if small else ICEWS_TUCKER):
+        yield f"Tucker{shape}", bam.models.tucker(shape, a=a)
+
+
+def experiment_data(name: str, small: bool):
+    from bam_ppl.datasets import load_icews, load_letter_bigrams
+
+    if name == "abalone":
+        return abalone_data(small)[0]
+    if name == "letters":
+        return load_letter_bigrams(total=400 if small else 2000, rng_key=0)
+    return load_icews(threshold=0.99 if small else 0.9)
+
+
+def experiment_models(name: str, a: float, ranks, small: bool):
+    if name == "abalone":
+        return abalone_models(a, ranks)
+    if name == "letters":
+        return letters_models(a, ranks)
+    return icews_models(a, ranks, small)
+
+
+# ---------------------------------------------------------------------------- measuring
+
+def estimate_row(model, X, key: int, options: dict, with_vb: bool) -> dict:
+    """The default evidence of ``model`` on ``X`` (and its VB bound), with timings."""
+    start, cpu = time.perf_counter(), cpu_seconds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        est = bam.log_evidence(model, X, rng_key=key, **options)
+    row = dict(method=est.method, log_evidence=est.value, stderr=est.stderr,
+               lower_bound=est.details.get("lower_bound", np.nan),
+               runs=" ".join(f"{v:.2f}" for v in est.details.get("run_log_evidence", [])),
+               temperatures=" ".join(map(str, est.details.get("num_temperatures", []))),
+               seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu, load=os.getloadavg()[0],
+               vb_bound=np.nan, vb_cpu_seconds=np.nan)  # every row has the same columns (one CSV)
+    if with_vb and est.kind != "exact":
+        vb_cpu = cpu_seconds()
+        row.update(vb_bound=bam.log_evidence(model, X, method="vb", rng_key=key).value,
+                   vb_cpu_seconds=cpu_seconds() - vb_cpu)
+    return row
+
+
+def measure(name: str, args) -> None:
+    X = experiment_data(name, args.small)
+    output = args.output / f"{name}{'_small' if args.small else ''}.csv"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = set(map(tuple, pd.read_csv(output)[["a", "model"]].astype(str).to_numpy().tolist())) \
+        if output.exists() else set()
+    print(f"{name}: T = {int(np.sum(X.counts))} tokens in {len(X.counts)} nonzero cells of {X.shape}", flush=True)
+    for a in args.a or A_VALUES[name]:
+        for key, (model_name, model) in enumerate(experiment_models(name, a, args.ranks, args.small)):
+            if (str(a), model_name) in done:
+                continue
+            row = dict(a=a, model=model_name, tokens=int(np.sum(X.counts)), cells=len(X.counts),
+                       **estimate_row(model, X, key + 1, tempered_options(args), not args.no_vb))
+            pd.DataFrame([row]).to_csv(output, mode="a", header=not output.exists(), index=False)
+            print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                  flush=True)
+
+
+def tempered_options(args) -> dict:
+    options = {"num_particles": args.num_particles, "num_runs": args.num_runs, "rho": args.rho,
+               "num_sweeps": args.num_sweeps}
+    if args.small:
+        options = {"num_particles": 64, "num_runs": 2, **{k: v for k, v in options.items() if v is not None}}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def age_profile(args) -> pd.DataFrame:
+    """p(age | r) in the best allocation that the tempered SMC visits for CP(3), a = 1 (Fig. 13).
+
+    Each animal of an observed 7-cell is equally likely to be any of the cell's tokens, so
+    p(age | r) ∝ Σ_cells n(cell, r) · (share of the cell's animals with that age).
+    """
+    from bam_ppl.infer.tempered import run_tempered
+
+    X, X8 = abalone_data(args.small)
+    model = bam.models.cp(PROFILE_RANK, order=7, a=1.0)
+    result = run_tempered(model, X, rng_key=7, **tempered_options(args))
+    nodes = model.bind(X).nodes
+    cell_key = {tuple(c): u for u, c in enumerate(X.indices)}
+    ages = np.zeros((len(X.counts), X8.shape[7]))
+    for idx, count in zip(X8.indices, X8.counts):
+        ages[cell_key[tuple(idx[:7])], idx[7]] += count
+    ages /= ages.sum(axis=1, keepdims=True)
+    joint = np.zeros((PROFILE_RANK, X8.shape[7]))
+    visible = [nodes.index(f"i{n + 1}") for n in range(7)]
+    for cell, count in zip(result.best_cells, result.best_counts):
+        joint[cell[nodes.index("r")]] += count * ages[cell_key[tuple(cell[visible])]]
+    rings = np.arange(1, X8.shape[7] + 1)
+    profile = pd.DataFrame(joint / joint.sum(axis=1, keepdims=True), columns=rings)
+    profile.insert(0, "animals", joint.sum(axis=1))
+    profile.insert(1, "mean_rings", (joint @ rings) / joint.sum(axis=1))
+    profile.attrs["lower_bound"] = result.lower_bound
+    return profile.sort_values("mean_rings")
+
+
+# ---------------------------------------------------------------------------- tables
+
+def markdown(df: pd.DataFrame) -> str:
+    """A DataFrame (its index dropped) as a GitHub markdown table."""
+    cells = [[str(c) for c in df.columns]] + [[_fmt(v) for v in row] for row in df.itertuples(index=False)]
     lines = ["| " + " | ".join(row) + " |" for row in cells]
-    lines.insert(1, "|" + "|".join("---" for _ in frame.columns) + "|")
+    lines.insert(1, "|" + "|".join("---" for _ in df.columns) + "|")
     return "\n".join(lines)
 
 
@@ -57,113 +203,50 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _with_error(df: pd.DataFrame) -> pd.Series:
-    err = df["stderr"].fillna(0.0)
-    return [f"{v:.2f}" if e == 0 else f"{v:.2f} ± {e:.2f}" for v, e in zip(df["log_evidence"], err)]
-
-
-def abalone_tables(out: Path) -> str:
-    table = pd.read_csv(out / "abalone_compare.csv")
+def summary(name: str, args) -> str:
+    rows = pd.read_csv(args.output / f"{name}{'_small' if args.small else ''}.csv")
     parts = []
-    for a, rows in table.groupby("a", sort=False):
-        rows = rows.sort_values("R")
-        shown = pd.DataFrame({
-            "model": rows["model"], "log evidence": _with_error(rows), "sure lower bound": rows["lower_bound"],
-            "method": rows["method"], "delta": rows["delta"], "distinguishable": rows["distinguishable"],
-            "below bound": rows["below_bound"], "temperatures": rows["temperatures"],
-            "CP surely above CG": rows["surely_above_CG"],
-        })
-        parts.append(f"**Abalone, a = {a:g}** (T = {_tokens(out, 'abalone')})\n\n" + markdown(shown, index=False))
+    for a, group in rows.groupby("a", sort=False):
+        group = group.assign(
+            below=group["log_evidence"] < group["lower_bound"] - 3 * group["stderr"].fillna(0),
+            below_vb=group["log_evidence"] < group.get("vb_bound", np.nan))
+        best = group.loc[group["log_evidence"].idxmax(), "model"]
+        shown = group[["model", "method", "log_evidence", "stderr", "lower_bound"]
+                      + (["vb_bound"] if "vb_bound" in group else []) + ["below", "below_vb", "cpu_seconds"]]
+        parts.append(f"**{name}, a = {a:g}** (T = {group['tokens'].iloc[0]}, {group['cells'].iloc[0]} nonzero "
+                     f"cells; best estimate {best})\n\n" + markdown(shown))
     return "\n\n".join(parts)
 
 
-def letter_tables(out: Path) -> str:
-    table = pd.read_csv(out / "letter_bigrams_compare.csv")
-    parts = []
-    for a, rows in table.groupby("a", sort=False):
-        rows = rows.assign(shown=_with_error(rows))
-        wide = rows.pivot(index="K", columns="structure", values="shown")
-        value = rows.pivot(index="K", columns="structure", values="log_evidence")
-        bound = rows.pivot(index="K", columns="structure", values="lower_bound")
-        temps = rows.pivot(index="K", columns="structure", values="temperatures")
-        for name in ("NMF", "sNMF"):
-            wide[f"{name} bound"] = bound[name]
-        for name in ("NMF", "sNMF"):
-            wide[f"{name} temperatures"] = temps[name]
-        wide["ahead"] = np.where(value["NMF"] > value["sNMF"], "NMF", "sNMF")
-        ahead = (wide["ahead"] == "NMF").sum()
-        parts.append(f"**Letter bigrams, a = {a:g}**: NMF ahead at {ahead} of {len(wide)} orders\n\n"
-                     + markdown(wide))
-    return "\n\n".join(parts)
-
-
-def icews_tables(out: Path) -> str:
-    rows = pd.read_csv(out / "icews_compare.csv")
-    shown = pd.DataFrame({
-        "model": rows["model"], "log evidence": _with_error(rows), "sure lower bound": rows["lower_bound"],
-        "delta": rows["delta"], "distinguishable": rows["distinguishable"], "below bound": rows["below_bound"],
-        "temperatures": rows["temperatures"],
-    })
-    return "**ICEWS, CP against Tucker (best first)**\n\n" + markdown(shown, index=False)
-
-
-def confusion_tables(out: Path) -> str:
-    trials = pd.read_csv(out / "rank_confusion_trials.csv")
-    summary = pd.read_csv(out / "rank_confusion_summary.csv")
-    confusion = pd.crosstab(trials["true_rank"], trials["selected"])
-    confusion.index.name = "true \\ selected"
-    summary = summary.assign(**{c: [f"{v:.1%}" if np.isfinite(v) else "" for v in summary[c]]
-                                for c in ("exact", "within_one") if c in summary})
-    return ("**CP rank confusion** (rows: true rank, columns: selected rank)\n\n" + markdown(confusion)
-            + "\n\n" + markdown(summary, index=False))
-
-
-TABLES = {"abalone_structures": abalone_tables, "letter_bigrams": letter_tables, "icews_ranks": icews_tables,
-          "rank_confusion": confusion_tables}
-
-
-def _tokens(out: Path, name: str) -> str:
-    log = out / f"{name}_structures.log" if name == "abalone" else out / f"{name}.log"
-    if log.exists():
-        for line in log.read_text().splitlines():
-            if line.startswith("T = "):
-                return line.split()[2]
-    return "?"
-
-
-def run(name: str, out: Path, small: bool) -> float:
-    env = {k: v for k, v in os.environ.items() if k != "BAM_PPL_SMALL"}
-    env.update(MPLBACKEND="Agg", BAM_PPL_OUTPUT=str(out))
-    if small:
-        env["BAM_PPL_SMALL"] = "1"
-    start = time.perf_counter()
-    with open(out / f"{name}.log", "w") as log:
-        result = subprocess.run([sys.executable, str(ROOT / "tutorials" / f"{name}.py")], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"{name} failed (exit {result.returncode}); see {out / (name + '.log')}")
-    return seconds
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", choices=("abalone", "letters", "icews", "age"))
+    parser.add_argument("--a", type=float, nargs="+", help="prior strengths (default: the paper's)")
+    parser.add_argument("--ranks", type=int, nargs="+", help="ranks / orders (default: a grid)")
+    parser.add_argument("--num-particles", type=int)
+    parser.add_argument("--num-runs", type=int)
+    parser.add_argument("--rho", type=float)
+    parser.add_argument("--num-sweeps", type=int)
+    parser.add_argument("--no-vb", action="store_true", help="skip the VB bound of each model")
+    parser.add_argument("--small", action="store_true", help="tiny data and ranks: checks the script")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--summary", action="store_true", help="only print the tables of the rows so far")
+    args = parser.parse_args(argv)
+    if args.ranks is None:
+        args.ranks = [1, 2, 3] if args.small else RANK_GRIDS.get(args.experiment)
+    return args
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=TUTORIALS, default=list(TUTORIALS))
-    parser.add_argument("--small", action="store_true", help="the tutorials' small (CI) settings")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "_output" / "real_data")
-    parser.add_argument("--tables-only", action="store_true", help="only print the tables of an earlier run")
-    args = parser.parse_args(argv)
-    out = args.output / ("small" if args.small else "full")
-    out.mkdir(parents=True, exist_ok=True)
-    import platform
-
-    print(f"## Real-data evidence comparisons ({'small' if args.small else 'full'} settings)\n")
-    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"Python {platform.python_version()}.\n")
-    for name in args.only:
-        seconds = None if args.tables_only else run(name, out, args.small)
-        print(f"### {name}" + ("" if seconds is None else f" ({seconds:.0f} s)") + "\n")
-        print(TABLES[name](out) + "\n", flush=True)
+    args = parse(argv)
+    if args.experiment == "age":
+        profile = age_profile(args)
+        print(f"CP({PROFILE_RANK}), a = 1, best allocation log p(X, S) = {profile.attrs['lower_bound']:.2f}")
+        print(markdown(profile.round(3)))
+        return
+    if not args.summary:
+        measure(args.experiment, args)
+    print(summary(args.experiment, args))
 
 
 if __name__ == "__main__":
