@@ -1,9 +1,13 @@
 """Data set loaders.
 
-Files are read from ``data_home``: the argument, else ``$BAM_PPL_DATA``, else ``../shared/data``
-relative to the working directory when it exists. Nothing is downloaded; each loader's docstring
-names the public source, licence and citation so users can fetch their own copy. Small
-public-domain tables are embedded as literals.
+Where the files come from, in this order: the ``data_home`` argument of a loader, else the folder
+``$BAM_PPL_DATA`` (both laid out as ``abalone/``, ``letters/``, ``icews/``, ``binary/``, see
+:func:`data_home`), else the copies bundled with the package (Abalone, letter counts, ICEWS
+counts, HairEyeColor) or, for the larger binary matrices, a download on first use into a user
+cache (:func:`cache_dir`), checked against a SHA-256. The working directory is never searched. A
+file that is missing, or cannot be fetched offline, raises ``FileNotFoundError`` naming the
+file, where to get it and its format. ``bam_ppl/datasets/DATA.md`` lists the source, licence
+and citation of every set and the file formats.
 
 Count tensors of the BAM papers' real-data comparisons, labelled (``dims`` and ``coords``):
 :func:`load_abalone` (7 measurements × k-means bins), :func:`load_letter_bigrams` and
@@ -16,36 +20,18 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import numpy as np
 
-from .data import CountTensor
+from ..data import CountTensor
+from ._fetch import cache_dir, fetch_nbmf
+from ._locate import DataFile, data_home, locate
 
-
-def data_home(data_home: str | os.PathLike | None = None) -> Path:
-    """Resolve the data directory (argument, ``$BAM_PPL_DATA``, or ``../shared/data``)."""
-    candidates = []
-    if data_home is not None:
-        candidates.append(Path(data_home))
-    elif os.environ.get("BAM_PPL_DATA"):
-        candidates.append(Path(os.environ["BAM_PPL_DATA"]))
-    else:
-        here = Path(__file__).resolve().parent.parent
-        candidates += [Path.cwd() / ".." / "shared" / "data", here.parent / "shared" / "data"]
-    for path in candidates:
-        if path.is_dir():
-            return path.resolve()
-    raise FileNotFoundError(
-        f"data directory not found (tried {[str(c) for c in candidates]}); pass data_home= or set "
-        "BAM_PPL_DATA to a folder holding the data sets"
-    )
-
-
-def _require(path: Path, source: str) -> Path:
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found; obtain it from {source} and point data_home at its folder")
-    return path
+__all__ = [
+    "ABALONE_MEASUREMENTS", "BINARY_SOURCES", "ICEWS_QUAD_CLASSES", "ICEWS_THRESHOLDS", "LETTERS",
+    "cache_dir", "data_home", "hair_eye_color", "kmeans_1d", "load_abalone", "load_binary",
+    "load_icews", "load_letter_bigrams", "load_letter_trigrams", "movielens_ratings",
+]
 
 
 # R datasets::HairEyeColor (public domain): hair × eye × sex, 592 statistics students.
@@ -66,8 +52,8 @@ def hair_eye_color() -> CountTensor:
 
 # Binary matrices of Lumbreras, Filstroff & Févotte, "Bayesian mean-parameterized nonnegative
 # binary matrix factorization" (2020), as shipped with the authors' R package
-# (github.com/alumbreras/NBMF, folder ``data``), stored as ``binary/<name>.npz`` holding ``X``
-# (0/1 floats, NaN = missing), ``rows`` and ``cols``.
+# (github.com/alumbreras/NBMF, folder ``data``). None is bundled: their licence terms are those
+# of a GPL-2+ R package and of the original sources (see DATA.md), so they are fetched.
 BINARY_SOURCES = {
     "animals": "Kemp et al. (2006) animal × feature matrix (50 animals, 85 binary attributes)",
     "lastfm": "Last.fm 1K users (Celma 2010), user × artist 'listened at least once' (1226 × 285)",
@@ -76,10 +62,21 @@ BINARY_SOURCES = {
                "yes = 1, no or abstention = 0, absent = NaN (200 × 5429)",
     "catalanparliament": "Twitter 'MP f follows MP n' among Catalan MPs, March 2018 (130 × 130); "
                          "parties in catalanparliament_labels.csv",
+    "nips": "co-authorship among 5069 NIPS authors, author × author (5069 × 5069)",
 }
+_BINARY_FORMAT = ("NumPy .npz with X (float64 F × N, 1/0, NaN = missing), rows and cols (string "
+                  "arrays of length F and N, or empty)")
 
 
-_resolve_data_home = data_home  # load_binary's argument shadows the function's name
+def _binary_file(filename: str, description: str, data_home) -> np.ndarray:
+    from ._fetch import NBMF_COMMIT, NBMF_REPOSITORY
+
+    upstream = filename.replace(".npz", ".rda")
+    fmt = _BINARY_FORMAT if filename.endswith(".npz") else "semicolon-separated CSV with columns MP;party"
+    spec = DataFile(f"binary/{filename}",
+                    f"{NBMF_REPOSITORY}/blob/{NBMF_COMMIT}/data/{upstream} ({description}; the .rda "
+                    "is an R matrix with dimnames, converted by the loader when it fetches it)", fmt)
+    return locate(spec, data_home, fetch=lambda: fetch_nbmf(upstream, spec.missing(spec.relative)))
 
 
 def load_binary(name: str, data_home: str | os.PathLike | None = None):
@@ -88,9 +85,10 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
 
     Parameters
     ----------
-    name : {"animals", "lastfm", "paleo", "unvotes", "catalanparliament"}
+    name : {"animals", "lastfm", "paleo", "unvotes", "catalanparliament", "nips"}
     data_home : path, optional
-        Folder holding ``binary/<name>.npz`` (default: see :func:`data_home`).
+        Folder holding ``binary/<name>.npz`` (default ``$BAM_PPL_DATA``; without either the file
+        is fetched, see below).
 
     Returns
     -------
@@ -100,18 +98,24 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
 
     Notes
     -----
-    Sources (public; the files are the authors' NBMF R package data, github.com/alumbreras/NBMF):
-    animals — Kemp et al. 2006; lastfm — Celma 2010; paleo — NOW database (Bingham et al. 2009
-    preprocessing); unvotes — Voeten 2013 (Harvard Dataverse); catalanparliament — Twitter
-    follow graph of the Catalan parliament (Lumbreras et al.).
+    Without ``data_home`` and ``$BAM_PPL_DATA`` the R data file ``data/<name>.rda`` of the
+    authors' repository (github.com/alumbreras/NBMF, commit 2860d35, R package licensed GPL-2+)
+    is downloaded on first use into :func:`cache_dir`, checked against its SHA-256 and converted
+    once to ``<name>.npz`` (``X``, ``rows``, ``cols``); later calls read the cache, offline too.
+    Original sources: animals — Kemp, Tenenbaum, Griffiths, Yamada & Ueda (2006), "Learning
+    systems of concepts with an infinite relational model", AAAI; lastfm — Celma (2010), "Music
+    Recommendation and Discovery in the Long Tail", Springer (Last.fm 1K users); paleo — NOW
+    database of fossil mammals (Bingham, Mannila & Seppänen 2009 preprocessing); unvotes —
+    Voeten, Strezhnev & Bailey (2009), "United Nations General Assembly Voting Data", Harvard
+    Dataverse, doi:10.7910/DVN/LEJUQZ; catalanparliament — Twitter follow graph of the Catalan
+    parliament collected by Lumbreras et al.; nips — NIPS co-authorship. Licences of the
+    original sources are listed, where known, in ``bam_ppl/datasets/DATA.md``.
     """
-    from .data import BinaryMatrix
+    from ..data import BinaryMatrix
 
     if name not in BINARY_SOURCES:
         raise ValueError(f"name must be one of {sorted(BINARY_SOURCES)}, got {name!r}")
-    folder = _resolve_data_home(data_home) / "binary"
-    source = f"{BINARY_SOURCES[name]} (github.com/alumbreras/NBMF, data/)"
-    with np.load(_require(folder / f"{name}.npz", source)) as archive:
+    with np.load(_binary_file(f"{name}.npz", BINARY_SOURCES[name], data_home)) as archive:
         X = np.asarray(archive["X"], dtype=np.float64)
         rows = np.asarray(archive["rows"]).astype(str)
         cols = np.asarray(archive["cols"]).astype(str)
@@ -119,7 +123,8 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
     if name == "catalanparliament":
         import pandas as pd
 
-        labels = pd.read_csv(_require(folder / "catalanparliament_labels.csv", source), sep=";")
+        labels_file = _binary_file("catalanparliament_labels.csv", BINARY_SOURCES[name], data_home)
+        labels = pd.read_csv(labels_file, sep=";")
         party = dict(zip(labels["MP"].astype(str), labels["party"].astype(str)))
         groups = np.array([party.get(r, "unknown") for r in rows])
     return BinaryMatrix(X, rows, cols, groups)
@@ -160,16 +165,6 @@ def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
 
 
 # -- real data of the BAM papers ---------------------------------------------------------------
-
-
-def _data_file(relative: str, source: str, data_home_arg=None) -> Path:
-    """Path of ``relative`` (e.g. ``"abalone/abalone.data"``) under the data directory.
-
-    The one place the real-data loaders resolve a file: the folder comes from :func:`data_home`
-    (argument, ``$BAM_PPL_DATA``, ``../shared/data``), and a missing file raises
-    ``FileNotFoundError`` naming ``source``.
-    """
-    return _require(_resolve_data_home(data_home_arg) / relative, source)
 
 
 def kmeans_1d(values, k: int, weights=None) -> tuple[np.ndarray, np.ndarray]:
@@ -246,8 +241,9 @@ def kmeans_1d(values, k: int, weights=None) -> tuple[np.ndarray, np.ndarray]:
 
 ABALONE_MEASUREMENTS = ("length", "diameter", "height", "whole_weight", "shucked_weight",
                         "viscera_weight", "shell_weight")
-_ABALONE_SOURCE = ("the UCI Machine Learning Repository, https://archive.ics.uci.edu/dataset/1/abalone "
-                   "(abalone.data)")
+_ABALONE_FILE = DataFile("abalone/abalone.data",
+                         "the UCI Machine Learning Repository, https://archive.ics.uci.edu/dataset/1/abalone",
+                         "CSV without header: sex, the 7 measurements, rings (4177 rows)")
 
 
 def _bin_labels(values, labels, edges, digits=4) -> list[str]:
@@ -307,7 +303,8 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
     rng_key : int or JAX key
         Seed of the subsample (ignored without ``num_records``).
     data_home : path, optional
-        Folder holding ``abalone/abalone.data`` (default: see :func:`data_home`).
+        Folder holding ``abalone/abalone.data`` (default ``$BAM_PPL_DATA``, else the copy
+        bundled with the package).
 
     Returns
     -------
@@ -323,12 +320,12 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
     (Haliotis species) in Tasmania. I. Blacklip abalone (H. rubra) from the north coast and
     islands of Bass Strait", Sea Fisheries Division, Technical Report No. 48; distributed by the
     UCI Machine Learning Repository (Dua & Graff), https://archive.ics.uci.edu/dataset/1/abalone,
-    licence CC BY 4.0. The file ``abalone.data`` is read from the data directory; nothing is
-    downloaded.
+    licence CC BY 4.0 (doi:10.24432/C55C7W). The unchanged ``abalone.data`` and ``abalone.names``
+    ship with the package; nothing is downloaded.
     """
     if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
-    path = _data_file("abalone/abalone.data", _ABALONE_SOURCE, data_home)
+    path = locate(_ABALONE_FILE, data_home, bundled="abalone.data")
     codes, rings, labels = _abalone_codes(str(path), path.stat().st_mtime_ns, int(bins))
     codes, coords = codes.copy(), {name: list(lab) for name, lab in zip(ABALONE_MEASUREMENTS, labels)}
     dims = list(ABALONE_MEASUREMENTS)
@@ -345,7 +342,7 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
         if isinstance(num_records, bool) or not isinstance(num_records, (int, np.integer)) \
                 or not 1 <= num_records <= len(codes):
             raise ValueError(f"num_records must be an int in [1, {len(codes)}], got {num_records!r}")
-        from .types import numpy_generator
+        from ..types import numpy_generator
 
         keep = numpy_generator(rng_key).choice(len(codes), size=int(num_records), replace=False)
         codes = codes[np.sort(keep)]
@@ -358,7 +355,9 @@ _NORVIG_SOURCE = ("Peter Norvig's English letter counts, https://norvig.com/mayz
 
 
 def _load_letters(order: int, total, rng_key, data_home) -> CountTensor:
-    counts = np.load(_data_file(f"letters/transitions_{order}L.npy", _NORVIG_SOURCE, data_home))
+    spec = DataFile(f"letters/transitions_{order}L.npy", _NORVIG_SOURCE,
+                    f"NumPy .npy of whole-number counts, shape {(26,) * order}, letters a..z")
+    counts = np.load(locate(spec, data_home, bundled=f"transitions_{order}L.npy"))
     if counts.shape != (26,) * order or np.any(counts < 0) or np.any(counts != np.round(counts)):
         raise ValueError(f"letters/transitions_{order}L.npy must hold whole nonnegative counts of shape "
                          f"{(26,) * order}, got shape {counts.shape}")
@@ -368,7 +367,7 @@ def _load_letters(order: int, total, rng_key, data_home) -> CountTensor:
         return CountTensor.from_dense(counts.astype(np.int64), dims=dims, coords=coords)
     if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
         raise ValueError(f"total must be a positive int or None, got {total!r}")
-    from .types import numpy_generator
+    from ..types import numpy_generator
 
     probs = counts.reshape(-1) / counts.sum()
     drawn = numpy_generator(rng_key).multinomial(int(total), probs).reshape(counts.shape)
@@ -394,7 +393,8 @@ def load_letter_bigrams(total: int | None = 2000, rng_key=0, *,
     rng_key : int or JAX key
         Seed of the multinomial draw; the same key gives the same table.
     data_home : path, optional
-        Folder holding ``letters/transitions_2L.npy`` (default: see :func:`data_home`).
+        Folder holding ``letters/transitions_2L.npy`` (default ``$BAM_PPL_DATA``, else the copy
+        bundled with the package).
 
     Returns
     -------
@@ -446,7 +446,10 @@ def load_icews(threshold: float = 0.9, *, data_home: str | os.PathLike | None = 
     ----------
     threshold : {0.5, 0.75, 0.9, 0.95, 0.99}
     data_home : path, optional
-        Folder holding ``icews/icews_<threshold>_data.csv`` (default: see :func:`data_home`).
+        Folder holding ``icews/icews_<threshold>_data.csv`` (one event per line: sender 0..19,
+        receiver 0..19, quad class 1..4, whitespace-separated) and optionally the JSON
+        dictionaries below (default ``$BAM_PPL_DATA``, else the counts bundled with the
+        package).
 
     Returns
     -------
@@ -460,36 +463,64 @@ def load_icews(threshold: float = 0.9, *, data_home: str | os.PathLike | None = 
     Notes
     -----
     Source: Integrated Crisis Early Warning System (ICEWS) coded event data, Boschee, Lautenschlager,
-    O'Brien, Shellman, Starz & Ward (2015), Harvard Dataverse, doi:10.7910/DVN/28075 (licence: CC0
-    per the Dataverse record); the event subsets are the BAM authors'
-    (github.com/sinanyildirim/BAM-JSTSP-code, ``data/icews``). Read from the data directory;
-    nothing is downloaded.
+    O'Brien, Shellman, Starz & Ward (2015), "ICEWS Coded Event Data", Harvard Dataverse,
+    doi:10.7910/DVN/28075; the event subsets are the BAM authors'
+    (github.com/sinanyildirim/BAM-JSTSP-code, ``experiments part 1/data/icews``). The package
+    bundles the five 20 × 20 × 4 count tensors and the 0.99 dictionaries (one small ``.npz``);
+    ``bam_ppl/datasets/DATA.md`` states what is known of the licence. Nothing is downloaded.
     """
-    import json
-
     matches = [t for t in ICEWS_THRESHOLDS if np.isclose(float(threshold), t)] \
         if isinstance(threshold, (int, float, np.floating)) and not isinstance(threshold, bool) else []
     if not matches:
         raise ValueError(f"threshold must be one of {ICEWS_THRESHOLDS}, got {threshold!r}")
     name = f"icews_{matches[0]:g}_data"
-    rows = np.loadtxt(_data_file(f"icews/{name}.csv", _ICEWS_SOURCE, data_home), ndmin=2)
+    spec = DataFile(f"icews/{name}.csv", _ICEWS_SOURCE,
+                    "text, one event per line: sender (0..19), receiver (0..19), quad class (1..4)")
+    path = locate(spec, data_home, bundled="icews_counts.npz")
+    if path.suffix == ".npz":
+        counts, countries, quads = _icews_bundled(path, matches[0])
+    else:
+        counts, countries, quads = _icews_from_folder(path, name)
+    coords = {"sender": countries or [f"country {c}" for c in range(_ICEWS_COUNTRIES)],
+              "quad_class": quads or list(ICEWS_QUAD_CLASSES)}
+    coords["receiver"] = coords["sender"]
+    return CountTensor.from_dense(counts, dims=("sender", "receiver", "quad_class"),
+                                  coords={d: coords[d] for d in ("sender", "receiver", "quad_class")})
+
+
+_ICEWS_COUNTRIES = 20
+
+
+def _icews_bundled(path, threshold: float):
+    """Counts, country names and quad-class names (or None) of one set in ``icews_counts.npz``."""
+    with np.load(path) as archive:
+        counts = np.asarray(archive[f"counts_{threshold:g}"], dtype=np.int64)
+        names = [archive[f"{kind}_{threshold:g}"].astype(str).tolist()
+                 if f"{kind}_{threshold:g}" in archive.files else None for kind in ("country", "quadclass")]
+    return counts, names[0], names[1]
+
+
+def _icews_from_folder(path, name: str):
+    """Counts, country names and quad-class names (or None) from the upstream text and JSON files."""
+    import json
+
+    rows = np.loadtxt(path, ndmin=2)
     if rows.shape[1] != 3 or np.any(rows != np.round(rows)):
-        raise ValueError(f"icews/{name}.csv must hold three integer columns, got shape {rows.shape}")
+        raise ValueError(f"{path} must hold three integer columns, got shape {rows.shape}")
     tokens = rows.astype(np.int64)
     tokens[:, 2] -= 1  # quad classes are coded 1..4 in the file
-    num_countries = 20
-    coords = {"quad_class": list(ICEWS_QUAD_CLASSES)}
-    country_file = _resolve_data_home(data_home) / "icews" / f"{name}_country_dict.json"
-    if country_file.exists():
-        names = json.loads(country_file.read_text())
-        countries = [str(names.get(str(c), f"country {c}")) for c in range(num_countries)]
-    else:
-        countries = [f"country {c}" for c in range(num_countries)]
-    quad_file = _resolve_data_home(data_home) / "icews" / f"{name}_quadclass_dict.json"
-    if quad_file.exists():
-        quads = json.loads(quad_file.read_text())
-        coords["quad_class"] = [str(quads.get(str(q + 1), ICEWS_QUAD_CLASSES[q])) for q in range(4)]
-    coords["sender"] = countries
-    coords["receiver"] = countries
-    return CountTensor.from_tokens(tokens, (num_countries, num_countries, 4),
-                                   dims=("sender", "receiver", "quad_class"), coords=coords)
+    if tokens.min(initial=0) < 0 or np.any(tokens.max(axis=0, initial=0) >= [_ICEWS_COUNTRIES] * 2 + [4]):
+        raise ValueError(f"{path}: countries must be 0..{_ICEWS_COUNTRIES - 1} and quad classes 1..4")
+    counts = np.zeros((_ICEWS_COUNTRIES, _ICEWS_COUNTRIES, 4), dtype=np.int64)
+    np.add.at(counts, tuple(tokens.T), 1)
+    names = []
+    for kind, size, first in (("country", _ICEWS_COUNTRIES, 0), ("quadclass", 4, 1)):
+        dictionary = path.parent / f"{name}_{kind}_dict.json"
+        if dictionary.is_file():
+            labels = json.loads(dictionary.read_text())
+            names.append([str(labels.get(str(i + first), "")) or None for i in range(size)])
+        else:
+            names.append(None)
+    countries = [n or f"country {c}" for c, n in enumerate(names[0])] if names[0] else None
+    quads = [n or ICEWS_QUAD_CLASSES[q] for q, n in enumerate(names[1])] if names[1] else None
+    return counts, countries, quads
