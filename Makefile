@@ -11,7 +11,7 @@ PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all test-py312 test-py312-subset tutorials bench lint clean docs
+.PHONY: demo test test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,13 @@ SPHINXOPTS ?=
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -b html -q $(SPHINXOPTS) docs docs/_build/html
 	@echo "documentation: docs/_build/html/index.html"
+
+# The package as a user gets it (.ci/wheel-check): the wheel built from a clean copy of the work
+# tree, installed into a fresh venv in a temporary folder, then `bam-ppl demo`, every bundled data
+# set loader and `bam-ppl evidence` on a CSV, run from a folder with no ../shared and no
+# $$BAM_PPL_DATA; any pip or setuptools warning fails it.
+wheel-check:
+	PYTHON=$(PYTHON) bash .ci/wheel-check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bam_ppl tests benchmarks tutorials
