@@ -5,7 +5,7 @@ Declare a model as a DAG of index variables, run any registered backend through
 :func:`compare`.
 """
 
-from . import datasets, models  # noqa: E402
+from . import datasets, families, models  # noqa: E402,F401  (families: importing registers their backends)
 from ._version import __version__  # noqa: E402,F401
 from .dag import DAG  # noqa: E402
 from .data import CountTensor  # noqa: E402

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bam_ppl.infer.dtucker_em import (
+from bam_ppl.families.dirichlet_tucker.em import (
     Params,
     Statistics,
     _concentrations,

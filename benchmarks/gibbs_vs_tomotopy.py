@@ -32,8 +32,8 @@ import tomotopy
 
 import bam_ppl as bam
 from bam_ppl.data import as_count_tensor
-from bam_ppl.infer import gibbs as gibbs_core
-from bam_ppl.infer import gibbs_numba
+from bam_ppl.infer.gibbs import collapsed as gibbs_core
+from bam_ppl.infer.gibbs import collapsed_numba as gibbs_numba
 
 
 def _timed(advance):

@@ -37,7 +37,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import group
-from bam_ppl.infer import nbmf_gibbs
+from bam_ppl.families.nbmf import gibbs as nbmf_gibbs
 from bam_ppl.models.nbmf import heldout_perplexity, random_heldout_mask
 
 

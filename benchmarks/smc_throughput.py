@@ -5,7 +5,7 @@ Compile time (first call) is reported separately from the steady-state rate, whi
 on a shared machine). For each kernel of ``--kernels`` (numba, jax) two variants are timed:
 ``<kernel>-ev`` (``keep_particles=False``, what ``bam.log_evidence`` runs) and ``<kernel>-full``
 (also the final resampled particles, what ``bam.infer`` needs for the posterior).
-``--baseline REV`` also times ``bam_ppl/infer/smc.py``
+``--baseline REV`` also times ``bam_ppl/infer/smc/polya_urn.py``
 as it was at git revision REV, interleaved with the current code on the same data, and prints
 the speed-up.
 
@@ -25,27 +25,30 @@ from pathlib import Path
 
 import bam_ppl as bam
 import bam_ppl.evidence
-from bam_ppl.infer import smc
+from bam_ppl.infer.smc import polya_urn as smc
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+MODULE_PATH = "bam_ppl/infer/smc/polya_urn.py"
 
 
 def load_revision(revision: str) -> types.ModuleType:
-    """``bam_ppl.infer.smc`` as it was at git ``revision``, loaded beside the current module.
+    """``bam_ppl.infer.smc.polya_urn`` as it was at git ``revision``, loaded beside the current module.
 
-    Its backends are not registered again (the registry keeps the current ones).
+    Its backends are not registered again (the registry keeps the current ones). The revision must
+    have the module at the same path, with the same sibling modules (for revisions before the
+    ``infer/smc/`` layout, time a ``git worktree`` of that revision instead).
     """
-    source = subprocess.run(["git", "show", f"{revision}:bam_ppl/infer/smc.py"], cwd=REPOSITORY,
+    source = subprocess.run(["git", "show", f"{revision}:{MODULE_PATH}"], cwd=REPOSITORY,
                             capture_output=True, text=True, check=True).stdout
-    name = "bam_ppl.infer._smc_at_" + revision.replace("^", "_").replace("~", "_")
+    name = "bam_ppl.infer.smc._polya_urn_at_" + revision.replace("^", "_").replace("~", "_")
     module = types.ModuleType(name)
-    module.__package__ = "bam_ppl.infer"
+    module.__package__ = "bam_ppl.infer.smc"
     sys.modules[name] = module
     registry = sys.modules["bam_ppl.infer.registry"]
     saved = registry.register, bam_ppl.evidence.register_evidence
     registry.register = bam_ppl.evidence.register_evidence = lambda *args, **kwargs: (lambda fn: fn)
     try:
-        exec(compile(source, f"{revision}:bam_ppl/infer/smc.py", "exec"), module.__dict__)
+        exec(compile(source, f"{revision}:{MODULE_PATH}", "exec"), module.__dict__)
     finally:
         registry.register, bam_ppl.evidence.register_evidence = saved
     return module

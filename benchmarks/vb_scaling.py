@@ -24,7 +24,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer import vb as vb_core
+from bam_ppl.infer.variational import vb as vb_core
 
 
 def sparse_counts(shape, nnz, rng) -> CountTensor:

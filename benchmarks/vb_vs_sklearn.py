@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer import vb as vb_core
+from bam_ppl.infer.variational import vb as vb_core
 
 
 def load_matrix(args) -> sp.csr_matrix:

@@ -12,8 +12,9 @@ from scipy.special import gammaln, logsumexp
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer import chib, gibbs
-from bam_ppl.infer.smc import log_evidence_constant, prepare
+from bam_ppl.infer.gibbs import chib
+from bam_ppl.infer.gibbs import collapsed as gibbs
+from bam_ppl.infer.smc.polya_urn import log_evidence_constant, prepare
 from bam_ppl.types import numpy_generator
 
 pytestmark = pytest.mark.skipif(not chib.gibbs_numba.HAVE_NUMBA, reason="method='chib' needs numba")

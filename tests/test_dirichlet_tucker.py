@@ -332,7 +332,7 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_dispatch_prefers_the_dirichlet_tucker_backend():
-    from bam_ppl.infer.dtucker_em import dirichlet_tucker_map
+    from bam_ppl.families.dirichlet_tucker.em import dirichlet_tucker_map
     from bam_ppl.infer.registry import find
 
     assert find("map", dirichlet_tucker(PLANTED_RANKS)).fn is dirichlet_tucker_map

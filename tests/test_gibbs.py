@@ -10,8 +10,8 @@ from scipy.special import gammaln
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor, as_count_tensor
-from bam_ppl.infer import gibbs as gibbs_core
-from bam_ppl.infer import gibbs_numba
+from bam_ppl.infer.gibbs import collapsed as gibbs_core
+from bam_ppl.infer.gibbs import collapsed_numba as gibbs_numba
 from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
 from bam_ppl.models.program import _all_cells, cell_probabilities
 

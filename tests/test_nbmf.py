@@ -10,7 +10,7 @@ from scipy.special import gammaln
 
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
-from bam_ppl.infer import nbmf_gibbs
+from bam_ppl.families.nbmf import gibbs as nbmf_gibbs
 from bam_ppl.models.nbmf import data_nll, heldout_perplexity, random_heldout_mask
 
 TINY = np.array([[1.0, 0.0, 1.0], [0.0, np.nan, 1.0]])  # 5 observed entries, one missing

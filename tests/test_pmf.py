@@ -253,7 +253,7 @@ def test_svb_reaches_vb_heldout_nll_on_large_data():
 # -- EM baseline -----------------------------------------------------------------------------------------
 def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
-    from bam_ppl.infer.pmf_vb import em_rank_selection, information_criteria
+    from bam_ppl.families.pmf.backends import em_rank_selection, information_criteria
 
     fit = em_rank_selection(pmf_tensor(5), samples, ranks=[1, 2, 3, 4, 5], num_categories=6)
     loglik = fit["log_likelihood"]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bam_ppl.infer.resampling import RESAMPLERS, effective_sample_size, weight_summary
+from bam_ppl.infer.smc.resampling import RESAMPLERS, effective_sample_size, weight_summary
 
 WEIGHTS = np.array([0.05, 0.0, 0.4, 0.15, 0.3, 0.1])
 NUM = 10

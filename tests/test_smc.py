@@ -8,7 +8,7 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
 from bam_ppl.data import CountTensor
-from bam_ppl.infer import smc as smc_module
+from bam_ppl.infer.smc import polya_urn as smc_module
 from bam_ppl.infer.exact import exact_log_evidence, exact_posterior_mean
 
 # papers/000 §5.1.1 (notes/bam_digest.md §14).
@@ -308,7 +308,7 @@ def test_numba_lineage_rows_equal_copying_at_every_resampling(monkeypatch):
     # The numba kernel reads rows through the ancestor maps of the generation that wrote them and
     # re-indexes every LINEAGE_DEPTH resamplings; a depth of 1 re-indexes at every resampling,
     # i.e. copies the particles' counts as the JAX kernel does. Same draws, same results.
-    from bam_ppl.infer import smc_numba
+    from bam_ppl.infer.smc import polya_urn_numba as smc_numba
 
     model, X = bam.models.cp(3, a=2.0), np.random.default_rng(5).integers(0, 3, (4, 5, 3))
     options = dict(num_particles=40, num_chains=2, kernel="numba")
@@ -325,7 +325,7 @@ def test_numba_lineage_rows_equal_copying_at_every_resampling(monkeypatch):
 
 @pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
 def test_numba_resampling_schemes_copy_each_particle_in_proportion(resampling):
-    from bam_ppl.infer import smc_numba
+    from bam_ppl.infer.smc import polya_urn_numba as smc_numba
 
     weights = np.array([0.05, 0.0, 0.4, 0.15, 0.3, 0.1])
     rng = np.random.default_rng(0)

@@ -15,9 +15,9 @@ from scipy.stats import chi2
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer import tempered
+from bam_ppl.infer.smc import tempered
 from bam_ppl.infer.exact import exact_log_evidence
-from bam_ppl.infer.smc import prepare
+from bam_ppl.infer.smc.polya_urn import prepare
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])

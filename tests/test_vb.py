@@ -164,7 +164,7 @@ def test_float64_kernels_match_scipy():
     import jax.numpy as jnp
     from scipy.special import digamma, gammaln
 
-    from bam_ppl.infer.vb import exp_nonpositive, gammaln_digamma_positive
+    from bam_ppl.infer.variational.vb import exp_nonpositive, gammaln_digamma_positive
 
     x = np.concatenate([-np.logspace(-12, np.log10(700.0), 4000), [0.0]])
     # Tiny concentrations to huge counts, and densely around the zeros of lnΓ (1, 2) and ψ (1.46).

@@ -30,7 +30,7 @@ import pandas as pd
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.datasets import load_abalone
-from bam_ppl.infer.tempered import run_tempered
+from bam_ppl.infer.smc.tempered import run_tempered
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(os.environ.get("BAM_PPL_OUTPUT", "tutorials/_output"))

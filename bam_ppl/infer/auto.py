@@ -14,7 +14,7 @@ import numpy as np
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from .exact import log_count_allocations
 from .registry import find_evidence, option_names, register_evidence
-from .smc import prepare
+from .smc.polya_urn import prepare
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
 AUTO_MAX_TENSORS = 20_000

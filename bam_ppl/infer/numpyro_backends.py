@@ -18,7 +18,7 @@ from ..models.allocation import AllocationModel
 from ..models.nbmf import NBMF
 from ..types import as_key
 from ..validation import check_int, check_positive
-from .nbmf_gibbs import check_data, nbmf_inference_data
+from ..families.nbmf.gibbs import check_data, nbmf_inference_data
 from .registry import register
 
 GUIDES = {

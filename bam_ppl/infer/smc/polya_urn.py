@@ -32,7 +32,7 @@ their column sums (int32), so memory is O(chains × particles × Σ table sizes)
 dense size of X.
 
 On a CPU, :func:`run_smc` runs the same filter by default as a numba kernel
-(:mod:`bam_ppl.infer.smc_numba`, ``kernel="auto"``) whose resamplings move no counts: rows are
+(:mod:`bam_ppl.infer.smc.polya_urn_numba`, ``kernel="auto"``) whose resamplings move no counts: rows are
 copied into the new particle order only when a token reads them, so its cost does not grow
 with the size of the tables. In XLA those reads are element gathers several times slower than
 the row reads here, so this core copies the particles' counts at each resampling.
@@ -50,17 +50,17 @@ import numpy as np
 from jax import lax
 from scipy.special import gammaln
 
-from ..convert import allocation_inference_data
-from ..data import MISSING, CountTensor
-from ..estimate import EvidenceEstimate, pool_runs
-from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
-from ..models.sampling import dirichlet_log_draws
-from ..progress import progress, resolve_progress
-from ..types import Array, PRNGKey, as_key, numpy_generator
-from ..validation import check_choice, check_int, check_positive
-from . import smc_numba
-from .gibbs import resolve_kernel
-from .registry import register, register_evidence
+from ...convert import allocation_inference_data
+from ...data import MISSING, CountTensor
+from ...estimate import EvidenceEstimate, pool_runs
+from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
+from ...models.sampling import dirichlet_log_draws
+from ...progress import progress, resolve_progress
+from ...types import Array, PRNGKey, as_key, numpy_generator
+from ...validation import check_choice, check_int, check_positive
+from . import polya_urn_numba as smc_numba
+from ..gibbs.collapsed import resolve_kernel
+from ..registry import register, register_evidence
 from .resampling import RESAMPLERS, weight_summary
 
 # Runs with more particle-token updates than this show a progress bar unless told otherwise.
@@ -481,7 +481,7 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         the evidence alone skips this O(chains × P × Σ table sizes) copy and transfer).
     kernel : {"auto", "jax", "numba"}
         What runs the filter: the JAX core (``vmap`` over particles, ``lax.scan`` over tokens;
-        any JAX device) or the numba CPU kernel (:mod:`bam_ppl.infer.smc_numba`, extra
+        any JAX device) or the numba CPU kernel (:mod:`bam_ppl.infer.smc.polya_urn_numba`, extra
         ``fast``), whose resamplings move no counts, so its cost does not grow with the size of
         the tables. ``"auto"`` picks numba on a CPU when it is installed. Same estimator, other
         random streams.

@@ -33,13 +33,13 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln
 
-from ..convert import allocation_inference_data
-from ..data import MISSING
-from ..models.pmf import PMFTensorModel, categorical_samples
-from ..progress import resolve_progress
-from ..types import as_key, numpy_generator
-from ..validation import check_int, check_positive
-from .registry import deprecated_alias, register
+from ...convert import allocation_inference_data
+from ...data import MISSING
+from ...models.pmf import PMFTensorModel, categorical_samples
+from ...progress import resolve_progress
+from ...types import as_key, numpy_generator
+from ...validation import check_int, check_positive
+from ...infer.registry import deprecated_alias, register
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25

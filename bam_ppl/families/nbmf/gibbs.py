@@ -44,14 +44,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
-from ..convert import to_inference_data
-from ..data import as_binary_matrix
-from ..models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
-from ..pointwise import bernoulli_log_likelihood
-from ..progress import progress, resolve_progress
-from ..types import as_key, numpy_generator
-from ..validation import check_int, check_positive
-from .registry import register
+from ...convert import to_inference_data
+from ...data import as_binary_matrix
+from ...models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
+from ...pointwise import bernoulli_log_likelihood
+from ...progress import progress, resolve_progress
+from ...types import as_key, numpy_generator
+from ...validation import check_int, check_positive
+from ...infer.registry import register
 
 CHUNK_SWEEPS = 50
 MAX_STORED_BYTES = 2**31  # stored W and H draws above this need thinning=
@@ -324,7 +324,7 @@ def bica_labels(key, layout, F, N, hyper, *, num_components=BICA_INIT_COMPONENTS
     the collapsed sampler then spends hundreds of sweeps merging them (the log joint still rises
     after 2000 sweeps on lastfm), while from this start it begins near a good mode.
     """
-    from .nbmf_vb import VBState, vb_init, vb_sweep  # nbmf_vb imports this module
+    from .variational import VBState, vb_init, vb_sweep  # nbmf_vb imports this module
 
     K0 = min(num_components, hyper.row.shape[0])
     small = Hyper(hyper.row[:K0], hyper.alpha[:K0], hyper.beta[:K0], hyper.column[:K0])

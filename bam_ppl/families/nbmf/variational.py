@@ -7,7 +7,7 @@ counts with the entry's own contribution removed,
     φ_fkn ∝ (γ_k + L̄_fk^¬fn) (α_k + Ā_kn^¬fn)^v (β_k + B̄_kn^¬fn)^(1−v) / (α_k + β_k + M̄_kn^¬fn).
 
 As in the Gibbs sampler, entries in distinct rows and columns do not share a count, so each
-wrapped diagonal (see :mod:`bam_ppl.infer.nbmf_gibbs`) is updated at once: this is the sequential
+wrapped diagonal (see :mod:`bam_ppl.families.nbmf.gibbs`) is updated at once: this is the sequential
 CVB0 recursion in a particular entry order. There is no objective (the Taylor approximation removes
 the bound), so it runs a fixed ``num_iters`` and reports the training fit (eq. 66) per iteration.
 
@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
-from ..models.nbmf import ACTIVE_THRESHOLD, NBMF
-from ..types import as_key, numpy_generator
-from ..validation import check_int, check_positive
-from .nbmf_gibbs import (
+from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
+from ...types import as_key, numpy_generator
+from ...validation import check_int, check_positive
+from .gibbs import (
     DiagonalLayout,
     check_data,
     core_problem,
@@ -40,7 +40,7 @@ from .nbmf_gibbs import (
     nbmf_inference_data,
     run_in_chunks,
 )
-from .registry import register
+from ...infer.registry import register
 
 
 class CVBState(NamedTuple):
@@ -232,7 +232,7 @@ def _draw_q(key, row, ones, zeros, num_samples):
     """Draws of W ~ Π_f Dir(row_f) and H ~ Π Beta(ones, zeros) per restart (eqs. 37–38).
 
     ``row`` (R, F, K), ``ones``/``zeros`` (R, K, N) → W (R, S, F, K), H (R, S, K, N), drawn with
-    NumPy (see :func:`bam_ppl.infer.nbmf_gibbs.conjugate_draws`).
+    NumPy (see :func:`bam_ppl.families.nbmf.gibbs.conjugate_draws`).
     """
     rng = numpy_generator(key)
     expand = lambda x: np.repeat(np.asarray(x, np.float64)[:, None], num_samples, axis=1)

@@ -1,8 +1,8 @@
-"""Numba CPU kernel for the collapsed Gibbs sweep of :mod:`bam_ppl.infer.gibbs`.
+"""Numba CPU kernel for the collapsed Gibbs sweep of :mod:`bam_ppl.infer.gibbs.collapsed`.
 
 On a CPU, one iteration of the JAX ``lax.scan`` over tokens costs a few XLA kernel launches, far
 more than the arithmetic of one token update. This module runs the same update as compiled
-machine code: the same problem arrays (:class:`~bam_ppl.infer.gibbs.GibbsProblem`), the same
+machine code: the same problem arrays (:class:`~bam_ppl.infer.gibbs.collapsed.GibbsProblem`), the same
 urn conditional (Cemgil et al. 2019 eq. 4.1 with the token's own increments removed, eq. 4.4), the same
 tie and missing-entry handling; only the random streams differ (a NumPy ``Generator`` per chain,
 seeded from the JAX key). numba is an optional dependency (extra ``fast``); without it
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from ..types import numpy_generator
+from ...types import numpy_generator
 
 try:
     import numba
@@ -353,7 +353,7 @@ class NumbaChains:
     Parameters
     ----------
     spec, problem : GibbsSpec, GibbsProblem
-        From :func:`bam_ppl.infer.gibbs.build_problem`.
+        From :func:`bam_ppl.infer.gibbs.collapsed.build_problem`.
     init_keys, sweep_keys : array (num_chains, 2) uint32
         Raw JAX keys of each chain's initial allocation and of its sweeps.
     init_method : {"urn", "uniform"}

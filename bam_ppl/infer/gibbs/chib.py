@@ -80,15 +80,15 @@ import jax
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ..estimate import EvidenceEstimate
-from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
-from ..progress import resolve_progress
-from ..types import as_key, numpy_generator
-from ..validation import check_choice, check_int
-from . import gibbs_numba
-from .gibbs import build_problem
-from .registry import register_evidence
-from .smc import log_evidence_constant, prepare
+from ...estimate import EvidenceEstimate
+from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
+from ...progress import resolve_progress
+from ...types import as_key, numpy_generator
+from ...validation import check_choice, check_int
+from . import collapsed_numba as gibbs_numba
+from .collapsed import build_problem
+from ..registry import register_evidence
+from ..smc.polya_urn import log_evidence_constant, prepare
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
@@ -483,7 +483,7 @@ def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_
 
 
 class _Problem:
-    """The host arrays one run needs, from :func:`bam_ppl.infer.gibbs.build_problem`."""
+    """The host arrays one run needs, from :func:`bam_ppl.infer.gibbs.collapsed.build_problem`."""
 
     def __init__(self, bound, data, layout, label_symmetry: bool, max_relabellings: int):
         spec, problem = build_problem(bound, data, layout, token_order="fixed")
@@ -626,7 +626,7 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
 def _pool(values: np.ndarray) -> tuple[float, float]:
     """log-mean-exp of the runs and a standard error from their spread."""
     try:
-        from ..estimate import pool_runs
+        from ...estimate import pool_runs
     except ImportError:
         pool_runs = None
     if pool_runs is not None:

@@ -8,7 +8,7 @@ O(nnz × free configurations × table members) plus the table sizes, never the d
 
 The functional core is :func:`init` / :func:`step` / :func:`run` on a :class:`CellProblem`;
 :func:`vb` (``method="vb"``) and :func:`vb_log_evidence` (the best ELBO over restarts,
-``kind="lower_bound"``) are the registry adapters. :mod:`bam_ppl.infer.cvb` reuses the cell
+``kind="lower_bound"``) are the registry adapters. :mod:`bam_ppl.infer.variational.cvb` reuses the cell
 bookkeeping defined here.
 """
 
@@ -22,14 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import gammaln as np_gammaln
 
-from ..convert import allocation_inference_data
-from ..estimate import EvidenceEstimate
-from ..models.allocation import AllocationModel, BoundModel, CellLayout
-from ..models.sampling import dirichlet_log_draws
-from ..progress import progress, resolve_progress
-from ..types import Array, as_key, numpy_generator
-from ..validation import check_choice, check_int, check_positive
-from .registry import register, register_evidence
+from ...convert import allocation_inference_data
+from ...estimate import EvidenceEstimate
+from ...models.allocation import AllocationModel, BoundModel, CellLayout
+from ...models.sampling import dirichlet_log_draws
+from ...progress import progress, resolve_progress
+from ...types import Array, as_key, numpy_generator
+from ...validation import check_choice, check_int, check_positive
+from ..registry import register, register_evidence
 
 INITS = ("responsibilities", "dirichlet")
 """Initialisations: ``"responsibilities"`` draws each cell's Φ from a flat Dirichlet over its

@@ -16,7 +16,7 @@ The state is the configuration of every token and the concatenated table counts 
 counts laid out by :meth:`BoundModel.cell_layout`. One sweep is a ``lax.scan`` over the tokens;
 chains are ``vmap``-ed. A sweep costs O(T × configurations × table members): it scales with the
 number of tokens, never with the dense size of X. On a CPU the same sweep also runs as a numba
-kernel (:mod:`bam_ppl.infer.gibbs_numba`, option ``kernel``); log π(S) of the kept samples is
+kernel (:mod:`bam_ppl.infer.gibbs.collapsed_numba`, option ``kernel``); log π(S) of the kept samples is
 computed by the same JAX code for both kernels, the Θ draws of the numba kernel with NumPy on the
 host (:class:`HostDraws`), where the states already are.
 """
@@ -34,14 +34,14 @@ import numpy as np
 from jax.scipy.special import gammaln
 from scipy.special import gammaln as np_gammaln
 
-from ..convert import allocation_inference_data
-from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
-from ..models.sampling import dirichlet_log_draws
-from ..progress import progress, resolve_progress
-from ..types import as_key, numpy_generator
-from ..validation import check_choice, check_int
-from . import gibbs_numba
-from .registry import register
+from ...convert import allocation_inference_data
+from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
+from ...models.sampling import dirichlet_log_draws
+from ...progress import progress, resolve_progress
+from ...types import as_key, numpy_generator
+from ...validation import check_choice, check_int
+from . import collapsed_numba as gibbs_numba
+from ..registry import register
 
 INITS = ("urn", "uniform")
 TOKEN_ORDERS = ("random", "fixed")

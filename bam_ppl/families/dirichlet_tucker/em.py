@@ -31,12 +31,12 @@ import numpy as np
 from jax.scipy.special import gammaln as jgammaln
 from scipy.special import gammaln
 
-from ..convert import observed_variables, to_inference_data
-from ..models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
-from ..progress import progress, resolve_progress
-from ..types import numpy_generator
-from ..validation import check_choice, check_int, check_positive
-from .registry import register
+from ...convert import observed_variables, to_inference_data
+from ...models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
+from ...progress import progress, resolve_progress
+from ...types import numpy_generator
+from ...validation import check_choice, check_int, check_positive
+from ...infer.registry import register
 
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 

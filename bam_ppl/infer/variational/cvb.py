@@ -26,11 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..convert import allocation_inference_data
-from ..models.allocation import AllocationModel
-from ..types import Array, numpy_generator
-from ..validation import check_int
-from .registry import register
+from ...convert import allocation_inference_data
+from ...models.allocation import AllocationModel
+from ...types import Array, numpy_generator
+from ...validation import check_int
+from ..registry import register
 from .vb import (
     INITS,
     CellProblem,

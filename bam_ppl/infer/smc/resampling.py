@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..types import Array, PRNGKey
+from ...types import Array, PRNGKey
 
 
 def _normalised_cdf(log_weights: Array) -> Array:

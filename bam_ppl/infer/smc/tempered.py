@@ -6,7 +6,7 @@ indices, and its visible indices that are missing). Summing the joint over token
     p(X) = exp(C) · Σ_z π₀(z) L(z),
 
 where C is the data-only constant of the Pólya-urn SMC (total-count term, multinomial
-coefficients; :func:`bam_ppl.infer.smc.log_evidence_constant`), π₀(z) the product over the
+coefficients; :func:`bam_ppl.infer.smc.polya_urn.log_evidence_constant`), π₀(z) the product over the
 tables of the *latent* nodes of their Dirichlet-multinomial sequence probabilities
 B(α + S)/B(α) — a proper distribution, drawn exactly token by token from the urn — and L(z) the
 same product over the tables of the *visible* nodes. A visible index that is missing in a token
@@ -26,7 +26,7 @@ sampling", Statistics and Computing). Each step
 3. resamples (systematic) when the ESS falls below P / 2;
 4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant: a
    token is removed and redrawn with probability ∝ [latent-table urn factors] ×
-   [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.build_problem`).
+   [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.collapsed.build_problem`).
 
 With small concentrations (a < 1) π₀ puts nearly every token in one configuration and the
 posterior's allocations are rare under it. The sampler then starts instead from the latent urn q
@@ -59,16 +59,16 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import gammaln
 
-from ..data import CountTensor
-from ..estimate import EvidenceEstimate, EvidenceWarning, pool_runs
-from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
-from ..progress import resolve_progress
-from ..types import as_key
-from ..validation import check_choice, check_int, check_positive
-from . import gibbs_numba
-from .gibbs import KERNELS, build_problem, resolve_kernel
-from .registry import register_evidence
-from .smc import log_evidence_constant, prepare
+from ...data import CountTensor
+from ...estimate import EvidenceEstimate, EvidenceWarning, pool_runs
+from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
+from ...progress import resolve_progress
+from ...types import as_key
+from ...validation import check_choice, check_int, check_positive
+from ..gibbs import collapsed_numba as gibbs_numba
+from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
+from ..registry import register_evidence
+from .polya_urn import log_evidence_constant, prepare
 
 try:
     import numba

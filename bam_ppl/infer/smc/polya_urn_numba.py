@@ -1,4 +1,4 @@
-"""Numba CPU kernel for the Pólya-urn SMC of :mod:`bam_ppl.infer.smc` (``kernel="numba"``).
+"""Numba CPU kernel for the Pólya-urn SMC of :mod:`bam_ppl.infer.smc.polya_urn` (``kernel="numba"``).
 
 The same filter as the JAX core: one shared token order per run, the free configuration drawn
 from its exact conditional, the incremental weight p_V(c_V | S) of eq. 4.11, adaptive
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .gibbs_numba import HAVE_NUMBA, _inverse_cdf, numba
+from ..gibbs.collapsed_numba import HAVE_NUMBA, _inverse_cdf, numba
 
 SCHEMES = ("systematic", "stratified", "multinomial", "residual")
 # Resamplings between two re-indexings of all rows. A resampling composes the ancestor maps of
@@ -55,7 +55,7 @@ def _normalised_cdf(weights, cdf):
 
 def _resample(rng, scheme, weights, ancestors, cdf):
     """Ancestors of one run's particles from non-negative ``weights`` with a positive sum
-    (the schemes of :mod:`bam_ppl.infer.resampling`, in the order of ``SCHEMES``)."""
+    (the schemes of :mod:`bam_ppl.infer.smc.resampling`, in the order of ``SCHEMES``)."""
     num = weights.shape[0]
     if scheme == 3:  # residual: floor(num · w) copies, the rest multinomial on the remainders
         total = weights.sum()
@@ -302,7 +302,7 @@ if HAVE_NUMBA:
 class NumbaRuns:
     """``num_chains`` SMC runs of ``num_particles`` particles on the host, advanced block by block.
 
-    ``urn`` is the :class:`~bam_ppl.infer.smc.UrnTables` content as NumPy arrays; ``rngs`` one
+    ``urn`` is the :class:`~bam_ppl.infer.smc.polya_urn.UrnTables` content as NumPy arrays; ``rngs`` one
     Generator per run. Runs go to threads (at most the number of CPUs).
     """
 

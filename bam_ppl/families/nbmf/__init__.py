@@ -1,0 +1,2 @@
+"""Backends of non-negative binary matrix factorisation (:func:`bam_ppl.models.nbmf`): Gibbs in
+:mod:`.gibbs`, VB and CVB in :mod:`.variational`."""
