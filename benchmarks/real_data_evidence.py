@@ -164,7 +164,7 @@ def age_profile(args) -> pd.DataFrame:
     Each animal of an observed 7-cell is equally likely to be any of the cell's tokens, so
     p(age | r) ∝ Σ_cells n(cell, r) · (share of the cell's animals with that age).
     """
-    from bam_ppl.infer.tempered import run_tempered
+    from bam_ppl.infer.smc.tempered import run_tempered
 
     X, X8 = abalone_data(args.small)
     model = bam.models.cp(PROFILE_RANK, order=7, a=1.0)
