@@ -134,3 +134,16 @@ def test_unreachable_or_offline_names_file_source_and_format(mirror, monkeypatch
     monkeypatch.setenv("BAM_PPL_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match=r"BAM_PPL_OFFLINE.*binary/lastfm\.npz"):
         datasets.load_binary("lastfm")
+
+
+def test_rda_to_npz_layout_and_errors(tmp_path):
+    rdata = pytest.importorskip("rdata")
+    X = np.array([[1.0, np.nan], [0.0, 1.0], [1.0, 1.0]])
+    rdata.write_rda(tmp_path / "one.rda", {"m": X})
+    datasets.rda_to_npz(tmp_path / "one.rda", tmp_path / "one.npz")
+    with np.load(tmp_path / "one.npz") as archive:
+        assert sorted(archive.files) == ["X", "cols", "rows"]
+        assert np.array_equal(archive["X"], X, equal_nan=True) and archive["rows"].size == 0
+    rdata.write_rda(tmp_path / "two.rda", {"a": X, "b": X})
+    with pytest.raises(ValueError, match="2 objects"):
+        datasets.rda_to_npz(tmp_path / "two.rda", tmp_path / "two.npz")

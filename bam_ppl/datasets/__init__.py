@@ -24,14 +24,14 @@ import os
 import numpy as np
 
 from ..data import CountTensor
-from ._fetch import cache_dir, fetch_nbmf
+from ._fetch import cache_dir, fetch_nbmf, rda_to_npz
 from ._locate import DataFile, data_home, locate
 
 # The documented functions (the constants ABALONE_MEASUREMENTS, BINARY_SOURCES, ICEWS_THRESHOLDS,
 # ICEWS_QUAD_CLASSES and LETTERS are importable too).
 __all__ = [
     "hair_eye_color", "load_abalone", "load_letter_bigrams", "load_letter_trigrams", "load_icews",
-    "load_binary", "movielens_ratings", "data_home", "cache_dir", "kmeans_1d",
+    "load_binary", "movielens_ratings", "data_home", "cache_dir", "rda_to_npz", "kmeans_1d",
 ]
 
 
@@ -83,8 +83,8 @@ def _binary_file(filename: str, description: str, data_home) -> np.ndarray:
     upstream = filename.replace(".npz", ".rda")
     fmt = _BINARY_FORMAT if filename.endswith(".npz") else "semicolon-separated CSV with columns MP;party"
     spec = DataFile(f"binary/{filename}",
-                    f"{NBMF_REPOSITORY}/blob/{NBMF_COMMIT}/data/{upstream} ({description}; the .rda "
-                    "is an R matrix with dimnames, converted by the loader when it fetches it)", fmt)
+                    f"{description}, the R data file {NBMF_REPOSITORY}/blob/{NBMF_COMMIT}/data/{upstream}"
+                    + (", which bam_ppl.datasets.rda_to_npz converts" if upstream != filename else ""), fmt)
     return locate(spec, data_home, fetch=lambda: fetch_nbmf(upstream, spec.missing(spec.relative)))
 
 

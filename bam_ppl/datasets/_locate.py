@@ -27,8 +27,8 @@ class DataFile:
 
     def missing(self, path: Path | str, why: str = "not found") -> FileNotFoundError:
         return FileNotFoundError(
-            f"{path}: {why}. Get {Path(self.relative).name} from {self.source}; format: {self.format}. "
-            f"Put it at <folder>/{self.relative} and pass data_home=<folder> or set {ENV_VAR}=<folder> "
+            f"{path}: {why}. Source: {self.source}; format: {self.format}. Put the file at "
+            f"<folder>/{self.relative} and pass data_home=<folder> or set {ENV_VAR}=<folder> "
             "(see bam_ppl/datasets/DATA.md)."
         )
 
