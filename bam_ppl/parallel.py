@@ -23,6 +23,7 @@ process.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -135,6 +136,50 @@ def score_task(data, score, model, heldout, rng_key):
     return score(model, data, heldout, rng_key)
 
 
+# -- chains and restarts of one backend ---------------------------------------------------------
+
+#: Options that count independent chains (merged by concatenation) or restarts (the best is kept).
+CHAIN_OPTION, RESTART_OPTION = "num_chains", "num_restarts"
+#: Root attributes by which a restart is judged, higher is better, in order of preference.
+RESTART_OBJECTIVES = ("best_elbo", "log_posterior")
+
+
+def split_backend(backend, model, data, rng_key, options: dict, executor, label: str):
+    """Run an inference backend as one task per chain (or restart) on ``executor``.
+
+    Chain (restart) ``c`` is the backend with one chain and the key ``fold_in(rng_key, c)``; the
+    chains are concatenated in order (of the restarts the one with the best objective is kept,
+    the first of equals). A backend without either option runs as a single task.
+    """
+    params = inspect.signature(backend).parameters
+    option = next((name for name in (CHAIN_OPTION, RESTART_OPTION) if name in params), None)
+    if option is None:
+        return run_tasks(executor, backend_task, [Task(label, (backend, rng_key, options))], (model, data))[0]
+    count = int(options.get(option, params[option].default))
+    if count < 1:
+        raise ValueError(f"{option} must be a positive integer, got {count}")
+    one = {**options, option: 1}
+    tasks = [Task(f"{label} {option[4:-1]} {c}", (backend, task_key(rng_key, c), one)) for c in range(count)]
+    parts = run_tasks(executor, backend_task, tasks, (model, data))
+    if option == CHAIN_OPTION:
+        return concat_chains(parts, attrs={CHAIN_OPTION: count})
+    return best_restart(parts, label)
+
+
+def best_restart(parts: Sequence, label: str):
+    """The restart with the highest objective (``RESTART_OBJECTIVES`` of its root attributes)."""
+    from .convert import attrs_of
+
+    attrs = [attrs_of(p) for p in parts]
+    objective = next((name for name in RESTART_OBJECTIVES if name in attrs[0]), None)
+    if objective is None:
+        raise ValueError(f"{label}: its result names no objective ({' or '.join(RESTART_OBJECTIVES)} in attrs) "
+                         "by which to keep the best restart; run it without an executor")
+    values = np.array([a[objective] for a in attrs], dtype=np.float64)
+    best = int(np.argmax(np.where(np.isnan(values), -np.inf, values)))
+    return with_attrs(parts[best], {RESTART_OPTION: len(parts), "best_restart": best})
+
+
 # -- merging --------------------------------------------------------------------------------------
 
 def group_names(idata) -> list[str]:
@@ -154,7 +199,7 @@ def concat_chains(parts: Sequence, attrs: dict | None = None):
     """
     import xarray as xr
 
-    from .convert import attrs_of, group, with_groups
+    from .convert import group, with_groups
 
     first = parts[0]
     merged = {}
@@ -164,6 +209,54 @@ def concat_chains(parts: Sequence, attrs: dict | None = None):
             continue
         joined = xr.concat(datasets, dim="chain", join="override", combine_attrs="override")
         merged[name] = joined.assign_coords(chain=np.arange(joined.sizes["chain"]))
-    out = with_groups(first, merged)
-    out.attrs = {**attrs_of(first), **(attrs or {})}
+    return with_attrs(with_groups(first, merged), attrs or {})
+
+
+def with_attrs(idata, updates: dict):
+    """``idata`` with ``updates`` in its root attributes and in every group's attributes that
+    already hold the key (backends repeat settings such as ``num_chains`` there)."""
+    from .convert import attrs_of, group, with_groups
+
+    groups = {}
+    for name in group_names(idata):
+        ds = group(idata, name)
+        if any(key in ds.attrs for key in updates):
+            groups[name] = ds.assign_attrs({k: v for k, v in updates.items() if k in ds.attrs})
+    out = with_groups(idata, groups) if groups else idata
+    out.attrs = {**attrs_of(idata), **updates}
     return out
+
+
+# -- sharding across jax.devices() -----------------------------------------------------------------
+
+def device_mesh(axis_name: str):
+    """A one-axis :class:`jax.sharding.Mesh` over every device, or None on a single device."""
+    import jax
+    from jax.sharding import Mesh
+
+    devices = jax.devices()
+    return Mesh(np.asarray(devices), (axis_name,)) if len(devices) > 1 else None
+
+
+def shard_axis(tree, size: int, axis: int, axis_name: str):
+    """Split every array of ``tree`` whose ``axis`` has length ``size`` across ``jax.devices()``.
+
+    The arrays are placed with a :class:`~jax.sharding.NamedSharding` that splits that axis
+    (particles, chains), the other arrays replicated; jitted kernels then run partitioned, each
+    device on its share. Unchanged on one device, or when ``size`` is not a multiple of the
+    number of devices (an uneven split would pad every step).
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = device_mesh(axis_name)
+    if mesh is None or size % mesh.size:
+        return tree
+
+    def place(x):
+        spec = [None] * np.ndim(x)
+        if np.ndim(x) and x.shape[axis] == size:
+            spec[axis] = axis_name
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+    return jax.tree.map(place, tree)

@@ -61,14 +61,20 @@ def test_target_stderr_rounds_equal_serial(client):
     assert second.details["run_log_evidence"] == serial.details["run_log_evidence"][2:4]
 
 
+def _noisy_heldout_score(model, X, heldout, rng_key):
+    """A cheap stand-in for a fit: per held-out cell, a value that depends on the model and the key."""
+    rng = np.random.default_rng(np.asarray(rng_key))
+    cells = X.to_dense()[heldout]
+    return -np.abs(cells - model.latent["k"]) + rng.normal(size=cells.shape)
+
+
 def test_select_ranks_on_dask_equals_serial(client):
-    rng = np.random.default_rng(0)
-    X = rng.poisson(3.0, size=(12, 10))
-    options = dict(grid={"rank": [1, 2]}, heldout_axes=(0, 1), rng_key=0, heldout_fraction=0.2,
-                   fit_options=dict(num_iters=50, num_restarts=2))
-    serial = bam.select_ranks(bam.models.nmf, X, **options)
-    parallel = bam.select_ranks(bam.models.nmf, X, executor=client, **options)
+    X = np.random.default_rng(0).poisson(3.0, size=(12, 10))
+    options = dict(grid={"rank": [1, 2, 3]}, heldout_axes=(0, 1), rng_key=0, heldout_fraction=0.2)
+    serial = bam.select_ranks(bam.models.nmf, X, score=_noisy_heldout_score, **options)
+    parallel = bam.select_ranks(bam.models.nmf, X, score=_noisy_heldout_score, executor=client, **options)
     pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
+    np.testing.assert_array_equal(parallel.attrs["heldout"], serial.attrs["heldout"])
 
 
 def test_failing_task_names_the_model(client):
@@ -111,3 +117,38 @@ def test_forking_process_pool_is_refused():
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool, \
             pytest.raises(ValueError, match="spawn"):
         bam.compare(MODELS, X2, executor=pool)
+
+
+CHAINS = dict(method="smc", num_chains=3, num_particles=32)
+
+
+def test_infer_chains_on_dask_equal_any_executor(client):
+    import xarray as xr
+
+    from bam_ppl.convert import group
+
+    model = MODELS["nmf2"]
+    parallel = bam.infer(model, X2, rng_key=4, executor=client, **CHAINS)
+    with concurrent.futures.ThreadPoolExecutor(1) as one_thread:
+        serial = bam.infer(model, X2, rng_key=4, executor=one_thread, **CHAINS)
+    posterior = group(parallel, "posterior")
+    assert posterior.sizes["chain"] == 3 and list(posterior["chain"].values) == [0, 1, 2]
+    xr.testing.assert_identical(posterior, group(serial, "posterior"))
+    xr.testing.assert_identical(group(parallel, "sample_stats"), group(serial, "sample_stats"))
+    # Chain c is the one-chain run with the key fold_in(rng_key, c).
+    alone = bam.infer(model, X2, rng_key=task_key(4, 2), **{**CHAINS, "num_chains": 1})
+    np.testing.assert_array_equal(posterior.isel(chain=2)["theta_k"].values,
+                                  group(alone, "posterior").isel(chain=0)["theta_k"].values)
+
+
+def test_infer_restarts_keep_the_best():
+    from bam_ppl.convert import attrs_of
+
+    model = MODELS["nmf3"]
+    options = dict(method="vb", num_iters=30, num_restarts=3)
+    with concurrent.futures.ThreadPoolExecutor(2) as threads:
+        best = bam.infer(model, X2, rng_key=0, executor=threads, **options)
+    elbos = [attrs_of(bam.infer(model, X2, rng_key=task_key(0, r), **{**options, "num_restarts": 1}))["best_elbo"]
+             for r in range(3)]
+    assert attrs_of(best)["best_elbo"] == max(elbos)
+    assert attrs_of(best)["best_restart"] == int(np.argmax(elbos)) and attrs_of(best)["num_restarts"] == 3

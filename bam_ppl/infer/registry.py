@@ -14,6 +14,7 @@ import inspect
 import warnings
 from typing import NamedTuple
 
+from ..parallel import check_executor, split_backend
 from ..types import KeyLike
 
 
@@ -101,7 +102,7 @@ def find(name: str, model) -> Backend:
     )
 
 
-def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **options):
+def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, executor=None, **options):
     """Run inference and return ArviZ InferenceData.
 
     Parameters
@@ -112,6 +113,12 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **option
         A registered method (see :func:`methods`); default: the model's ``default_method``.
     rng_key : int or JAX key
         Randomness; the same key gives the same result.
+    executor : concurrent.futures.Executor or dask.distributed.Client, optional
+        Runs the chains (or the restarts) as tasks there, model and data sent to each worker once
+        (:func:`bam_ppl.parallel.split_backend`): chain ``c`` is the backend with one chain and the
+        key ``fold_in(rng_key, c)``, chains concatenated in order (of restarts the best is kept).
+        The InferenceData is the same on every executor and any number of workers; it differs
+        from ``executor=None``, which runs all chains in one call with the backend's own keys.
     **options
         Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...).
     """
@@ -121,7 +128,12 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, **option
             raise ValueError("method is required for this model; see bam_ppl.methods()")
     backend = find(method, model)
     check_options(backend.fn, options, f"bam.infer(method={method!r})")
-    result = backend.fn(model, data, rng_key=rng_key, **options)
+    check_executor(executor)
+    if executor is None:
+        result = backend.fn(model, data, rng_key=rng_key, **options)
+    else:
+        result = split_backend(backend.fn, model, data, rng_key, options, executor,
+                               f"{type(model).__name__} {method!r}")
     if not _is_inference_data(result):
         raise TypeError(
             f"backend {method!r} for {type(model).__name__} returned {type(result).__name__}, not "
