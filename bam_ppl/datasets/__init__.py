@@ -464,10 +464,11 @@ def load_icews(threshold: float = 0.9, *, data_home: str | os.PathLike | None = 
     -------
     CountTensor
         Shape (20, 20, 4), dims ``("sender", "receiver", "quad_class")``. ``quad_class`` is
-        labelled with the quad-class names; ``sender`` and ``receiver`` carry country names where
-        the event set ships a country dictionary (``icews_<threshold>_data_country_dict.json``,
-        present for 0.99), else the labels ``"country 0"`` .. ``"country 19"`` (the country
-        codes of different event sets need not refer to the same countries).
+        labelled with the quad-class names; ``sender`` and ``receiver`` with the country names
+        (the same 20 countries in all five sets, from the upstream dictionaries, which the
+        bundled copy holds). Read from a folder, the names come from
+        ``icews_<threshold>_data_country_dict.json`` where it exists, else the labels are
+        ``"country 0"`` .. ``"country 19"``.
 
     Notes
     -----
@@ -475,7 +476,7 @@ def load_icews(threshold: float = 0.9, *, data_home: str | os.PathLike | None = 
     O'Brien, Shellman, Starz & Ward (2015), "ICEWS Coded Event Data", Harvard Dataverse,
     doi:10.7910/DVN/28075; the event subsets are the BAM authors'
     (github.com/sinanyildirim/BAM-JSTSP-code, ``experiments part 1/data/icews``). The package
-    bundles the five 20 × 20 × 4 count tensors and the 0.99 dictionaries (one small ``.npz``);
+    bundles the five 20 × 20 × 4 count tensors and their dictionaries (one small ``.npz``);
     ``bam_ppl/datasets/DATA.md`` states what is known of the licence. Nothing is downloaded.
     """
     matches = [t for t in ICEWS_THRESHOLDS if np.isclose(float(threshold), t)] \
