@@ -152,3 +152,42 @@ def test_infer_restarts_keep_the_best():
              for r in range(3)]
     assert attrs_of(best)["best_elbo"] == max(elbos)
     assert attrs_of(best)["best_restart"] == int(np.argmax(elbos)) and attrs_of(best)["num_restarts"] == 3
+
+
+SHARDED_RUNS = """
+import sys
+import jax
+import numpy as np
+import bam_ppl as bam
+from bam_ppl.convert import group
+from bam_ppl.infer.smc.polya_urn import run_smc
+
+_, X = bam.models.cp(2).sample(0, shape=(5, 4, 3), total=60)
+smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, kernel="jax")
+gibbs = bam.infer(bam.models.cp(2), X, method="gibbs", rng_key=1, num_chains=2, num_warmup=10, num_samples=5,
+                  kernel="jax")
+np.savez(sys.argv[1], devices=len(jax.devices()), smc_log_evidence=smc.chain_log_evidence, smc_counts=smc.counts,
+         smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values)
+"""
+
+
+def test_sharded_kernels_equal_one_device(tmp_path):
+    import subprocess
+
+    results = {}
+    for devices in (1, 2):
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+               "JAX_PLATFORMS": "cpu"}
+        out = tmp_path / f"devices{devices}.npz"
+        run = subprocess.run([sys.executable, "-c", SHARDED_RUNS, str(out)], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[devices] = np.load(out)
+    one, two = results[1], results[2]
+    assert (int(one["devices"]), int(two["devices"])) == (1, 2)
+    # Particles (SMC) and chains (Gibbs) split over two devices: the same draws; sums over the
+    # particles may round in another order, hence the float tolerance.
+    np.testing.assert_array_equal(two["smc_counts"], one["smc_counts"])
+    np.testing.assert_allclose(two["smc_log_evidence"], one["smc_log_evidence"], rtol=1e-12)
+    np.testing.assert_allclose(two["smc_best"], one["smc_best"], rtol=1e-12)
+    np.testing.assert_array_equal(two["gibbs_theta"], one["gibbs_theta"])

@@ -37,6 +37,7 @@ from scipy.special import gammaln as np_gammaln
 from ...convert import allocation_inference_data
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
+from ...parallel import shard_axis
 from ...progress import progress, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
@@ -399,6 +400,8 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     sweep_keys = jax.random.split(key_sweep, num_chains)
     draw_keys = jax.random.split(key_draw, num_chains)
     states = _init_chains(spec, problem, init_keys, init_method)
+    if chain_method == "vectorized":  # chains split across jax.devices()
+        states, sweep_keys, draw_keys = shard_axis((states, sweep_keys, draw_keys), num_chains, 0, "chains")
     num_blocks = PROGRESS_UPDATES if progress_bar else 1
     sweep_done = 0
     records, draws_done = [], 0

@@ -55,6 +55,7 @@ from ...data import MISSING, CountTensor
 from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
+from ...parallel import shard_axis
 from ...progress import progress, resolve_progress
 from ...types import Array, PRNGKey, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive
@@ -535,6 +536,7 @@ def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particl
     urn = urn_tables(bound, layout)
     active = jnp.arange(cells.shape[0]) < num_tokens
     state = init(jax.random.split(run_key, num_chains), urn, num_particles)
+    state = shard_axis(state, num_particles, -1, "particles")  # particles split across jax.devices()
     threshold = jnp.asarray(ess_threshold, jnp.float64)
     infos = []
     for b in _token_blocks(num_tokens, block, progress_bar, f"SMC ({num_chains}×{num_particles})"):
