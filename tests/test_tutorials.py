@@ -22,6 +22,10 @@ REAL_DATA = {
 }
 
 
+# Tutorials that need an optional extra: the module it installs.
+EXTRAS = {"parallel_sweep": "distributed"}
+
+
 def _real_data_available() -> bool:
     from bam_ppl.datasets import data_home
 
@@ -36,6 +40,8 @@ def _real_data_available() -> bool:
 def test_tutorial_runs(path, tmp_path):
     if path.stem in REAL_DATA and not _real_data_available():
         pytest.skip("real data sets not found (set BAM_PPL_DATA)")
+    if path.stem in EXTRAS:
+        pytest.importorskip(EXTRAS[path.stem])
     env = {**os.environ, "BAM_PPL_SMALL": "1", "MPLBACKEND": "Agg", "BAM_PPL_OUTPUT": str(tmp_path)}
     result = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)
