@@ -5,9 +5,11 @@
 passed as it is. Their work splits into independent tasks (one model, one evidence call, one
 chain or restart, one grid point). This module holds what every one of them shares:
 
-* **keys** — a task's key derives from ``rng_key`` and the task's identity (its model, its
-  call or chain number) by :func:`jax.random.fold_in`, never from the number of workers or the
-  order in which they finish, so a result is the same on any executor and any cluster;
+* **keys** — a task's key derives from ``rng_key`` and the task's identity only, never from
+  the number of workers or the order in which they finish, so a result is the same on any
+  executor and any cluster: every model of a comparison and every grid point gets ``rng_key``
+  itself (as in the serial call), evidence call or chain ``c`` gets
+  ``jax.random.fold_in(rng_key, c)`` (:func:`task_key`);
 * **data** — what every task reads is sent to each Dask worker once
   (``client.scatter(..., broadcast=True)``), not once per task;
 * **errors** — a task that raises surfaces as a :class:`TaskError` that names the task (the
@@ -16,8 +18,14 @@ chain or restart, one grid point). This module holds what every one of them shar
 * **merging** — results come back in task order; chains are concatenated into one
   InferenceData (:func:`concat_chains`).
 
-Without an executor (``executor=None``) the same tasks run one after another in the calling
-process.
+Without an executor (``executor=None``) ``compare``, ``log_evidence`` and ``select_ranks`` run
+the same tasks one after another in the calling process, so their results do not depend on
+the executor at all. ``infer`` without an executor runs every chain in one call (vectorised, with
+the backend's own chain keys); with any executor it runs one task per chain, the same result on
+every executor.
+
+:func:`shard_axis` splits the particles of the Pólya-urn SMC JAX kernel and the chains of
+collapsed Gibbs across ``jax.devices()`` (a no-op on one device).
 """
 
 from __future__ import annotations
