@@ -15,8 +15,8 @@ from scipy.stats import chi2
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer.smc import tempered
 from bam_ppl.infer.exact import exact_log_evidence
+from bam_ppl.infer.smc import tempered
 from bam_ppl.infer.smc.polya_urn import prepare
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
@@ -239,10 +239,26 @@ def test_one_run_has_no_stderr():
     (dict(max_configs=0), ValueError, "max_configs"),
     (dict(start_a=0.0), ValueError, "start_a"),
     (dict(start_a="flat"), TypeError, "start_a"),
+    (dict(cell_moves=-1), ValueError, "cell_moves"),
+    (dict(pair_moves=0.5), TypeError, "pair_moves"),
 ])
 def test_bad_options_raise(options, error, word):
     with pytest.raises(error, match=word):
         bam.log_evidence(bam.models.nmf(2, a=1.0), X1, method="tempered", **options)
+
+
+def test_jax_kernel_warns_that_it_has_no_block_moves():
+    model = bam.models.nmf(2, a=1.0)
+    with pytest.warns(UserWarning, match="JAX kernel has no cell or pair moves"):
+        result = tempered.run_tempered(model, X1, 0, num_particles=4, num_runs=1, kernel="jax", cell_moves=1)
+    assert np.isnan(result.block_move_acceptance).all()
+
+
+def test_block_moves_keep_the_estimate_exact():
+    model, X = CASES["nmf_X2"]
+    result = tempered.run_tempered(model, X, 3, num_particles=128, num_runs=8, cell_moves=1, pair_moves=1)
+    assert_matches_exact(result, exact_log_evidence(model, X))
+    assert np.all((result.block_move_acceptance > 0) & (result.block_move_acceptance <= 1))
 
 
 def test_tie_across_latent_and_visible_nodes_is_rejected():
@@ -302,3 +318,126 @@ def test_realistic_nmf_above_bounds_and_consistent_across_keys():
         assert estimate.stderr < 2.0
     combined = np.hypot(first.stderr, second.stderr)
     assert abs(first.value - second.value) <= max(4 * combined, 1.0)
+
+
+# -- cell and pair moves: exact kernels by enumeration -------------------------------------------
+def _log_target_partial(tp, config, placed, beta, cache):
+    """log π_β of the allocation with only the tokens ``placed`` (bool mask) at ``config`` (memoised
+    in ``cache``, one per problem and β)."""
+    key = tuple(np.where(placed, config, -1))
+    if key not in cache:
+        cache[key] = _log_target_partial_uncached(tp, config, placed, beta)
+    return cache[key]
+
+
+def _log_target_partial_uncached(tp, config, placed, beta):
+    counts = tp.fixed_counts.copy()
+    for m in tp.moved:
+        np.add.at(counts, tp.row_base[m, tp.token_cell[placed]] + tp.row_offset[m, config[placed]], 1)
+    prior, like = tempered.exact_log_terms(tp, counts)
+    if tp.tilted:
+        return (1 - beta) * tempered.exact_log_start(tp, counts) + beta * (prior + like)
+    return prior + beta * like
+
+
+def _log_path(tp, config, block, rest, beta, choices, cache):
+    """Σ_t log W_t and Σ_t log w_t(config_t) of placing ``block`` in order on top of ``rest``."""
+    placed, log_total, log_chosen = rest.copy(), 0.0, 0.0
+    for token in block:
+        base = _log_target_partial(tp, config, placed, beta, cache)
+        logs = []
+        for c in choices:
+            trial = config.copy()
+            trial[token] = c
+            allowed = not tp.has_valid or tp.valid[tp.token_cell[token], c]
+            logs.append(_log_target_partial(tp, trial, placed | (np.arange(config.size) == token), beta, cache) - base
+                        if allowed else -np.inf)
+        log_total += logsumexp(logs)
+        log_chosen += logs[list(choices).index(config[token])]
+        placed[token] = True
+    return log_total, log_chosen
+
+
+def _block_kernel(tp, zs, beta, block_of, choices):
+    """Transition matrix of one sequentially allocated block move (``block_of(z)``: the tokens re-placed,
+    in order; ``choices``: the configurations they may take), by enumeration of every proposal."""
+    index = {tuple(z): i for i, z in enumerate(zs)}
+    K, cache = np.zeros((len(zs), len(zs))), {}
+    for i, z in enumerate(zs):
+        block = block_of(z)
+        rest = np.ones(z.size, bool)
+        rest[block] = False
+        log_old, _ = _log_path(tp, z, block, rest, beta, choices, cache)
+        for values in itertools.product(choices, repeat=len(block)):
+            new = z.copy()
+            new[block] = values
+            if tuple(new) not in index:
+                continue
+            log_new, log_chosen = _log_path(tp, new, block, rest, beta, choices, cache)
+            K[i, index[tuple(new)]] += np.exp(log_chosen - log_new) * min(1.0, np.exp(log_new - log_old))
+        K[i, i] += 1.0 - K[i].sum()
+    return K
+
+
+def _cell_blocks(tp):
+    cells = np.flatnonzero(np.diff(tp.cell_start) >= 2)
+    return [np.arange(tp.cell_start[u], tp.cell_start[u + 1]) for u in cells]
+
+
+def _pair_kernels(tp, zs, beta, pair):
+    """One pair-move kernel per order of the cells (the block: tokens at either configuration, cell by cell)."""
+    kernels = []
+    for cell_order in itertools.permutations(range(tp.cell_start.size - 1)):
+        def block_of(z, cell_order=cell_order):
+            return np.array([t for u in cell_order for t in range(tp.cell_start[u], tp.cell_start[u + 1])
+                             if z[t] in pair], np.int64)
+        kernels.append(_block_kernel(tp, zs, beta, block_of, pair))
+    return kernels
+
+
+@pytest.mark.parametrize("name, beta", [pytest.param("nmf", 0.6, marks=pytest.mark.slow), ("tied", 0.3)])
+def test_cell_and_pair_moves_leave_the_tempered_target_invariant_exactly(name, beta):
+    # π_β K = π_β for the exact kernel of every cell move and of the pair move for every cell order
+    # (a tilted start on "tied"), computed by enumerating every proposal path.
+    model, X = TINY[name]
+    tp, zs, probs, _ = _enumerate_tempered(model, X, beta, START_SCALES[name])
+    configs = tuple(range(tp.num_configs))
+    kernels = [_block_kernel(tp, zs, beta, lambda z, b=b: b, configs) for b in _cell_blocks(tp)]
+    kernels += _pair_kernels(tp, zs, beta, (0, 1))
+    assert len(kernels) > 2
+    for K in kernels:
+        np.testing.assert_allclose(K.sum(1), 1.0, atol=1e-12)
+        assert K.min() >= -1e-12
+        np.testing.assert_allclose(probs @ K, probs, atol=1e-12)
+
+
+@pytest.mark.parametrize("moves", ["cell", pytest.param("pair", marks=pytest.mark.slow)])
+def test_numba_block_moves_follow_the_exact_kernel(moves):
+    # 20 000 particles at one allocation, one pass of cell moves (both cells, random order) or one
+    # pair move: the histogram of the new allocations against the enumerated kernel's row.
+    model, X = TINY["nmf"]
+    beta = 0.6
+    tp, zs, _, _ = _enumerate_tempered(model, X, beta)
+    configs = tuple(range(tp.num_configs))
+    if moves == "cell":
+        a, b = (_block_kernel(tp, zs, beta, lambda z, b=b: b, configs) for b in _cell_blocks(tp))
+        K = 0.5 * (a @ b + b @ a)
+    else:
+        K = np.mean(_pair_kernels(tp, zs, beta, (0, 1)), axis=0)
+    start = int(np.argmax(K.diagonal() < 0.9))  # an allocation the moves leave often
+    num = 20_000
+    with jax.enable_x64(True):
+        particles = _particles("numba", tp, num, seed=11)
+        particles.set_configs(np.repeat(zs[start][None], num, axis=0))
+        particles.move(beta, 0, *((1, 0) if moves == "cell" else (0, 1)))
+    codes = {tuple(z): i for i, z in enumerate(zs)}
+    found = np.bincount([codes[tuple(c)] for c in np.asarray(particles.config)], minlength=len(zs))
+    expected = K[start] * num
+    big = expected >= 5
+    observed = np.append(found[big], found[~big].sum())
+    expected = np.append(expected[big], expected[~big].sum())
+    keep = expected > 0
+    statistic = ((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    assert statistic < chi2.ppf(0.999, keep.sum() - 1), (statistic, keep.sum())
+    accepted, proposed = particles.block_moves[0 if moves == "cell" else 1, ::-1]
+    assert 0 < accepted <= proposed
