@@ -1,8 +1,8 @@
 """``method="auto"``: the evidence estimator that suits the problem's size.
 
 Exact where enumeration is cheap (no free nodes, or few allocation tensors), the Pólya-urn SMC
-of Cemgil et al. 2019 §4.2 on small token counts where it is accurate, the tempered SMC over allocations
-otherwise. The thresholds come from measurements recorded in benchmarks/README.md ("Choosing an
+of Cemgil et al. 2019 §4.2 where it is accurate — small token counts, and small tables whose few
+nonzero cells hold many tokens each — and the tempered SMC over allocations otherwise. The thresholds come from measurements recorded in benchmarks/README.md ("Choosing an
 evidence method"); the estimate's ``method`` names the estimator that ran and
 ``details["selected_by"]`` says it was chosen automatically, with the reason.
 """
@@ -22,6 +22,15 @@ AUTO_MAX_TENSORS = 20_000
 # many tokens on structured NMF data (benchmarks/README.md); from about 50 tokens on its runs
 # spread by nats and fall below the tempered estimate, and at 400 tokens they are 5-100 nats low.
 AUTO_SMC_MAX_TOKENS = 25
+# Few nonzero cells holding many tokens each (HairEyeColor under CP(2): 32 cells, 18.5 tokens per
+# cell): the tempered SMC's moves do not carry the particles between the posterior's groupings of
+# whole cells and its runs land several nats low and spread, while the Pólya-urn SMC agrees with
+# high-effort references within its error (benchmarks/README.md, "Choosing an evidence method").
+AUTO_SMC_MIN_TOKENS_PER_CELL = 10.0
+AUTO_SMC_MAX_CELLS = 64
+# Particles of the Pólya-urn SMC on such tables unless given: with the default 1000 its runs spread
+# by up to 1.5 nats (dense 6 × 8 NMF(2), 600 tokens), with 10 000 by 0.5 at under a second each.
+AUTO_DENSE_SMC_PARTICLES = 10_000
 AUTO_CANDIDATES = ("exact", "smc", "tempered")
 
 
@@ -35,6 +44,10 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[
         return "exact", f"{int(round(np.exp(log_count)))} allocation tensors: enumeration"
     if data.total <= AUTO_SMC_MAX_TOKENS:
         return "smc", f"T = {data.total} ≤ {AUTO_SMC_MAX_TOKENS} tokens: Pólya-urn SMC"
+    per_cell = data.total / data.nnz
+    if data.nnz <= AUTO_SMC_MAX_CELLS and per_cell >= AUTO_SMC_MIN_TOKENS_PER_CELL:
+        return "smc", (f"{data.nnz} nonzero cells ≤ {AUTO_SMC_MAX_CELLS} with {per_cell:.1f} ≥ "
+                       f"{AUTO_SMC_MIN_TOKENS_PER_CELL:g} tokens each: Pólya-urn SMC")
     return "tempered", f"T = {data.total} tokens, about 10^{log_count / np.log(10):.0f} allocations: tempered SMC"
 
 
@@ -44,7 +57,8 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
 
     ``options`` go to the chosen estimator. Since the choice depends on the data, an option of
     another candidate (say ``num_particles`` where the exact value is computed) is not passed
-    on; an option that no candidate takes is an error.
+    on; an option that no candidate takes is an error. On small tables with many tokens per cell
+    the Pólya-urn SMC runs with AUTO_DENSE_SMC_PARTICLES particles unless ``num_particles`` is given.
     """
     candidates = {name: find_evidence(name, model) for name in AUTO_CANDIDATES}
     known = set().union(*(option_names(fn) for fn in candidates.values())) | {"max_configs"}
@@ -54,6 +68,10 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
                         f"(of {', '.join(AUTO_CANDIDATES)}): {sorted(known)}")
     method, reason = choose_method(model, data, max_configs)
     fn = candidates[method]
+    dense_table = method == "smc" and prepare(model, data, max_configs)[0].total > AUTO_SMC_MAX_TOKENS
+    if dense_table and "num_particles" not in options:
+        options = dict(options, num_particles=AUTO_DENSE_SMC_PARTICLES)
+        reason += f", {AUTO_DENSE_SMC_PARTICLES} particles"
     options = dict(options, max_configs=max_configs)
     options = {k: v for k, v in options.items() if k in option_names(fn)}
     est = fn(model, data, rng_key=rng_key, **options)

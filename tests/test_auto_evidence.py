@@ -1,0 +1,55 @@
+"""method="auto" on small tables with many tokens per cell: within its stated error of a high-effort
+reference, and never below its own sure lower bound."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import bam_ppl as bam
+from bam_ppl.estimate import below_bound
+from bam_ppl.infer.auto import choose_method
+
+# High-effort references (benchmarks/README.md, "Choosing an evidence method"): the Pólya-urn SMC
+# with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style estimator with 16
+# chains of 3000 sweeps (HairEyeColor CP(2): −129.631 ± 0.062; the dense NMF: −176.938 ± 0.016).
+REFERENCES = {
+    "hair_eye_color_cp2": (bam.models.cp(2), -129.522, 0.086),
+    "dense_nmf2": (bam.models.nmf(2), -176.925, 0.152),
+}
+# 600 tokens in 6 × 8 cells, drawn from the BAM NMF(2) prior with a = 200 (key 0).
+DENSE = np.array([[11, 15, 15, 16, 8, 11, 7, 15], [21, 20, 17, 10, 13, 12, 12, 20],
+                  [9, 11, 13, 16, 14, 12, 15, 13], [8, 12, 19, 9, 11, 8, 7, 12],
+                  [21, 13, 26, 15, 10, 10, 15, 10], [14, 7, 8, 11, 3, 6, 10, 9]])
+
+
+def _data(name):
+    return bam.datasets.hair_eye_color() if name.startswith("hair") else DENSE
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_auto_matches_a_high_effort_reference(name):
+    model, reference, reference_stderr = REFERENCES[name]
+    X = _data(name)
+    assert choose_method(model, X)[0] == "smc"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bam.EvidenceWarning)
+        est = bam.log_evidence(model, X, rng_key=0)
+    assert est.details["selected_by"] == "auto" and "tokens each" in est.details["reason"]
+    combined = np.hypot(est.stderr, reference_stderr)
+    assert abs(est.value - reference) <= 3 * combined, (est.value, est.stderr, reference)
+    assert not below_bound(est.value, est.stderr, est.details["lower_bound"])
+
+
+def test_auto_gives_the_urn_smc_more_particles_on_dense_tables_unless_told():
+    model = bam.models.nmf(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        told = bam.log_evidence(model, DENSE, rng_key=1, num_particles=100)
+    assert told.method == "smc" and told.details["num_particles"] == 100
+    assert "particles" not in told.details["reason"].split(":")[-1]
+    sparse = np.zeros((20, 30), int)
+    sparse[np.arange(20), np.arange(20)] = 3  # 60 tokens, 3 per cell: the tempered SMC
+    assert choose_method(model, sparse)[0] == "tempered"
