@@ -253,18 +253,22 @@ def test_svb_reaches_vb_heldout_nll_on_large_data():
 # -- EM baseline -----------------------------------------------------------------------------------------
 def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
-    from bam_ppl.families.pmf.backends import em_rank_selection, information_criteria
+    from bam_ppl.families.pmf.backends import information_criteria
 
-    fit = em_rank_selection(pmf_tensor(5), samples, ranks=[1, 2, 3, 4, 5], num_categories=6)
-    loglik = fit["log_likelihood"]
-    assert np.all(np.diff(loglik) > -1.0)  # more components never fit much worse
-    aic, bic = information_criteria(loglik, fit["ranks"], (6,) * 5, samples.shape[0])
+    # em_bic is em_rank_selection plus the BIC choice; its sample_stats carry the selection's
+    # per-candidate log-likelihood, AIC and BIC, so one EM run checks both.
+    idata = bam.infer(pmf_tensor(5), samples, method="em_bic", ranks=[1, 2, 3, 4, 5], num_categories=6)
+    stats = group(idata, "sample_stats")
+    loglik = np.asarray(stats["log_likelihood"])
+    assert loglik.shape == (5,) and np.all(np.diff(loglik) > -1.0)  # more components never fit much worse
+    aic, bic = information_criteria(loglik, [1, 2, 3, 4, 5], (6,) * 5, samples.shape[0])
     k = (np.arange(1, 6) - 1) + np.arange(1, 6) * 25
     np.testing.assert_allclose(bic, -2 * loglik + k * np.log(samples.shape[0]))
     np.testing.assert_allclose(aic, -2 * loglik + 2 * k)
-    idata = bam.infer(pmf_tensor(5), samples, method="em_bic", ranks=[1, 2, 3, 4, 5], num_categories=6)
+    np.testing.assert_allclose(np.asarray(stats["bic"]), bic)
+    np.testing.assert_allclose(np.asarray(stats["aic"]), aic)
     rank = attrs_of(idata)["detected_rank"]
-    assert rank == fit["ranks"][np.argmin(bic)] and rank in (2, 3)  # BIC is conservative at this T
+    assert rank == 1 + np.argmin(bic) and rank in (2, 3)  # BIC is conservative at this T
     assert group(idata, "posterior")["theta_r"].shape == (1, 1, rank)
 
 
