@@ -24,6 +24,9 @@ ESTIMATORS = {
     "smc": dict(method="smc"),
     "tempered": dict(method="tempered"),
     "tempered+cells": dict(method="tempered", cell_moves=1),
+    "tempered-rho0.95": dict(method="tempered", rho=0.95),
+    "tempered-2sweeps": dict(method="tempered", num_sweeps=2),
+    "tempered-high": dict(method="tempered", num_particles=512, rho=0.97, num_sweeps=3),
     "chib": dict(method="chib"),
     "vb": dict(method="vb", num_restarts=4),
 }
