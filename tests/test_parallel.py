@@ -95,7 +95,6 @@ def test_bad_executor_is_a_type_error():
         bam.select_ranks(bam.models.nmf, X2, grid={"rank": [1]}, heldout_axes=(0, 1), executor=object())
 
 
-@register_evidence("smc_killing_its_worker_once")
 def _smc_killing_its_worker_once(model, data, *, rng_key=0, marker, **options):
     """The Pólya-urn SMC, after killing the worker process that runs it the first time."""
     if not os.path.exists(marker):
@@ -105,6 +104,7 @@ def _smc_killing_its_worker_once(model, data, *, rng_key=0, marker, **options):
 
 
 def test_lost_worker_is_retried(client, tmp_path):
+    register_evidence("smc_killing_its_worker_once")(_smc_killing_its_worker_once)
     options = dict(num_particles=64, num_chains=2)
     serial = bam.compare(MODELS, X2, rng_key=2, method="smc", **options)
     parallel = bam.compare(MODELS, X2, rng_key=2, method="smc_killing_its_worker_once", executor=client,
