@@ -43,3 +43,30 @@ def progress(total: int, desc: str, show: bool, unit: str = "it"):
             bar.update(total - bar.n)
     finally:
         bar.close()
+
+
+def run_in_chunks(advance, carry, total: int, *, chunk: int, show: bool, description: str,
+                  unit: str = "it", stop_early=None):
+    """Call ``advance(carry, start, stop)`` on consecutive chunks of ``total`` iterations.
+
+    Every backend that compiles a loop runs it this way: one jitted call per ``chunk``
+    iterations (the same compilation each time), a tqdm bar (``show``) moved between calls, and
+    an early exit when ``stop_early(carry)`` holds (a converged run). Returns the last carry.
+    """
+    with progress(total, description, show, unit=unit) as bar:
+        for start in range(0, total, chunk):
+            stop = min(start + chunk, total)
+            carry = advance(carry, start, stop)
+            if show:
+                _block_until_ready(carry)
+                bar.update(stop - start)
+            if stop_early is not None and stop_early(carry):
+                break
+    return carry
+
+
+def _block_until_ready(carry):
+    """Wait for JAX arrays in ``carry`` so that the bar follows the computation, not its dispatch."""
+    import jax
+
+    jax.block_until_ready(carry)

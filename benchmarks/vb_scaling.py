@@ -24,6 +24,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
+from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.variational import vb as vb_core
 
 
@@ -34,7 +35,7 @@ def sparse_counts(shape, nnz, rng) -> CountTensor:
 
 
 def seconds_per_iteration(data: CountTensor, rank: int, iters: int, seed: int, repeats: int) -> float:
-    bound, data, layout = vb_core.prepare(bam.models.nmf(rank, a=1.0), data)
+    data, bound, layout, _ = prepare(bam.models.nmf(rank, a=1.0), data)
     key = jax.random.PRNGKey(seed)
     with jax.enable_x64(True):
         problem = vb_core.build_problem(bound, data, layout)

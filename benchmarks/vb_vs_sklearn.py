@@ -28,6 +28,7 @@ import scipy.sparse as sp
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
+from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.variational import vb as vb_core
 
 
@@ -52,7 +53,7 @@ def kl_divergence(X: sp.coo_matrix, fitted_at_nonzeros: np.ndarray, fitted_total
 def time_vb(X: sp.csr_matrix, rank: int, a: float, iters: int, seed: int, repeats: int):
     coo = X.tocoo()
     data = CountTensor(np.stack([coo.row, coo.col], 1), coo.data, shape=X.shape)
-    bound, data, layout = vb_core.prepare(bam.models.nmf(rank, a=a), data)
+    data, bound, layout, _ = prepare(bam.models.nmf(rank, a=a), data)
     key = jax.random.PRNGKey(seed)
     with jax.enable_x64(True):
         problem = vb_core.build_problem(bound, data, layout)

@@ -7,8 +7,8 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
 from bam_ppl.data import CountTensor, as_count_tensor
-from bam_ppl.infer.variational import cvb as cvb_backend
 from bam_ppl.infer.exact import exact_log_evidence, exact_posterior_mean
+from bam_ppl.infer.variational import cvb as cvb_backend
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 

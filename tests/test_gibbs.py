@@ -10,9 +10,10 @@ from scipy.special import gammaln
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor, as_count_tensor
+from bam_ppl.infer import kernels
+from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
 from bam_ppl.infer.gibbs import collapsed as gibbs_core
 from bam_ppl.infer.gibbs import collapsed_numba as gibbs_numba
-from bam_ppl.infer.exact import exact_posterior_mean, expected_cell_probabilities
 from bam_ppl.models.program import _all_cells, cell_probabilities
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])  # papers/000 Example 3.3
@@ -234,7 +235,7 @@ def test_too_many_configurations_raises():
 
 
 def test_numba_kernel_needs_numba(monkeypatch):
-    monkeypatch.setattr(gibbs_numba, "HAVE_NUMBA", False)
+    monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
     with pytest.raises(ImportError, match="numba"):
         bam.infer(bam.models.nmf(2), X1, method="gibbs", kernel="numba")
     with pytest.warns(UserWarning, match="other results than an install with numba"):

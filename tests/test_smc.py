@@ -8,8 +8,8 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
 from bam_ppl.data import CountTensor
-from bam_ppl.infer.smc import polya_urn as smc_module
 from bam_ppl.infer.exact import exact_log_evidence, exact_posterior_mean
+from bam_ppl.infer.smc import polya_urn as smc_module
 
 # papers/000 §5.1.1 (notes/bam_digest.md §14).
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])

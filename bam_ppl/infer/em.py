@@ -32,6 +32,7 @@ from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ..progress import progress, resolve_progress
 from ..types import as_key
 from ..validation import check_choice, check_int, check_positive
+from .prepare import prepare
 from .registry import register
 
 INITS = ("random", "prior")
@@ -80,12 +81,8 @@ def build_problem(bound: BoundModel, data, layout: CellLayout) -> EMProblem:
     # Dirichlet normalisers Σ_columns [lnΓ(Σα) − Σ lnΓ(α)], and the multinomial coefficient of X
     # given its total (or given each conditioned cell's total), Cemgil et al. 2019 eq. 3.12–3.15.
     constant = np_gammaln(bound.flat_column_concentration).sum() - np_gammaln(alpha).sum()
-    constant -= np_gammaln(data.counts + 1.0).sum()
-    if bound.conditioned:
-        pos = [bound.visible.index(c) for c in bound.conditioned]
-        _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
-        constant += np_gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum()
-    else:
+    constant += bound.conditioned_log_factorials(data) - np_gammaln(data.counts + 1.0).sum()
+    if not bound.conditioned:
         # λ* = (a + T − 1)/(b + 1): log Gamma(λ*; a, b) + log Poisson(T; λ*) with the T! of the
         # Poisson cancelling the multinomial's.
         a, b, T = bound.a, bound.b, data.total
@@ -209,12 +206,8 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     check_choice(init, "init", INITS)
     resolve_progress(progress_bar)  # validates
     key = as_key(rng_key)
-    data = model.as_data(data)
-    if data.total == 0:
-        raise ValueError("X holds no tokens; MAP-EM needs at least one count")
-    bound = model.bind(data)
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="MAP-EM")
     check_concentrations(bound)
-    layout = bound.cell_layout(data, max_configs=max_configs)
     problem = build_problem(bound, data, layout)
     # Log posteriors of large data sets differ by far less than float32 resolves: EM's
     # monotonicity is only visible in float64.

@@ -89,11 +89,8 @@ def enumerate_allocations(bound: BoundModel, data, layout: CellLayout, max_tenso
     alpha = bound.flat_concentration
     alpha_col = bound.flat_column_concentration
     colmat = _column_matrix(bound)
-    const = bound.log_total_term() - (gammaln(alpha).sum() - gammaln(alpha_col).sum())
-    if bound.conditioned:
-        pos = [bound.visible.index(c) for c in bound.conditioned]
-        _, inv = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
-        const += gammaln(np.bincount(inv.reshape(-1), weights=data.counts) + 1.0).sum()
+    const = (bound.log_total_term() + bound.conditioned_log_factorials(data)
+             - (gammaln(alpha).sum() - gammaln(alpha_col).sum()))
     # Cells with a single composition (one allowed configuration) add the same to every tensor;
     # only the others are enumerated (np.unravel_index takes at most 64 axes).
     fixed_counts = sum((c[0] for c in contrib if c.shape[0] == 1), np.zeros(size))

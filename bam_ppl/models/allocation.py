@@ -65,6 +65,12 @@ class Table(NamedTuple):
         return int(self.concentration.size)
 
 
+def group_log_factorials(keys: np.ndarray, counts: np.ndarray) -> float:
+    """Σ_g lnΓ(n_g + 1) over the totals n_g of ``counts`` grouped by equal rows of ``keys``."""
+    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    return float(gammaln(np.bincount(inverse.reshape(-1), weights=counts) + 1.0).sum())
+
+
 class CellLayout(NamedTuple):
     """Flat indices of every (observed cell, free configuration, table member).
 
@@ -216,10 +222,22 @@ class BoundModel:
             value += log_beta(table.concentration + cnt) - log_beta(table.concentration)
         value -= gammaln(counts + 1.0).sum()
         if self.conditioned:
-            pos = [self.nodes.index(c) for c in self.conditioned]
-            _, inv = np.unique(cells[:, pos], axis=0, return_inverse=True)
-            value += gammaln(np.bincount(inv.reshape(-1), weights=counts) + 1.0).sum()
+            value += group_log_factorials(cells[:, [self.nodes.index(c) for c in self.conditioned]], counts)
         return float(value)
+
+    def conditioned_log_factorials(self, data: CountTensor) -> float:
+        """Σ_c lnΓ(n_c + 1) over the token totals n_c of the conditioned cells of ``data``; 0
+        without ``condition_on`` (the multinomial coefficients given the totals, eq. 3.15)."""
+        if not self.conditioned:
+            return 0.0
+        return group_log_factorials(data.indices[:, [self.visible.index(c) for c in self.conditioned]],
+                                    data.counts)
+
+    def log_data_constant(self, data: CountTensor) -> float:
+        """The part of log L_X fixed by the data alone: the total-count term, the conditioned cells'
+        and the multinomial coefficients (eq. 3.11, conditioned form eq. 3.15)."""
+        return (self.log_total_term() - float(gammaln(data.counts + 1.0).sum())
+                + self.conditioned_log_factorials(data))
 
     def log_prob_allocation(self, S) -> float:
         """log π(S) of a dense allocation tensor with axes in ``self.nodes`` order (eq. 3.11)."""

@@ -85,10 +85,11 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
-from . import collapsed_numba as gibbs_numba
-from .collapsed import build_problem
+from ..kernels import log_urn_weights
 from ..registry import register_evidence
 from ..smc.polya_urn import log_evidence_constant, prepare
+from . import collapsed_numba as gibbs_numba
+from .collapsed import build_problem
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
@@ -119,16 +120,8 @@ def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows
     num_configs = weight.shape[0]
     total = 0.0
     if logs:
-        for c in range(num_configs):
-            weight[c] = 0.0
-        for r in numerator_rows:
-            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] += math.log(values[c])
-        for r in denominator_rows:
-            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] -= math.log(values[c])
+        log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                        tie_rows, tie_earlier)
         if has_valid:
             for c in range(num_configs):
                 if not valid[cell, c]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -41,13 +40,14 @@ from ...parallel import shard_axis
 from ...progress import progress, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
-from . import collapsed_numba as gibbs_numba
+from ..kernels import KERNELS, resolve_kernel  # noqa: F401  (KERNELS: tempered SMC takes it from here)
+from ..prepare import prepare
 from ..registry import register
+from . import collapsed_numba as gibbs_numba
 
 INITS = ("urn", "uniform")
 TOKEN_ORDERS = ("random", "fixed")
 CHAIN_METHODS = ("vectorized", "sequential")
-KERNELS = ("auto", "jax", "numba")
 PROGRESS_UPDATES = 20
 RECORD_BLOCK_BYTES = 2**26  # kept states the numba kernel hands to one compiled record call
 
@@ -163,11 +163,8 @@ def build_problem(bound: BoundModel, data, layout: CellLayout,
         if not varies[key]:
             np.add.at(fixed, base + offset[0], data.counts)
     # log π(S) (eq. 3.11) = constant + Σ lnΓ(α + S) − Σ lnΓ(α_col + S_col) − Σ ln S(i)!
-    constant = bound.log_total_term() - np_gammaln(alpha).sum() + np_gammaln(alpha_col).sum()
-    if bound.conditioned:
-        pos = [bound.visible.index(c) for c in bound.conditioned]
-        _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
-        constant += np_gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum()
+    constant = (bound.log_total_term() + bound.conditioned_log_factorials(data)
+                - np_gammaln(alpha).sum() + np_gammaln(alpha_col).sum())
     valid = layout.valid if layout.valid is not None else np.ones((1, 1), bool)
     b = bound.b if bound.b is not None else 1.0
     problem = GibbsProblem(
@@ -496,24 +493,6 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
     return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
 
 
-def resolve_kernel(kernel: str) -> str:
-    """The sweep kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed."""
-    check_choice(kernel, "kernel", KERNELS)
-    if kernel == "numba" and not gibbs_numba.HAVE_NUMBA:
-        raise ImportError('kernel="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
-    if kernel == "auto":
-        if jax.default_backend() != "cpu":
-            return "jax"
-        if not gibbs_numba.HAVE_NUMBA:
-            warnings.warn(
-                "numba is not installed, so kernel='auto' runs the JAX kernel: it draws from other "
-                "random streams, so the same rng_key gives other results than an install with numba "
-                "(a dependency of bam_ppl: pip install numba)", UserWarning, stacklevel=3)
-            return "jax"
-        return "numba"
-    return kernel
-
-
 # -- registry adapter ------------------------------------------------------------------------------
 @register("gibbs", models=(AllocationModel,))
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
@@ -569,11 +548,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     kernel = resolve_kernel(kernel)
     progress_bar = resolve_progress(progress_bar)
     key = as_key(rng_key)
-    data = model.as_data(data)
-    if data.total == 0:
-        raise ValueError("X holds no tokens; collapsed Gibbs needs at least one count")
-    bound = model.bind(data)
-    layout = bound.cell_layout(data, max_configs=max_configs)
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="collapsed Gibbs")
     spec, problem = build_problem(bound, data, layout, token_order)
     # log π(S) is accumulated over every table entry and token: float64 keeps it exact to
     # well below a nat; the sweep itself works in explicit float32/int32.

@@ -26,60 +26,20 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
-from ...types import numpy_generator
-
-try:
-    import numba
-except ImportError:
-    numba = None
-
-HAVE_NUMBA = numba is not None
+from ..kernels import FASTMATH as _FASTMATH
+from ..kernels import HAVE_NUMBA, numba
+from ..kernels import inverse_cdf as _inverse_cdf
+from ..kernels import log_urn_weights as _log_urn_weights
+from ..kernels import row_values as _row_values
+from ..kernels import seeded_generator as _seeded
+from ..kernels import shuffle as _shuffle
 
 # What a call of the kernel does with each token.
 SWEEP = 0  # remove the token's increments, redraw its configuration, add them back
 URN = 1  # add the token, drawn from the urn given the tokens placed so far (Cemgil et al. 2019 §4.2)
 UNIFORM = 2  # add the token with a configuration drawn uniformly among those its cell allows
-
-
-def _shuffle(rng, order):
-    """Fisher–Yates shuffle of ``order`` in place, one uniform from ``rng`` per position."""
-    for i in range(order.shape[0] - 1, 0, -1):
-        j = int(rng.random() * (i + 1))
-        order[i], order[j] = order[j], order[i]
-
-
-def _inverse_cdf(weight, target):
-    """The first configuration whose cumulative weight exceeds ``target`` (uniform × total).
-
-    Rounding can leave the target at the total: then the last configuration with a positive
-    weight.
-    """
-    cumulative = 0.0
-    for c in range(weight.shape[0]):
-        cumulative += weight[c]
-        if target < cumulative:
-            return c
-    new = weight.shape[0] - 1
-    while new > 0 and weight[new] == 0.0:
-        new -= 1
-    return new
-
-
-def _row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
-    """values[c] = (α + S)[index of ``row`` at configuration c], plus one where a tied earlier
-    member of the same token has its increment at the same index."""
-    row_base = base[row]
-    for c in range(values.shape[0]):
-        values[c] = shifted[row_base + row_offset[row, c]]
-    for tie in range(tie_rows.shape[0]):
-        if tie_rows[tie] == row:
-            earlier = tie_earlier[tie]
-            for c in range(values.shape[0]):
-                if base[earlier] + row_offset[earlier, c] == row_base + row_offset[row, c]:
-                    values[c] += 1.0
 
 
 def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_cell, row_base,
@@ -128,15 +88,8 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_
             if mode == UNIFORM:
                 weight[:] = 1.0
             elif logs:
-                weight[:] = 0.0
-                for r in numerator_rows:
-                    _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-                    for c in range(num_configs):
-                        weight[c] += math.log(values[c])
-                for r in denominator_rows:
-                    _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-                    for c in range(num_configs):
-                        weight[c] -= math.log(values[c])
+                _log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows,
+                                 denominator_rows, tie_rows, tie_earlier)
             else:
                 weight[:] = 1.0
                 denominator[:] = 1.0
@@ -296,11 +249,7 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
 
 
 if HAVE_NUMBA:
-    _shuffle = numba.njit(nogil=True, cache=True)(_shuffle)
-    _inverse_cdf = numba.njit(inline="always", cache=True)(_inverse_cdf)
-    _row_values = numba.njit(inline="always", cache=True)(_row_values)
     # nogil: chains run in threads, each with its own Generator and arrays.
-    _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
     _place_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_place_tokens)
     _constant_factor = numba.njit(inline="always", cache=True)(_constant_factor)
     _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_factorised)
@@ -336,11 +285,6 @@ def contiguous_relabelling(row_base, row_offset, size):
     if not np.array_equal(new_index, new_base[:, :, None] + new_offset[:, None, :]):
         return np.arange(size), row_base, row_offset
     return new_of_old, new_base.astype(np.int32), new_offset.astype(np.int32)
-
-
-def _seeded(key) -> np.random.Generator:
-    """The chain's NumPy Generator, seeded from a raw JAX key (array of two uint32 words)."""
-    return numpy_generator(jnp.asarray(key, jnp.uint32))
 
 
 class NumbaChains:

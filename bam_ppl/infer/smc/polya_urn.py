@@ -48,20 +48,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from scipy.special import gammaln
 
 from ...convert import allocation_inference_data
-from ...data import MISSING, CountTensor
+from ...data import CountTensor
 from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
 from ...parallel import shard_axis
-from ...progress import progress, resolve_progress
+from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, PRNGKey, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive
-from . import polya_urn_numba as smc_numba
-from ..gibbs.collapsed import resolve_kernel
+from ..kernels import resolve_kernel
+from ..prepare import Prepared
+from ..prepare import prepare as prepare_problem
 from ..registry import register, register_evidence
+from . import polya_urn_numba as smc_numba
 from .resampling import RESAMPLERS, weight_summary
 
 # Runs with more particle-token updates than this show a progress bar unless told otherwise.
@@ -416,14 +417,23 @@ class SMCResult(NamedTuple):
     best_log_joint: np.ndarray  # (chain,) log p(X, z) of the best particle: a sure lower bound
 
 
+class FilterOutput(NamedTuple):
+    """What one kernel (JAX or numba) hands back from the filter, before the data constant is added:
+    per-run log evidence, the best final particle's counts and log π, the final particles' counts
+    (None without ``keep_particles``) and the (chain, token) ESS and resampling traces."""
+
+    chain_log_evidence: Array
+    best_counts: Array
+    best_log_prob: Array
+    counts: Array | None
+    column_counts: Array | None
+    ess: Array
+    resampled: Array
+
+
 def log_evidence_constant(bound: BoundModel, data: CountTensor) -> float:
-    """The data-only part of log L_X: total term, conditioned-cell and multinomial coefficients."""
-    value = bound.log_total_term() - float(gammaln(data.counts + 1.0).sum())
-    if bound.conditioned:
-        pos = [bound.visible.index(c) for c in bound.conditioned]
-        _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
-        value += float(gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum())
-    return value
+    """The data-only part of log L_X (:meth:`BoundModel.log_data_constant`)."""
+    return bound.log_data_constant(data)
 
 
 def _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar):
@@ -438,22 +448,9 @@ def _check_options(num_particles, num_chains, ess_threshold, resampling, max_con
 
 
 def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS):
-    """Validate ``data`` for ``model`` and build (data, bound model, cell layout); no compilation."""
-    if not isinstance(model, AllocationModel):
-        raise TypeError(f"model must be an AllocationModel, got {type(model).__name__}")
-    data = model.as_data(data)
-    if data.total == 0:
-        raise ValueError("X has no tokens (T = 0); the SMC needs at least one observed token")
-    bound = model.bind(data)
-    if bound.conditioned:
-        pos = [bound.visible.index(c) for c in bound.conditioned]
-        if (data.indices[:, pos] == MISSING).any():
-            raise ValueError(
-                f"X has missing entries on the conditioned node(s) {bound.conditioned}; "
-                "conditioned totals must be fully observed"
-            )
-    layout = bound.cell_layout(data, max_configs=max_configs)
-    return data, bound, layout
+    """(data, bound model, cell layout) of :func:`bam_ppl.infer.prepare.prepare`; no compilation."""
+    problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
+    return problem.data, problem.bound, problem.layout
 
 
 def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,
@@ -488,9 +485,18 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         random streams.
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
+    problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
+    return _run_prepared(problem, rng_key, num_particles=num_particles, num_chains=num_chains,
+                         ess_threshold=ess_threshold, resampling=resampling, progress_bar=progress_bar,
+                         keep_particles=keep_particles, kernel=kernel)
+
+
+def _run_prepared(problem: Prepared, rng_key, *, num_particles, num_chains, ess_threshold, resampling,
+                  progress_bar, keep_particles, kernel) -> SMCResult:
+    """:func:`run_smc` on a problem already validated and bound."""
     kernel = resolve_kernel(kernel)
     key = as_key(rng_key)
-    data, bound, layout = prepare(model, data, max_configs)
+    data, bound, layout, constant = problem
     num_tokens = data.total
     progress_bar = resolve_progress(
         progress_bar, long_run=num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES)
@@ -503,31 +509,28 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
         cells = _token_orders(order_key, tokens, num_chains=num_chains, padded=padded)
         rescale_every = rescale_interval(bound, num_tokens)
         run = _run_numba if kernel == "numba" else _run_jax
-        chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled = run(
+        out = run(
             bound, layout, cells, num_tokens=num_tokens, block=block, num_chains=num_chains,
             num_particles=num_particles, ess_threshold=ess_threshold, resampling=resampling,
             rescale_every=rescale_every, progress_bar=progress_bar, keep_particles=keep_particles,
             run_key=run_key, final_key=final_key)
-    constant = log_evidence_constant(bound, data)
     return SMCResult(
-        chain_log_evidence=np.asarray(chain_log) + constant,
-        counts=None if counts is None else np.asarray(counts, np.int32),
-        column_counts=None if column_counts is None else np.asarray(column_counts, np.int32),
-        best_counts=np.asarray(best_counts, np.int32),
-        best_log_prob=np.asarray(best_log_prob),
-        ess=np.asarray(ess),
-        resampled=np.asarray(resampled),
-        best_log_joint=np.asarray(best_log_prob) + constant,
+        chain_log_evidence=np.asarray(out.chain_log_evidence) + constant,
+        counts=None if out.counts is None else np.asarray(out.counts, np.int32),
+        column_counts=None if out.column_counts is None else np.asarray(out.column_counts, np.int32),
+        best_counts=np.asarray(out.best_counts, np.int32),
+        best_log_prob=np.asarray(out.best_log_prob),
+        ess=np.asarray(out.ess),
+        resampled=np.asarray(out.resampled),
+        best_log_joint=np.asarray(out.best_log_prob) + constant,
     )
 
 
-def _token_blocks(num_tokens: int, block: int, progress_bar: bool, description: str):
-    """Token ranges of the calls that run the filter, with a tqdm bar when asked for."""
-    num_blocks = -(-num_tokens // block)
-    with progress(num_blocks, description, progress_bar, unit="block") as bar:
-        for b in range(num_blocks):
-            yield b
-            bar.update(1)
+def _over_token_blocks(advance, carry, num_tokens: int, block: int, progress_bar: bool, description: str):
+    """``advance(carry, rows)`` over the token slices of ``block`` tokens, with a bar over blocks."""
+    return run_in_chunks(lambda c, b, _: advance(c, slice(b * block, (b + 1) * block)), carry,
+                         -(-num_tokens // block), chunk=1, show=progress_bar, description=description,
+                         unit="block")
 
 
 def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
@@ -539,19 +542,23 @@ def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particl
     state = shard_axis(state, num_particles, -1, "particles")  # particles split across jax.devices()
     threshold = jnp.asarray(ess_threshold, jnp.float64)
     infos = []
-    for b in _token_blocks(num_tokens, block, progress_bar, f"SMC ({num_chains}×{num_particles})"):
-        rows = slice(b * block, (b + 1) * block)
+
+    def advance(state, rows):
         state, info = run_tokens(state, cells[rows], active[rows], urn, threshold,
                                  same_table_before=layout.same_table_before, resampling=resampling,
                                  rescale_every=rescale_every)
         infos.append(info)
+        return state
+
+    state = _over_token_blocks(advance, state, num_tokens, block, progress_bar,
+                               f"SMC ({num_chains}×{num_particles})")
     chain_log, best_counts, best_log_prob = _close_runs(state)
     counts = column_counts = None
     if keep_particles:
         counts, column_counts = _final_particles(state, final_key, resampling=resampling)
     ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
     resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
-    return chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled
+    return FilterOutput(chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled)
 
 
 def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
@@ -567,8 +574,8 @@ def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_parti
     cells = np.asarray(cells)[:num_tokens]
     traces = []
     try:
-        for b in _token_blocks(num_tokens, block, progress_bar, f"SMC ({num_chains}×{num_particles})"):
-            traces.append(runs.run(cells[b * block:(b + 1) * block]))
+        _over_token_blocks(lambda _, rows: traces.append(runs.run(cells[rows])), None, num_tokens, block,
+                           progress_bar, f"SMC ({num_chains}×{num_particles})")
     finally:
         runs.close()
     best_counts, best_log_prob = runs.best_particles()
@@ -578,7 +585,8 @@ def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_parti
             [numpy_generator(k) for k in jax.random.split(final_key, num_chains)])
     ess = np.concatenate([t[0] for t in traces], axis=1)
     resampled = np.concatenate([t[1] for t in traces], axis=1)
-    return runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess, resampled
+    return FilterOutput(runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess,
+                        resampled)
 
 
 def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
@@ -610,11 +618,12 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     run's most probable final allocation (Cemgil et al. 2019 §5.2, Fig. 13). See :func:`run_smc` for
     the options.
     """
-    result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
-                     ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
-                     progress_bar=progress_bar, kernel=kernel)
-    data = model.as_data(data)
-    bound = model.bind(data)
+    _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
+    problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
+    result = _run_prepared(problem, rng_key, num_particles=num_particles, num_chains=num_chains,
+                           ess_threshold=ess_threshold, resampling=resampling, progress_bar=progress_bar,
+                           keep_particles=True, kernel=kernel)
+    data, bound = problem.data, problem.bound
     theta, rate = _draw_posterior(jax.random.fold_in(as_key(rng_key), 1), bound, result.counts)
     stats = {
         "log_marginal_likelihood": (("chain",), result.chain_log_evidence),

@@ -28,7 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..gibbs.collapsed_numba import HAVE_NUMBA, _inverse_cdf, numba
+from ..kernels import FASTMATH as _FASTMATH
+from ..kernels import HAVE_NUMBA, numba
+from ..kernels import inverse_cdf as _inverse_cdf
 
 SCHEMES = ("systematic", "stratified", "multinomial", "residual")
 # Resamplings between two re-indexings of all rows. A resampling composes the ancestor maps of
@@ -287,7 +289,6 @@ def _current_rows(table, row_generation, lineage, particles):
 
 
 if HAVE_NUMBA:
-    _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
     _search = numba.njit(cache=True)(_search)
     _normalised_cdf = numba.njit(cache=True)(_normalised_cdf)
     _resample = numba.njit(cache=True)(_resample)

@@ -30,6 +30,7 @@ from ...convert import allocation_inference_data
 from ...models.allocation import AllocationModel
 from ...types import Array, numpy_generator
 from ...validation import check_int
+from ..prepare import prepare
 from ..registry import register
 from .vb import (
     INITS,
@@ -46,7 +47,6 @@ from .vb import (
     member_indices,
     normalise_responsibilities,
     posterior_draws,
-    prepare,
     scatter_to_tables,
     show_progress,
     sum_over_members,
@@ -229,11 +229,10 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None):
     """Collapsed variational Bayes (CVB0) over each cell's latent configurations.
 
+    The arguments are those of :func:`bam_ppl.infer.variational.vb.vb`; these differ:
+
     Parameters
     ----------
-    model : AllocationModel
-    data : array-like or CountTensor
-    rng_key : int or JAX key
     num_iters : int
         Maximum number of sweeps per restart.
     tol : float
@@ -259,7 +258,7 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     """
     key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, INITS)
     check_int(num_samples, "num_samples")
-    bound, data, layout = prepare(model, data)
+    data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
     show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
     member_table = tuple(int(t) for t in layout.member_table)
     with jax.enable_x64(True):

@@ -26,9 +26,10 @@ from ...convert import allocation_inference_data
 from ...estimate import EvidenceEstimate
 from ...models.allocation import AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
-from ...progress import progress, resolve_progress
+from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive
+from ..prepare import prepare
 from ..registry import register, register_evidence
 
 INITS = ("responsibilities", "dirichlet")
@@ -93,26 +94,11 @@ class CellProblem(NamedTuple):
     row_col: tuple
 
 
-def conditioned_log_factorials(bound: BoundModel, data) -> float:
-    """Σ_c lnΓ(n_c + 1) over the conditioned cells' totals, as in ``BoundModel.log_prob_cells``."""
-    if not bound.conditioned:
-        return 0.0
-    pos = [bound.visible.index(c) for c in bound.conditioned]
-    _, inverse = np.unique(data.indices[:, pos], axis=0, return_inverse=True)
-    return float(np_gammaln(np.bincount(inverse.reshape(-1), weights=data.counts) + 1.0).sum())
-
-
 def data_constant(bound: BoundModel, data) -> float:
     """The ELBO's data-only terms (eq. D.1 first, fourth and last lines; conditioned variant)."""
-    alpha = bound.flat_concentration
-    alpha_col = bound.flat_column_concentration
-    log_beta_prior = np_gammaln(alpha).sum() - np_gammaln(alpha_col).sum()
-    return float(
-        bound.log_total_term()
-        + conditioned_log_factorials(bound, data)
-        - np_gammaln(data.counts + 1.0).sum()
-        - log_beta_prior
-    )
+    log_beta_prior = (np_gammaln(bound.flat_concentration).sum()
+                      - np_gammaln(bound.flat_column_concentration).sum())
+    return float(bound.log_data_constant(data) - log_beta_prior)
 
 
 def build_problem(bound: BoundModel, data, layout: CellLayout) -> CellProblem:
@@ -388,15 +374,14 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
     cut at the last iteration any restart ran.
     """
     outputs = []
-    done_iters = 0
-    with progress(num_iters, desc, progress_bar) as bar:
-        while done_iters < num_iters:
-            states, out = run_chunk(problem, states, num_iters, tol, length=CHUNK_ITERS)
-            outputs.append(out)
-            done_iters += CHUNK_ITERS
-            bar.update(min(CHUNK_ITERS, num_iters - bar.n))
-            if bool(jnp.all(states.converged)):
-                break
+
+    def advance(states, start, stop):
+        states, out = run_chunk(problem, states, num_iters, tol, length=CHUNK_ITERS)
+        outputs.append(out)
+        return states
+
+    states = run_in_chunks(advance, states, num_iters, chunk=CHUNK_ITERS, show=progress_bar, description=desc,
+                           stop_early=lambda s: bool(jnp.all(s.converged)))
     ran = int(jnp.max(states.iteration))
     stacked = jax.tree.map(lambda *xs: jnp.moveaxis(jnp.concatenate(xs, axis=0), 0, 1), *outputs)
     return states, jax.tree.map(lambda x: x[:, :ran], stacked)
@@ -450,17 +435,6 @@ def show_progress(progress_bar, layout: CellLayout, data, num_restarts: int, num
     return resolve_progress(progress_bar, long_run=work > AUTO_PROGRESS_WORK)
 
 
-def prepare(model, data):
-    """Bound model, data and layout; raises for a too large latent space before compiling."""
-    if not isinstance(model, AllocationModel):
-        raise TypeError(f"model must be an AllocationModel, got {type(model).__name__}")
-    data = model.as_data(data)
-    if data.nnz == 0:
-        raise ValueError("X has no tokens; variational inference needs at least one nonzero cell")
-    bound = model.bind(data)
-    return bound, data, bound.cell_layout(data)
-
-
 def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_samples: int):
     """θ ~ q(θ) = Dirichlet(α̂) per table (one chain) and λ ~ Gamma(a + T, b + 1) if it exists."""
     rng = numpy_generator(rng_key)
@@ -474,7 +448,7 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
 
 def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar):
     key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar)
-    bound, data, layout = prepare(model, data)
+    data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
     show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
     with jax.enable_x64(True):
         problem = build_problem(bound, data, layout)

@@ -1,0 +1,115 @@
+"""What runs the token loops of the samplers: kernel selection and the numba helpers they share.
+
+The Pólya-urn SMC, collapsed Gibbs, tempered SMC and Chib's estimator each have a JAX kernel (any
+JAX device) and a numba CPU kernel (:mod:`bam_ppl.infer.smc.polya_urn_numba`,
+:mod:`bam_ppl.infer.gibbs.collapsed_numba`). :func:`resolve_kernel` picks one; the small numba
+functions below are compiled once here and inlined into every kernel that calls them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..types import numpy_generator
+from ..validation import check_choice
+
+try:
+    import numba
+except ImportError:
+    numba = None
+
+HAVE_NUMBA = numba is not None
+KERNELS = ("auto", "jax", "numba")
+# Floating-point freedoms of the hot loops: no NaN or infinity arises there, and the order of a
+# sum of positive weights does not matter beyond rounding.
+FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+
+
+def resolve_kernel(kernel: str) -> str:
+    """The kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed."""
+    check_choice(kernel, "kernel", KERNELS)
+    if kernel == "numba" and not HAVE_NUMBA:
+        raise ImportError('kernel="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
+    if kernel == "auto":
+        if jax.default_backend() != "cpu":
+            return "jax"
+        if not HAVE_NUMBA:
+            warnings.warn(
+                "numba is not installed, so kernel='auto' runs the JAX kernel: it draws from other "
+                "random streams, so the same rng_key gives other results than an install with numba "
+                "(a dependency of bam_ppl: pip install numba)", UserWarning, stacklevel=3)
+            return "jax"
+        return "numba"
+    return kernel
+
+
+def seeded_generator(key) -> np.random.Generator:
+    """A chain's NumPy Generator, seeded from a raw JAX key (array of two uint32 words)."""
+    return numpy_generator(jnp.asarray(key, jnp.uint32))
+
+
+def shuffle(rng, order):
+    """Fisher–Yates shuffle of ``order`` in place, one uniform from ``rng`` per position."""
+    for i in range(order.shape[0] - 1, 0, -1):
+        j = int(rng.random() * (i + 1))
+        order[i], order[j] = order[j], order[i]
+
+
+def inverse_cdf(weight, target):
+    """The first configuration whose cumulative weight exceeds ``target`` (uniform × total).
+
+    Rounding can leave the target at the total: then the last configuration with a positive
+    weight.
+    """
+    cumulative = 0.0
+    for c in range(weight.shape[0]):
+        cumulative += weight[c]
+        if target < cumulative:
+            return c
+    new = weight.shape[0] - 1
+    while new > 0 and weight[new] == 0.0:
+        new -= 1
+    return new
+
+
+def row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
+    """values[c] = (α + S)[index of ``row`` at configuration c], plus one where a tied earlier
+    member of the same token has its increment at the same index."""
+    row_base = base[row]
+    for c in range(values.shape[0]):
+        values[c] = shifted[row_base + row_offset[row, c]]
+    for tie in range(tie_rows.shape[0]):
+        if tie_rows[tie] == row:
+            earlier = tie_earlier[tie]
+            for c in range(values.shape[0]):
+                if base[earlier] + row_offset[earlier, c] == row_base + row_offset[row, c]:
+                    values[c] += 1.0
+
+
+def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                    tie_rows, tie_earlier):
+    """weight[c] = log of the unnormalised urn weight of configuration c (Cemgil et al. 2019
+    eq. 4.1): Σ log (α + S) over the numerator rows minus the same over the denominator rows, for
+    products that could leave the float64 range."""
+    weight[:] = 0.0
+    for r in numerator_rows:
+        row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+        for c in range(weight.shape[0]):
+            weight[c] += math.log(values[c])
+    for r in denominator_rows:
+        row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+        for c in range(weight.shape[0]):
+            weight[c] -= math.log(values[c])
+
+
+if HAVE_NUMBA:
+    # nogil: chains run in threads, each with its own Generator and arrays.
+    shuffle = numba.njit(nogil=True, cache=True)(shuffle)
+    inverse_cdf = numba.njit(inline="always", cache=True)(inverse_cdf)
+    row_values = numba.njit(inline="always", cache=True)(row_values)
+    log_urn_weights = numba.njit(inline="always", cache=True)(log_urn_weights)
