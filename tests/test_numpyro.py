@@ -50,10 +50,36 @@ def test_nuts_cell_probabilities_match_enumeration():
     assert int(group(idata, "sample_stats")["diverging"].sum()) < 20
 
 
-def test_nuts_latent_free_matches_conjugate_posterior():
-    X = np.array([[3, 0, 1], [1, 4, 2]])
-    model = bam.AllocationModel("i -> j", a=3.0)
-    idata = bam.infer(model, X, method="nuts", rng_key=0, num_warmup=200, num_samples=500, num_chains=2)
+LATENT_FREE_X = np.array([[3, 0, 1], [1, 4, 2]])
+LATENT_FREE = bam.AllocationModel("i -> j", a=3.0)
+
+
+@pytest.fixture(scope="module")
+def latent_free_nuts():
+    """One NUTS run of a latent-free model, shared by the posterior and the sample_stats tests.
+
+    progress_bar is left at None while stderr is not a terminal; returns the InferenceData, the
+    progress_bar values NumPyro's MCMC received and what was written to stderr.
+    """
+    seen = []
+    real_mcmc = numpyro_backends.MCMC
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["progress_bar"])
+        return real_mcmc(*args, **kwargs)
+
+    stderr = _Stream(tty=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numpyro_backends, "MCMC", spy)
+        patch.setattr(sys, "stderr", stderr)
+        idata = bam.infer(LATENT_FREE, LATENT_FREE_X, method="nuts", rng_key=0, num_warmup=200,
+                          num_samples=500, num_chains=2)
+    return idata, seen, stderr.getvalue()
+
+
+def test_nuts_latent_free_matches_conjugate_posterior(latent_free_nuts):
+    X, model = LATENT_FREE_X, LATENT_FREE
+    idata = latent_free_nuts[0]
     post = group(idata, "posterior")
     conc = {t.name: t.concentration for t in model.bind(X).tables}
     counts = {"i": X.sum(1), "j": X}
@@ -158,24 +184,12 @@ class _Stream(io.StringIO):
         return self.tty
 
 
-def test_nuts_writes_energy_for_bfmi_and_no_progress_bar_off_a_terminal(monkeypatch):
-    seen = []
-    real_mcmc = numpyro_backends.MCMC
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["progress_bar"])
-        return real_mcmc(*args, **kwargs)
-
-    monkeypatch.setattr(numpyro_backends, "MCMC", spy)
-    stderr = _Stream(tty=False)
-    monkeypatch.setattr(sys, "stderr", stderr)
-    X = np.array([[3, 0, 1], [1, 4, 2]])
-    idata = bam.infer(bam.AllocationModel("i -> j", a=3.0), X, method="nuts", rng_key=0,
-                      num_warmup=100, num_samples=100, num_chains=2)  # progress_bar left at None
+def test_nuts_writes_energy_for_bfmi_and_no_progress_bar_off_a_terminal(latent_free_nuts):
+    idata, seen, written = latent_free_nuts  # progress_bar left at None
     assert seen == [False]  # stderr is not a terminal: no bar, no carriage-return frames
-    assert "\r" not in stderr.getvalue()
+    assert "\r" not in written
     energy = group(idata, "sample_stats")["energy"]
-    assert energy.dims == ("chain", "draw") and energy.shape == (2, 100)
+    assert energy.dims == ("chain", "draw") and energy.shape == (2, 500)
     assert np.isfinite(energy.values).all()
     bfmi = az.bfmi(idata)  # an array on ArviZ 0.x, the sample_stats DataTree on 1.x
     bfmi = np.asarray(bfmi["energy"] if not isinstance(bfmi, np.ndarray) else bfmi)
