@@ -161,13 +161,20 @@ import numpy as np
 import bam_ppl as bam
 from bam_ppl.convert import group
 from bam_ppl.infer.smc.polya_urn import run_smc
+from bam_ppl.parallel import shard_axis
 
+split = shard_axis(np.zeros((2, 16)), 16, -1, "particles")
+assert len(split.sharding.device_set) == len(jax.devices())
+assert split.addressable_shards[0].data.shape == (2, 16 // len(jax.devices()))
 _, X = bam.models.cp(2).sample(0, shape=(5, 4, 3), total=60)
 smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, kernel="jax")
 gibbs = bam.infer(bam.models.cp(2), X, method="gibbs", rng_key=1, num_chains=2, num_warmup=10, num_samples=5,
                   kernel="jax")
+tempered = bam.log_evidence(bam.models.cp(2), X, method="tempered", rng_key=1, num_particles=16, num_runs=1,
+                            kernel="jax")
 np.savez(sys.argv[1], devices=len(jax.devices()), smc_log_evidence=smc.chain_log_evidence, smc_counts=smc.counts,
-         smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values)
+         smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values,
+         tempered=tempered.details["run_log_evidence"])
 """
 
 
@@ -185,9 +192,10 @@ def test_sharded_kernels_equal_one_device(tmp_path):
         results[devices] = np.load(out)
     one, two = results[1], results[2]
     assert (int(one["devices"]), int(two["devices"])) == (1, 2)
-    # Particles (SMC) and chains (Gibbs) split over two devices: the same draws; sums over the
+    # Particles (Pólya-urn and tempered SMC) and chains (Gibbs) split over two devices: the same draws; sums over the
     # particles may round in another order, hence the float tolerance.
     np.testing.assert_array_equal(two["smc_counts"], one["smc_counts"])
     np.testing.assert_allclose(two["smc_log_evidence"], one["smc_log_evidence"], rtol=1e-12)
     np.testing.assert_allclose(two["smc_best"], one["smc_best"], rtol=1e-12)
     np.testing.assert_array_equal(two["gibbs_theta"], one["gibbs_theta"])
+    np.testing.assert_allclose(two["tempered"], one["tempered"], rtol=1e-12)

@@ -67,6 +67,7 @@ from scipy.special import gammaln
 from ...data import CountTensor
 from ...estimate import EvidenceEstimate, EvidenceWarning, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
+from ...parallel import shard_axis
 from ...progress import resolve_progress
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
@@ -822,6 +823,9 @@ class JaxParticles:
     def _run(self, beta, num_sweeps, remove):
         keys = jax.random.split(jax.random.fold_in(self.key, self.calls), self.num_particles)
         self.calls += 1
+        # Particles split across jax.devices() (resampling and set_configs make arrays anew).
+        keys, self.config, self.counts_, self.logs = shard_axis(
+            (keys, self.config, self.counts_, self.logs), self.num_particles, 0, "particles")
         self.config, self.counts_, self.logs = _jax_moves(
             self.rows, self.arrays, self.token_cell, keys, self.config, self.counts_, self.logs,
             jnp.asarray(beta, jnp.float64), num_sweeps, remove)
