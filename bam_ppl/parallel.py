@@ -24,8 +24,8 @@ the executor at all. ``infer`` without an executor runs every chain in one call 
 the backend's own chain keys); with any executor it runs one task per chain, the same result on
 every executor.
 
-:func:`shard_axis` splits the particles of the Pólya-urn SMC JAX kernel and the chains of
-collapsed Gibbs across ``jax.devices()`` (a no-op on one device).
+:func:`shard_axis` splits the particles of the Pólya-urn and tempered SMC JAX kernels and the
+chains of collapsed Gibbs across ``jax.devices()`` (a no-op on one device).
 """
 
 from __future__ import annotations
