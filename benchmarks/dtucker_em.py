@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bam_ppl.families.dirichlet_tucker.em import (
-    Params,
+    DirichletTuckerParams,
     Statistics,
     _concentrations,
     _face_arrays,
@@ -38,7 +38,7 @@ from bam_ppl.families.dirichlet_tucker.em import (
 from bam_ppl.models.dirichlet_tucker import dirichlet_tucker
 
 
-def naive_em_step(params: Params, X, alpha, weight):
+def naive_em_step(params: DirichletTuckerParams, X, alpha, weight):
     """EM step of Zhang & Linderman §2.1–2.2 written literally: π and E[z] with all eight axes."""
     rate = jnp.einsum("mi,nj,ijkl,kp,ls->mnpsijkl", params.psi, params.phi, params.core, params.theta,
                       params.lam)
@@ -56,7 +56,7 @@ def problem(shape, ranks, dtype):
     model = dirichlet_tucker(ranks)
     _, X = dirichlet_tucker(ranks, alpha=0.5).sample(0, shape=shape, total=200)
     fitted = np.ones(shape[:2], dtype=bool)
-    params = Params(*(jnp.asarray(p[0], dtype) for p in init_params(np.random.default_rng(0), ranks, shape, 1)))
+    params = DirichletTuckerParams(*(jnp.asarray(p[0], dtype) for p in init_params(np.random.default_rng(0), ranks, shape, 1)))
     return model, X, fitted, params
 
 

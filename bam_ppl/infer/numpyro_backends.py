@@ -1,6 +1,7 @@
 """NumPyro's NUTS and SVI, registered like any other backend and run on ``model.numpyro_model()``.
 
-The same two runners serve every model family; only the conversion of the draws differs.
+The same two runners (:func:`run_nuts`, :func:`run_svi`) serve every model family; only the
+conversion of the draws differs (NBMF: :mod:`bam_ppl.families.nbmf.numpyro_backends`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ from numpyro.optim import Adam
 
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
-from ..models.nbmf import NBMF
 from ..types import as_key
 from ..validation import check_int, check_positive
-from ..families.nbmf.gibbs import check_data, nbmf_inference_data
 from .registry import register
 
 GUIDES = {
@@ -52,14 +51,14 @@ def _split_theta(bound, samples):
     return theta, rate
 
 
-def _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob):
+def check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob):
     for name, value in dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                             thinning=thinning).items():
         check_int(value, name, minimum=0 if name == "num_warmup" else 1)
     check_positive(target_accept_prob, "target_accept_prob", upper=1.0)
 
 
-def _run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
+def run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
               target_accept_prob, chain_method, progress_bar):
     """Draws grouped by chain and the standard ArviZ sample statistics.
 
@@ -93,14 +92,14 @@ def _guide_class(guide):
     raise TypeError(f"guide must be a name in {sorted(GUIDES)} or an AutoGuide subclass, got {guide!r}")
 
 
-def _check_svi_options(guide, num_steps, num_samples, learning_rate):
+def check_svi_options(guide, num_steps, num_samples, learning_rate):
     check_int(num_steps, "num_steps", minimum=1)
     check_int(num_samples, "num_samples", minimum=1)
     check_positive(learning_rate, "learning_rate")
     return _guide_class(guide)
 
 
-def _run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_samples, progress_bar):
+def run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_samples, progress_bar):
     """Posterior draws from the fitted guide (one chain) and the loss trace."""
     q = guide_cls(program)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
@@ -121,11 +120,11 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
     names). ``progress_bar=None`` shows NumPyro's bar when stderr is a terminal and never in a
     log file; ``True``/``False`` force it.
     """
-    _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
+    check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)  # raises before compilation if the latent space is too large
-    samples, stats = _run_nuts(functools.partial(model.numpyro_model(), data, dense=False), rng_key,
+    samples, stats = run_nuts(functools.partial(model.numpyro_model(), data, dense=False), rng_key,
                                num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                                thinning=thinning, target_accept_prob=target_accept_prob,
                                chain_method=chain_method, progress_bar=progress_bar)
@@ -139,54 +138,14 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
 def svi(model, data, *, rng_key=0, guide="normal", num_steps: int = 2000, learning_rate: float = 0.01,
         num_samples: int = 1000, progress_bar: bool | None = None):
     """NumPyro SVI with an autoguide ("normal", "diagonal", "lowrank", "delta" or an AutoGuide class)."""
-    guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
+    guide_cls = check_svi_options(guide, num_steps, num_samples, learning_rate)
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)
-    draws, stats = _run_svi(functools.partial(model.numpyro_model(), data, dense=False), guide_cls, rng_key,
+    draws, stats = run_svi(functools.partial(model.numpyro_model(), data, dense=False), guide_cls, rng_key,
                             num_steps=num_steps, learning_rate=learning_rate,
                             num_samples=num_samples, progress_bar=progress_bar)
     theta, rate = _split_theta(bound, draws)
     return allocation_inference_data(bound, data, theta=theta, total_rate=rate, method="svi",
                                      sample_stats=stats,
                                      attrs=dict(guide=guide_cls.__name__, num_steps=num_steps))
-
-
-def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attrs):
-    W, H = draws["W"], draws["H"]
-    mean = np.einsum("cdfk,cdkn->cfn", W, H) / W.shape[1]
-    return nbmf_inference_data(model, values, observed, rows, cols, W=W, H=H, mean=mean,
-                               sample_stats=stats, method=method, transposed=False, attrs=attrs)
-
-
-@register("nuts", models=(NBMF,))
-def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_samples: int = 500,
-              num_chains: int = 2, thinning: int = 1, target_accept_prob: float = 0.8,
-              chain_method: str = "sequential", progress_bar: bool | None = None):
-    """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (Lumbreras et al. 2020 eqs. 15–18).
-
-    sample_stats and ``progress_bar`` as for the allocation models' :func:`nuts`.
-    """
-    _check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
-    values, observed, rows, cols = check_data(model, data, mask)
-    program = functools.partial(model.numpyro_model(), values, mask=observed)
-    draws, stats = _run_nuts(program, rng_key, num_warmup=num_warmup, num_samples=num_samples,
-                             num_chains=num_chains, thinning=thinning,
-                             target_accept_prob=target_accept_prob, chain_method=chain_method,
-                             progress_bar=progress_bar)
-    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "nuts",
-                        dict(num_warmup=num_warmup, num_samples=num_samples))
-
-
-@register("svi", models=(NBMF,))
-def nbmf_svi(model, data, *, rng_key=0, mask=None, guide="normal", num_steps: int = 2000,
-             learning_rate: float = 0.01, num_samples: int = 1000, progress_bar: bool | None = None):
-    """NumPyro SVI with an autoguide on the Bernoulli(WH) program of NBMF."""
-    guide_cls = _check_svi_options(guide, num_steps, num_samples, learning_rate)
-    values, observed, rows, cols = check_data(model, data, mask)
-    program = functools.partial(model.numpyro_model(), values, mask=observed)
-    draws, stats = _run_svi(program, guide_cls, rng_key, num_steps=num_steps,
-                            learning_rate=learning_rate, num_samples=num_samples,
-                            progress_bar=progress_bar)
-    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "svi",
-                        dict(guide=guide_cls.__name__, num_steps=num_steps))

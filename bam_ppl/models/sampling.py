@@ -30,6 +30,15 @@ def dirichlet_log_draws(rng: np.random.Generator, concentration, column_of: np.n
     return log_gamma - top - log_total
 
 
+def dirichlet_rows(rng: np.random.Generator, concentration, size=None) -> np.ndarray:
+    """Dirichlet vectors along the last axis of ``concentration`` as normalised Gamma draws
+    (``size``: the output shape, by default that of ``concentration``). A row whose Gammas all
+    underflow (concentrations far below one) stays zero instead of 0/0."""
+    gammas = rng.standard_gamma(np.asarray(concentration, dtype=np.float64), size=size)
+    totals = gammas.sum(axis=-1, keepdims=True)
+    return gammas / np.where(totals > 0, totals, 1.0)
+
+
 def _draw_tables(rng: np.random.Generator, bound) -> dict[str, np.ndarray]:
     out = {}
     for table in bound.tables:

@@ -32,23 +32,13 @@ from jax.scipy.special import gammaln as jgammaln
 from scipy.special import gammaln
 
 from ...convert import observed_variables, to_inference_data
+from ...infer.registry import register
 from ...models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
 from ...progress import progress, resolve_progress
 from ...types import numpy_generator
 from ...validation import check_choice, check_int, check_positive
-from ...infer.registry import register
 
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
-
-
-class Params(NamedTuple):
-    """ψ (M, K_M), φ (N, K_N), θ (K_P, P), λ (K_S, S), G (K_M, K_N, K_P, K_S)."""
-
-    psi: jax.Array
-    phi: jax.Array
-    theta: jax.Array
-    lam: jax.Array
-    core: jax.Array
 
 
 class Faces(NamedTuple):
@@ -73,12 +63,12 @@ class Concentrations(NamedTuple):
 
 
 # -- E-step: collapsed contractions (§2.3) ----------------------------------------------------
-def _face_core(params: Params, faces: Faces) -> jax.Array:
+def _face_core(params: DirichletTuckerParams, faces: Faces) -> jax.Array:
     """H_fkl = Σ_ij g_ijkl ψ_{m_f i} φ_{n_f j}: the core mixed by each face's loadings."""
     return jnp.einsum("fi,fj,ijkl->fkl", params.psi[faces.mouse], params.phi[faces.epoch], params.core)
 
 
-def _cell_rates(params: Params, mixed: jax.Array) -> jax.Array:
+def _cell_rates(params: DirichletTuckerParams, mixed: jax.Array) -> jax.Array:
     """C_fps = Σ_kl H_fkl θ_kp λ_ls, contracted one factor at a time (memory F·P·max(S, K_S))."""
     per_syllable = jnp.einsum("fkl,ls->fks", mixed, params.lam)
     return jnp.einsum("fks,kp->fps", per_syllable, params.theta)
@@ -101,7 +91,7 @@ class Statistics(NamedTuple):
     core: jax.Array
 
 
-def expected_statistics(params: Params, faces: Faces, num_mice: int, num_epochs: int):
+def expected_statistics(params: DirichletTuckerParams, faces: Faces, num_mice: int, num_epochs: int):
     """E-step: (Statistics, per-face log-likelihood) without the 8-way allocation tensor."""
     mixed = _face_core(params, faces)
     rates = _cell_rates(params, mixed)
@@ -132,9 +122,9 @@ def _mode(pseudo_counts: jax.Array, axis) -> jax.Array:
     return pseudo_counts / pseudo_counts.sum(axis=axis, keepdims=True)
 
 
-def m_step(stats: Statistics, alpha: Concentrations) -> Params:
+def m_step(stats: Statistics, alpha: Concentrations) -> DirichletTuckerParams:
     """Modes of the Dirichlet conditionals (Zhang & Linderman §2.2): ψ*_mi ∝ α_ψ − 1 + E[Σ z]."""
-    return Params(
+    return DirichletTuckerParams(
         _mode(alpha.psi - 1.0 + stats.psi, -1),
         _mode(alpha.phi - 1.0 + stats.phi, -1),
         _mode(alpha.theta - 1.0 + stats.theta, -1),
@@ -151,14 +141,14 @@ def _log_dirichlet(x: jax.Array, alpha: jax.Array, axis) -> jax.Array:
     return rows * norm + (alpha - 1.0) * jnp.sum(jnp.log(x))
 
 
-def log_prior(params: Params, alpha: Concentrations) -> jax.Array:
+def log_prior(params: DirichletTuckerParams, alpha: Concentrations) -> jax.Array:
     """log p(ψ, φ, θ, λ, G) under the Dirichlet priors of Zhang & Linderman §1."""
     return (_log_dirichlet(params.psi, alpha.psi, -1) + _log_dirichlet(params.phi, alpha.phi, -1)
             + _log_dirichlet(params.theta, alpha.theta, -1) + _log_dirichlet(params.lam, alpha.lam, -1)
             + _log_dirichlet(params.core, alpha.core, (-2, -1)))
 
 
-def init_params(rng: np.random.Generator, ranks, sizes, num_starts: int) -> Params:
+def init_params(rng: np.random.Generator, ranks, sizes, num_starts: int) -> DirichletTuckerParams:
     """``num_starts`` random starts (leading axis), every row uniform on its simplex (Dirichlet(1)).
 
     Drawn on the host: a JAX random sampler inside the jitted EM would dominate its compilation.
@@ -169,32 +159,32 @@ def init_params(rng: np.random.Generator, ranks, sizes, num_starts: int) -> Para
     def draw(size, *batch):
         return rng.dirichlet(np.ones(size), size=(num_starts, *batch))
 
-    return Params(draw(K_M, M), draw(K_N, N), draw(P, K_P), draw(S, K_S),
+    return DirichletTuckerParams(draw(K_M, M), draw(K_N, N), draw(P, K_P), draw(S, K_S),
                   draw(K_P * K_S, K_M, K_N).reshape(num_starts, *ranks))
 
 
 # -- full-batch EM ----------------------------------------------------------------------------
 class EMState(NamedTuple):
-    params: Params
+    params: DirichletTuckerParams
     iteration: jax.Array
     log_posterior: jax.Array   # (num_iters + 1,) trace, NaN after the last iteration done
     converged: jax.Array
 
 
-def _log_posterior(params: Params, faces: Faces, alpha: Concentrations) -> jax.Array:
+def _log_posterior(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations) -> jax.Array:
     """log p(X_fitted, params) up to nothing: fitted faces' eq. 2 plus the Dirichlet priors."""
     loglik = _log_likelihood(faces, _cell_rates(params, _face_core(params, faces)))
     return jnp.sum(faces.weight * loglik) + log_prior(params, alpha)
 
 
-def em_step(params: Params, faces: Faces, alpha: Concentrations, num_mice: int, num_epochs: int):
+def em_step(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, num_mice: int, num_epochs: int):
     """One EM iteration: (new params, log posterior of the *incoming* params)."""
     stats, loglik = expected_statistics(params, faces, num_mice, num_epochs)
     current = jnp.sum(faces.weight * loglik) + log_prior(params, alpha)
     return m_step(stats, alpha), current
 
 
-def run_em(params: Params, faces: Faces, alpha: Concentrations, num_iters, tol, *, sizes,
+def run_em(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, num_iters, tol, *, sizes,
            capacity: int) -> EMState:
     """At most ``num_iters`` EM updates from ``params``, stopping once the log posterior gains
     less than ``tol`` × |log posterior| in an iteration.
@@ -222,7 +212,7 @@ def run_em(params: Params, faces: Faces, alpha: Concentrations, num_iters, tol, 
 
 
 @functools.partial(jax.jit, static_argnames=("sizes", "capacity"))
-def _run_em_restarts(starts: Params, faces, alpha, num_iters, tol, *, sizes, capacity):
+def _run_em_restarts(starts: DirichletTuckerParams, faces, alpha, num_iters, tol, *, sizes, capacity):
     # lax.map runs the restarts one after another: memory stays that of a single run.
     return jax.lax.map(
         lambda params: run_em(params, faces, alpha, num_iters, tol, sizes=sizes, capacity=capacity),
@@ -236,7 +226,7 @@ def _trace_capacity(num_iters: int) -> int:
 
 # -- stochastic EM ----------------------------------------------------------------------------
 class SEMState(NamedTuple):
-    params: Params
+    params: DirichletTuckerParams
     statistics: Statistics
 
 
@@ -256,7 +246,7 @@ def sem_step(state: SEMState, batch_index, t, faces: Faces, alpha: Concentration
     return SEMState(m_step(running, alpha), running), estimate
 
 
-def face_log_likelihood(params: Params, faces: Faces, chunk_size: int) -> jax.Array:
+def face_log_likelihood(params: DirichletTuckerParams, faces: Faces, chunk_size: int) -> jax.Array:
     """log Mult of every face (eq. 2), computed ``chunk_size`` faces at a time (bounded memory)."""
     num = faces.mouse.shape[0]
     padded = -(-num // chunk_size) * chunk_size
@@ -271,7 +261,7 @@ def face_log_likelihood(params: Params, faces: Faces, chunk_size: int) -> jax.Ar
 
 
 @functools.partial(jax.jit, static_argnames=("sizes",))
-def _run_sem(params: Params, batches, faces, alpha, scale, step_delay, step_power, *, sizes):
+def _run_sem(params: DirichletTuckerParams, batches, faces, alpha, scale, step_delay, step_power, *, sizes):
     zeros = Statistics(*(jnp.zeros_like(p) for p in params))
 
     def body(state, inputs):
@@ -348,7 +338,7 @@ def _common_options(model, num_iters, tol, dtype):
 
 
 # -- results ----------------------------------------------------------------------------------
-def _inference_data(model, data, params: Params, fitted, total, loglik, *, method, sample_stats, attrs):
+def _inference_data(model, data, params: DirichletTuckerParams, fitted, total, loglik, *, method, sample_stats, attrs):
     """InferenceData of a point estimate: one chain, one draw, clearly labelled as such."""
     four = DirichletTuckerParams(*(np.asarray(p, np.float64) for p in params))
     out = four if model.order == 4 else DirichletTuckerParams(four.psi, four.phi, four.theta, None,
@@ -466,14 +456,14 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         dt = DTYPES[dtype]
         faces = _face_arrays(dense, fitted, dt)
         alpha = _concentrations(model, dt)
-        starts = Params(*(jnp.asarray(p, dt) for p in starts))
+        starts = DirichletTuckerParams(*(jnp.asarray(p, dt) for p in starts))
         states = _run_em_restarts(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
                                   sizes=sizes, capacity=_trace_capacity(num_iters))
         bar.update(1)
         iterations = np.asarray(states.iteration)
         finals = np.asarray(states.log_posterior)[np.arange(num_restarts), iterations]
         best = int(np.nanargmax(finals))
-        params = Params(*(p[best] for p in states.params))
+        params = DirichletTuckerParams(*(p[best] for p in states.params))
         loglik = face_log_likelihood(params, faces, dense.shape[0] * dense.shape[1])
         loglik = np.asarray(loglik)
     trace = np.asarray(states.log_posterior[best], np.float64)[: iterations[best] + 1]
@@ -540,7 +530,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
         raise ValueError(
             f"batch_size must be at most the number of fitted faces ({fitted_index.size}), got {batch_size}")
     ranks, sizes = _ranks_and_sizes(model, dense)
-    start = Params(*(p[0] for p in init_params(rng, ranks, sizes, 1)))
+    start = DirichletTuckerParams(*(p[0] for p in init_params(rng, ranks, sizes, 1)))
     # Each step's faces are drawn without replacement among the fitted ones (held-out faces never
     # enter a minibatch, so their augmentation counts stay zero).
     batches = np.stack([rng.choice(fitted_index, batch_size, replace=False) for _ in range(num_iters)])
@@ -549,7 +539,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
         faces = _face_arrays(dense, fitted, dt)
         alpha = _concentrations(model, dt)
         params, trace, loglik = _run_sem(
-            Params(*(jnp.asarray(p, dt) for p in start)), jnp.asarray(batches, jnp.int32), faces, alpha,
+            DirichletTuckerParams(*(jnp.asarray(p, dt) for p in start)), jnp.asarray(batches, jnp.int32), faces, alpha,
             jnp.asarray(fitted_index.size / batch_size, dt), jnp.asarray(step_delay, dt),
             jnp.asarray(step_power, dt), sizes=sizes)
         final = float(jnp.sum(faces.weight * loglik) + log_prior(params, alpha))

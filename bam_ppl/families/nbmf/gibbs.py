@@ -44,49 +44,25 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
-from ...convert import to_inference_data
-from ...data import as_binary_matrix
-from ...models.nbmf import ACTIVE_THRESHOLD, EXPECTATIONS_GROUP, NBMF
-from ...pointwise import bernoulli_log_likelihood
-from ...progress import progress, resolve_progress
+from ...infer.registry import register
+from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
 from ...types import as_key, numpy_generator
 from ...validation import check_int, check_positive
-from ...infer.registry import register
+from .common import (  # noqa: F401  (re-exported: the NBMF layout and checks)
+    CHUNK_SWEEPS,
+    DiagonalLayout,
+    Hyper,
+    check_data,
+    core_problem,
+    diagonal_layout,
+    dirichlet_rows,
+    nbmf_inference_data,
+    run_in_chunks,
+    to_matrix,
+)
+from .variational import VBState, vb_init, vb_sweep
 
-CHUNK_SWEEPS = 50
 MAX_STORED_BYTES = 2**31  # stored W and H draws above this need thinning=
-
-
-class DiagonalLayout(NamedTuple):
-    """Observed entries grouped into wrapped diagonals (distinct rows and columns in each)."""
-
-    rows: np.ndarray  # (D, m) int32
-    cols: np.ndarray  # (D, m) int32
-    values: np.ndarray  # (D, m) int32, 0 where missing
-    observed: np.ndarray  # (D, m) bool
-
-
-def diagonal_layout(values: np.ndarray, observed: np.ndarray) -> DiagonalLayout:
-    """Split the F × N entries into D = max(F, N) blocks of min(F, N) with distinct rows/columns."""
-    F, N = values.shape
-    if F <= N:
-        rows = np.broadcast_to(np.arange(F), (N, F))
-        cols = (np.arange(F)[None, :] + np.arange(N)[:, None]) % N
-    else:
-        cols = np.broadcast_to(np.arange(N), (F, N))
-        rows = (np.arange(N)[None, :] + np.arange(F)[:, None]) % F
-    rows = np.ascontiguousarray(rows, dtype=np.int32)
-    cols = np.ascontiguousarray(cols, dtype=np.int32)
-    return DiagonalLayout(rows, cols, values[rows, cols].astype(np.int32), observed[rows, cols])
-
-
-def to_matrix(layout: DiagonalLayout, block_values: np.ndarray, shape, fill=-1) -> np.ndarray:
-    """Scatter per-entry values laid out like ``layout`` (leading dims kept) back to F × N."""
-    block_values = np.asarray(block_values)
-    lead = block_values.shape[: block_values.ndim - 2]
-    out = np.full(lead + tuple(shape), fill, dtype=block_values.dtype)
-    out[..., layout.rows, layout.cols] = block_values
-    return out
 
 
 def categorical(weights, uniforms):
@@ -109,15 +85,6 @@ def categorical(weights, uniforms):
     within = jnp.take_along_axis(grouped, group[..., None], -2)[..., 0, :]
     offset = jnp.minimum(jnp.sum(jnp.cumsum(within, -1) < target - before, -1), size - 1)
     return jnp.minimum(group[..., 0] * size + offset, K - 1).astype(jnp.int32)
-
-
-class Hyper(NamedTuple):
-    """Per-component prior pseudo-counts of the core (rows = the Dirichlet side of W)."""
-
-    row: jnp.ndarray  # γ_k (K,)
-    alpha: jnp.ndarray  # α_k (K,) (Beta-Dir)
-    beta: jnp.ndarray  # β_k (K,) (Beta-Dir)
-    column: jnp.ndarray  # η_k (K,) (Dir-Dir)
 
 
 class BetaDirState(NamedTuple):
@@ -324,7 +291,6 @@ def bica_labels(key, layout, F, N, hyper, *, num_components=BICA_INIT_COMPONENTS
     the collapsed sampler then spends hundreds of sweeps merging them (the log joint still rises
     after 2000 sweeps on lastfm), while from this start it begins near a good mode.
     """
-    from .variational import VBState, vb_init, vb_sweep  # nbmf_vb imports this module
 
     K0 = min(num_components, hyper.row.shape[0])
     small = Hyper(hyper.row[:K0], hyper.alpha[:K0], hyper.beta[:K0], hyper.column[:K0])
@@ -361,12 +327,6 @@ def initial_state(key, layout, hyper, *, kind, F, N, K, init):
     if init == "random":
         return sampler.init(key, layout, F, N, K)
     return sampler.from_labels(bica_labels(key, layout, F, N, hyper), layout, F, N, K)
-
-
-def dirichlet_rows(rng: np.random.Generator, concentration) -> np.ndarray:
-    """Draw a Dirichlet vector along the last axis of ``concentration`` (normalised Gammas)."""
-    gammas = rng.standard_gamma(np.asarray(concentration, dtype=np.float64))
-    return gammas / gammas.sum(-1, keepdims=True)
 
 
 def conjugate_draws(rng: np.random.Generator, kind: str, hyper: Hyper, counts) -> tuple:
@@ -461,24 +421,6 @@ def _run_chains(chains, keys, start, stop, layout, hyper, *, kind, num_warmup, t
     return jax.vmap(fn, in_axes=(0, 0, None, None, None, None))(chains, keys, start, stop, layout, hyper)
 
 
-def run_in_chunks(advance, carry, total, progress_bar, description, unit):
-    """Call the jitted ``advance(carry, start, stop)`` on chunks of ``CHUNK_SWEEPS`` iterations.
-
-    The bounds are traced int32 values, so every chunk reuses one compilation; between chunks a
-    tqdm bar reports progress (``progress_bar``: True, False, or None for a terminal only; see
-    :mod:`bam_ppl.progress`).
-    """
-    bounds = list(range(0, total, CHUNK_SWEEPS)) + [total]
-    show = resolve_progress(progress_bar)
-    with progress(total, description, show, unit=unit) as bar:
-        for start, stop in zip(bounds[:-1], bounds[1:]):
-            carry = advance(carry, jnp.int32(start), jnp.int32(stop))
-            if show:
-                jax.block_until_ready(carry)
-                bar.update(stop - start)
-    return carry
-
-
 class GibbsResult(NamedTuple):
     """NumPy outputs of :func:`sample`, in the core's orientation (rows = the Dirichlet side)."""
 
@@ -522,63 +464,6 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
                        np.asarray(chains.mean_sum, dtype=np.float64) / num_samples,
                        np.asarray(chains.draw_active), np.asarray(chains.log_joint),
                        np.asarray(chains.active), assignments)
-
-
-def core_problem(model: NBMF, values, observed):
-    """Orient the data for the core: Dir-Beta runs as Beta-Dir on Vᵀ (Lumbreras et al. 2020 §3.1).
-
-    Returns ``(kind, values, observed, hyper, transposed)``.
-    """
-    K = model.n_components
-    full = lambda x: jnp.full(K, x, dtype=jnp.float32)
-    if model.prior == "dir-beta":
-        hyper = Hyper(full(model.eta), full(model.alpha), full(model.beta), full(model.eta))
-        return "beta-dir", values.T, observed.T, hyper, True
-    hyper = Hyper(jnp.asarray(model.row_concentration(), jnp.float32), full(model.alpha),
-                  full(model.beta), jnp.asarray(model.column_concentration(), jnp.float32))
-    return model.prior, values, observed, hyper, False
-
-
-def nbmf_inference_data(model, values, observed, rows, cols, *, W, H, mean, sample_stats, method,
-                        transposed, attrs):
-    """InferenceData of an NBMF fit; undoes the Dir-Beta transpose (W = H'ᵀ, H = W'ᵀ).
-
-    Besides ``W`` and ``H`` the posterior holds ``H_columns`` (col, component) for the Dirichlet
-    column priors (the program's sample site), and ``log_likelihood["V"]`` is the pointwise
-    Bernoulli log-likelihood of every observed entry (:func:`bam_ppl.pointwise.bernoulli_log_likelihood`).
-    """
-    if transposed:
-        W, H, mean = np.swapaxes(H, -1, -2), np.swapaxes(W, -1, -2), np.swapaxes(mean, -1, -2)
-    F, N = values.shape
-    coords = {"row": rows if rows is not None else np.arange(F),
-              "col": cols if cols is not None else np.arange(N),
-              "component": np.arange(model.n_components)}
-    posterior = {"W": (("chain", "draw", "row", "component"), W),
-                 "H": (("chain", "draw", "component", "col"), H)}
-    if model.prior != "beta-dir":
-        # The program samples the Dirichlet columns as site "H_columns" (H is deterministic):
-        # without it numpyro.infer.Predictive would draw H from the prior.
-        posterior["H_columns"] = (("chain", "draw", "col", "component"), np.swapaxes(H, -1, -2))
-    groups = {
-        "posterior": posterior,
-        EXPECTATIONS_GROUP: {"WH": (("chain", "row", "col"), mean)},
-        "sample_stats": sample_stats,
-        "observed_data": {"V": (("row", "col"), np.where(observed, values, np.nan))},
-    }
-    try:
-        groups["log_likelihood"] = bernoulli_log_likelihood(W, H, values, observed)
-    except ValueError as err:
-        attrs = {**attrs, "log_likelihood": f"not written: {err}"}
-    return to_inference_data(groups, coords=coords,
-                             attrs={"method": method, **model.hyperparameters, **attrs})
-
-
-def check_data(model: NBMF, data, mask):
-    values, observed, rows, cols = as_binary_matrix(data, mask)
-    if model.prior == "dir-dir" and model.n_components < 2 and not (values[observed] == 1).all():
-        raise ValueError("dir-dir with n_components=1 gives probability 1 to every entry; "
-                         "the data have zeros, so use n_components >= 2")
-    return values, observed, rows, cols
 
 
 @register("gibbs", models=(NBMF,))

@@ -28,19 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
+from ...infer.registry import register
 from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
 from ...types import as_key, numpy_generator
 from ...validation import check_int, check_positive
-from .gibbs import (
-    DiagonalLayout,
-    check_data,
-    core_problem,
-    diagonal_layout,
-    dirichlet_rows,
-    nbmf_inference_data,
-    run_in_chunks,
-)
-from ...infer.registry import register
+from . import common
 
 
 class CVBState(NamedTuple):
@@ -236,7 +228,7 @@ def _draw_q(key, row, ones, zeros, num_samples):
     """
     rng = numpy_generator(key)
     expand = lambda x: np.repeat(np.asarray(x, np.float64)[:, None], num_samples, axis=1)
-    W = dirichlet_rows(rng, expand(row))
+    W = common.dirichlet_rows(rng, expand(row))
     H = rng.beta(expand(ones), expand(zeros))
     return W.astype(np.float32), H.astype(np.float32)
 
@@ -284,17 +276,17 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         ``n_active_trace`` (chain, iteration) and ``n_active`` (chain,).
     """
     _check_options(model, "cvb", num_iters, num_restarts, num_samples, active_threshold)
-    values, observed, rows, cols = check_data(model, data, mask)
-    _, core_values, core_observed, hyper, transposed = core_problem(model, values, observed)
+    values, observed, rows, cols = common.check_data(model, data, mask)
+    _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     F, N = core_values.shape
-    layout = DiagonalLayout(*(jnp.asarray(a) for a in diagonal_layout(core_values, core_observed)))
+    layout = common.DiagonalLayout(*(jnp.asarray(a) for a in common.diagonal_layout(core_values, core_observed)))
     key_init, key_draw = jax.random.split(as_key(rng_key))
     runs = _init_cvb(jax.random.split(key_init, num_restarts), layout, F=F, N=N,
                      K=model.n_components, num_iters=num_iters)
     data_args = (jnp.asarray(core_values, jnp.int32), jnp.asarray(core_observed))
     advance = lambda runs, start, stop: _advance_cvb(runs, start, stop, layout, hyper, *data_args,
                                                      threshold=float(active_threshold))
-    runs = run_in_chunks(advance, runs, num_iters, progress_bar, "cvb", "iteration")
+    runs = common.run_in_chunks(advance, runs, num_iters, progress_bar, "cvb", "iteration")
     state = runs.state
     W_mean, H_mean = jax.vmap(cvb_means, in_axes=(0, 0, 0, None))(state.L, state.A, state.B, hyper)
     W, H = _draw_q(key_draw, hyper.row + state.L, jnp.swapaxes(hyper.alpha + state.A, -1, -2),
@@ -321,14 +313,14 @@ def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_res
         sample_stats ``elbo`` (chain, iteration), ``n_active_trace`` and ``n_active``.
     """
     _check_options(model, "vb", num_iters, num_restarts, num_samples, active_threshold)
-    values, observed, rows, cols = check_data(model, data, mask)
-    _, core_values, core_observed, hyper, transposed = core_problem(model, values, observed)
+    values, observed, rows, cols = common.check_data(model, data, mask)
+    _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     data_args = (jnp.asarray(core_values, jnp.float32), jnp.asarray(core_observed))
     key_init, key_draw = jax.random.split(as_key(rng_key))
     runs = _init_vb(jax.random.split(key_init, num_restarts), *data_args, hyper, num_iters=num_iters)
     advance = lambda runs, start, stop: _advance_vb(runs, start, stop, *data_args, hyper,
                                                     threshold=float(active_threshold))
-    runs = run_in_chunks(advance, runs, num_iters, progress_bar, "vb", "iteration")
+    runs = common.run_in_chunks(advance, runs, num_iters, progress_bar, "vb", "iteration")
     state = runs.state
     W_mean, H_mean = jax.vmap(vb_means)(state)
     W, H = _draw_q(key_draw, state.row, state.ones, state.zeros, num_samples)
@@ -343,6 +335,6 @@ def _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, r
     stats = {fit_name: (("chain", "iteration"), np.asarray(runs.fit_trace)),
              "n_active_trace": (("chain", "iteration"), active),
              "n_active": (("chain",), active[:, -1])}
-    return nbmf_inference_data(model, values, observed, rows, cols, W=np.asarray(W), H=np.asarray(H),
+    return common.nbmf_inference_data(model, values, observed, rows, cols, W=np.asarray(W), H=np.asarray(H),
                                mean=mean, sample_stats=stats, method=method, transposed=transposed,
                                attrs=dict(num_iters=num_iters, active_threshold=active_threshold))

@@ -35,11 +35,12 @@ from jax.scipy.special import digamma, gammaln
 
 from ...convert import allocation_inference_data
 from ...data import MISSING
+from ...infer.registry import deprecated_alias, register
 from ...models.pmf import PMFTensorModel, categorical_samples
-from ...progress import resolve_progress
+from ...models.sampling import dirichlet_rows
+from ...progress import resolve_progress, run_in_chunks
 from ...types import as_key, numpy_generator
 from ...validation import check_int, check_positive
-from ...infer.registry import deprecated_alias, register
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25
@@ -233,18 +234,18 @@ def _vb_chunk(state, rows, weights, row_variable, prior, tol, sizes, num_steps):
 
 
 def _drive(chunk, state, num_iters, progress_bar, label):
-    from tqdm.auto import tqdm
+    """``chunk(state, length)`` over ``num_iters`` sweeps until the state converged; returns the
+    final state and the trace of the sweeps that ran."""
+    traces = []
 
-    traces, done = [], 0
-    with tqdm(total=num_iters, desc=label, disable=not progress_bar, leave=False) as bar:
-        while done < num_iters and not bool(state.converged):
-            length = min(CHUNK_SIZE, num_iters - done)
-            before = int(state.iteration)
-            state, trace = chunk(state, length)
-            ran = int(state.iteration) - before
-            traces.append(np.asarray(trace)[:ran])
-            done += length
-            bar.update(ran)
+    def advance(state, start, stop):
+        before = int(state.iteration)
+        state, trace = chunk(state, stop - start)
+        traces.append(np.asarray(trace)[: int(state.iteration) - before])
+        return state
+
+    state = run_in_chunks(advance, state, num_iters, chunk=CHUNK_SIZE, show=progress_bar, description=label,
+                          unit="sweep", stop_early=lambda s: bool(s.converged))
     return state, np.concatenate(traces) if traces else np.zeros(0)
 
 
@@ -403,15 +404,9 @@ def em_run(key, arrays: PatternArrays, ranks, num_iters: int, tol: float, progre
         return lax.scan(body, s, None, length=n)
 
     chunk = jax.jit(chunk, static_argnums=1)
-    done = 0
-    from tqdm.auto import tqdm
-
-    with tqdm(total=num_iters, desc="EM", disable=not progress_bar, leave=False) as bar:
-        while done < num_iters and not bool(state.converged.all()):
-            length = min(CHUNK_SIZE, num_iters - done)
-            state, _ = chunk(state, length)
-            done += length
-            bar.update(length)
+    state = run_in_chunks(lambda s, start, stop: chunk(s, stop - start)[0], state, num_iters, chunk=CHUNK_SIZE,
+                          show=progress_bar, description="EM", unit="sweep",
+                          stop_early=lambda s: bool(s.converged.all()))
     # The stored log-likelihood belongs to the parameters before the last M-step; score the final ones.
     final = jax.jit(jax.vmap(lambda w, f: _em_sweep(w, f, device)[2]))(state.weights, state.factors)
     return state._replace(log_likelihood=final)
@@ -437,13 +432,9 @@ def _prepare(model, data, num_categories):
 
 
 def _dirichlet_draws(rng, concentration, num_samples):
-    """(1, num_samples, *concentration.shape) Dirichlet draws, columns along the last axis.
-
-    Drawn on the host as normalised Gammas; a pruned-away weight (α̃ ≈ α_λ) underflows to 0.
-    """
-    gammas = rng.standard_gamma(np.asarray(concentration), size=(num_samples, *np.shape(concentration)))
-    totals = gammas.sum(axis=-1, keepdims=True)
-    return (gammas / np.where(totals > 0, totals, 1.0))[None]
+    """(1, num_samples, *concentration.shape) Dirichlet draws, columns along the last axis; a
+    pruned-away weight (α̃ ≈ α_λ) underflows to 0."""
+    return dirichlet_rows(rng, concentration, size=(num_samples, *np.shape(concentration)))[None]
 
 
 def _posterior_idata(model, data, weights_conc, factor_conc, keep, key, num_samples, method,
@@ -606,22 +597,19 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
             return state, _heldout_nll(state.q, device_heldout)
 
         run_steps = jax.jit(run_steps, static_argnums=2)
-        from tqdm.auto import tqdm
+        nll_trace = []
 
-        nll_trace, done, converged = [], 0, False
-        previous = float(_heldout_nll(state.q, device_heldout))
-        with tqdm(total=num_iters, desc="SVB-PMF", disable=not resolve_progress(progress_bar), leave=False) as bar:
-            while done < num_iters:
-                length = min(eval_every, num_iters - done)
-                state, nll = run_steps(state, jax.random.fold_in(key_steps, done), length)
-                nll = float(nll)
-                nll_trace.append(nll)
-                done += length
-                bar.update(length)
-                if (previous - nll) <= tol * abs(nll):
-                    converged = True
-                    break
-                previous = nll
+        def advance(carry, start, stop):
+            state, previous, _ = carry
+            state, nll = run_steps(state, jax.random.fold_in(key_steps, start), stop - start)
+            nll_trace.append(float(nll))
+            return state, nll_trace[-1], (previous - nll_trace[-1]) <= tol * abs(nll_trace[-1])
+
+        start = (state, float(_heldout_nll(state.q, device_heldout)), False)
+        state, _, converged = run_in_chunks(advance, start, num_iters, chunk=eval_every,
+                                            show=resolve_progress(progress_bar), description="SVB-PMF",
+                                            stop_early=lambda carry: carry[2])
+        done = min(len(nll_trace) * eval_every, num_iters)
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
