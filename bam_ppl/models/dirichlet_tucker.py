@@ -84,7 +84,7 @@ class DirichletTuckerParams(NamedTuple):
     @classmethod
     def from_inference_data(cls, idata, draw: int = 0, chain: int = 0) -> DirichletTuckerParams:
         """Read the point estimates ``psi, phi, theta, lambda, core`` of a fitted result."""
-        from ..convert import group
+        from ..convert.read import group
 
         post = group(idata, "posterior")
         missing = [n for n in ("psi", "phi", "theta", "core") if n not in post]

@@ -153,7 +153,7 @@ class NBMF:
         averaged. Dir-Dir chains can settle in different modes: compare them by their
         ``log_joint`` trace before averaging.
         """
-        from ..convert import group
+        from ..convert.read import group
 
         try:
             expectations = group(idata, EXPECTATIONS_GROUP)

@@ -431,7 +431,7 @@ def point_estimate(idata):
     Uses the variational Dirichlet parameters when the run stored them (group ``variational``:
     exact means, Chege et al. 2024 eqs. 24, 30), else the mean of the posterior draws.
     """
-    from ..convert import attrs_of, group
+    from ..convert.read import attrs_of, group
 
     attrs = attrs_of(idata)
     nodes = str(attrs.get("observed", "")).split(",")

@@ -1,4 +1,4 @@
-"""The single converter from backend results to ArviZ InferenceData (DESIGN §5).
+"""The one builder of ArviZ InferenceData from backend results (DESIGN §5).
 
 Backends hand over plain arrays; this module names them, attaches dims and coords, and builds the
 ArviZ object for the installed ArviZ: ``arviz.InferenceData`` for 0.x (Python 3.11) and
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import xarray as xr
 
-from ._version import __version__
+from .._version import __version__
 
 SAMPLE_GROUPS = ("posterior", "sample_stats", "prior", "posterior_predictive", "log_likelihood")
 DENSE_OBSERVED_LIMIT = 10_000_000
@@ -134,7 +134,7 @@ def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, m
         coords.setdefault(n, np.arange(bound.sizes[n]))
     groups = {"posterior": posterior, "sample_stats": dict(sample_stats or {}), "observed_data": observed}
     if log_likelihood:
-        from .pointwise import try_allocation_log_likelihood
+        from ..pointwise import try_allocation_log_likelihood
 
         ll, reason = try_allocation_log_likelihood(bound, data, theta, total_rate)
         if ll is not None:
@@ -160,34 +160,3 @@ def allocation_inference_data(bound, data, *, theta: Mapping, total_rate=None, m
         base_attrs["condition_on"] = ",".join(model.condition_on)
     base_attrs.update(attrs or {})
     return to_inference_data(groups, coords=coords, attrs=base_attrs)
-
-
-def group(idata, name: str) -> xr.Dataset:
-    """A group of InferenceData (0.x) or DataTree (1.x) as an ``xarray.Dataset``."""
-    if isinstance(idata, xr.DataTree):
-        return idata[name].to_dataset()
-    return getattr(idata, name)
-
-
-def attrs_of(idata) -> dict:
-    """Root attributes for both ArviZ generations."""
-    if isinstance(idata, xr.DataTree):
-        return dict(idata.attrs)
-    return dict(idata.attrs or {})
-
-
-def with_groups(idata, datasets: Mapping[str, xr.Dataset]):
-    """A copy of ``idata`` with groups added or replaced (InferenceData 0.x or DataTree 1.x)."""
-    if isinstance(idata, xr.DataTree):
-        out = idata.copy()
-        for name, ds in datasets.items():
-            out[name] = xr.DataTree(ds)
-        return out
-    az = import_arviz()
-    groups = {g: getattr(idata, g) for g in idata.groups() if g not in datasets}
-    groups.update(datasets)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*not.*supported.*group", category=UserWarning)
-        out = az.InferenceData(**groups)
-    out.attrs = dict(idata.attrs or {})
-    return out
