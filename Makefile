@@ -10,6 +10,9 @@ VENV312 := .venv312
 PY312 := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 PYTEST_ARGS ?=
+# The suite runs on every core (pytest-xdist; at most 4 workers, each holds its own JAX and data),
+# each test module on one worker (tests/conftest.py). `make test PARALLEL=` runs it in one process.
+PARALLEL ?= -n auto --maxprocesses=4 --dist loadgroup
 
 .PHONY: demo test test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
 
@@ -25,7 +28,7 @@ demo: $(STAMP)
 	$(VENV)/bin/bam-ppl demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 $(PY312):
 	$(PYTHON312) -m venv $(VENV312)
@@ -44,16 +47,16 @@ PY312_SUBSET := tests/test_arviz_user.py tests/test_numpyro.py tests/test_plots.
 # `make test-py312 PYTEST_ARGS="tests/test_numpyro.py"` runs a subset.
 test-py312: $(STAMP312)
 	$(PY312) -c "import arviz, jax, sys; print('python', sys.version.split()[0], 'arviz', arviz.__version__, 'jax', jax.__version__); assert int(arviz.__version__.split('.')[0]) >= 1, 'test-py312 is meant to run ArviZ 1.x'"
-	$(PY312) -m pytest -q $(PYTEST_ARGS)
+	$(PY312) -m pytest -q $(PARALLEL) $(PYTEST_ARGS)
 
 test-py312-subset:
 	$(MAKE) test-py312 PYTEST_ARGS='$(PY312_SUBSET)'
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q $(PARALLEL) -m "slow or not slow"
 
 tutorials: $(STAMP)
-	$(PY) -m pytest -q tests/test_tutorials.py
+	$(PY) -m pytest -q $(PARALLEL) tests/test_tutorials.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

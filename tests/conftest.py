@@ -1,4 +1,7 @@
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +13,18 @@ _SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not os.environ.get("BAM_PPL_DATA") and _SHARED_DATA.is_dir():
     os.environ["BAM_PPL_DATA"] = str(_SHARED_DATA)
 os.environ["BAM_PPL_OFFLINE"] = "1"
+
+# One JAX compilation cache per test run, shared by the xdist workers and the tutorial
+# subprocesses (they inherit the environment): a program compiled once, e.g. the same model under
+# NUTS in two tests or in a test and a tutorial, is read back instead of compiled again. Made
+# fresh for each run and removed after it, so no run reuses another's compiled code; a cache the
+# user configured is left alone. Set before JAX is imported (test modules import it later).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _JAX_CACHE = tempfile.mkdtemp(prefix="bam-ppl-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 # Reference matrices of papers/000 Example 3.3 and §5.1.1 (notes/bam_digest.md §14).
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
@@ -24,3 +39,15 @@ def x1():
 @pytest.fixture
 def x2():
     return X2.copy()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test), each test module runs on one worker.
+
+    Module-scoped fixtures and JAX's in-memory compilation cache live in one process, so a
+    module split over workers would build and compile them once per worker. The tutorials are
+    independent scripts, each its own group, so that they spread over the workers.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and item.module.__name__ != "test_tutorials":
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
