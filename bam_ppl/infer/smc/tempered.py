@@ -73,6 +73,7 @@ from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
+from ..kernels import inverse_cdf, shuffle
 from ..registry import register_evidence
 from .polya_urn import log_evidence_constant, prepare
 
@@ -259,12 +260,6 @@ def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
 
 
 # -- numba kernel ----------------------------------------------------------------------------------
-def _shuffle(rng, order):
-    for i in range(order.shape[0] - 1, 0, -1):
-        j = int(rng.random() * (i + 1))
-        order[i], order[j] = order[j], order[i]
-
-
 def _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier):
     """(α + S)[index of row r at configuration c] (plus ``shift`` there when ``use_shift``), plus
     one where a tied earlier member of the same token has its increment at the same index."""
@@ -390,16 +385,7 @@ def _draw(rng, weight):
     total = 0.0
     for c in range(weight.shape[0]):
         total += weight[c]
-    target = rng.random() * total
-    cumulative = 0.0
-    for c in range(weight.shape[0]):
-        cumulative += weight[c]
-        if target < cumulative:
-            return c
-    new = weight.shape[0] - 1
-    while new > 0 and weight[new] == 0.0:
-        new -= 1
-    return new
+    return inverse_cdf(weight, rng.random() * total)
 
 
 def _set_base(base, row_base, cell):
@@ -477,7 +463,7 @@ def _pair_tokens(rng, conf, num_configs, members, pair, cell_order, cell_start):
     pair[1] = int(rng.random() * (num_configs - 1))
     if pair[1] >= pair[0]:
         pair[1] += 1
-    _shuffle(rng, cell_order)
+    shuffle(rng, cell_order)
     n = 0
     for cell in cell_order:
         for token in range(cell_start[cell], cell_start[cell + 1]):
@@ -522,7 +508,7 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
         conf = config[p]
         logs[:] = 0.0
         for _ in range(passes):
-            _shuffle(rng, order)
+            shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
                 cell = token_cell[token]
@@ -545,7 +531,7 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
                     logs[2] += _log_factor(start, new, log_space) - _log_factor(start, old, log_space)
         if mode == _SWEEP:
             for _ in range(num_cell_moves):
-                _shuffle(rng, cells)
+                shuffle(rng, cells)
                 for cell in cells:
                     if _block_move(rng, all_tokens[cell_start[cell]:cell_start[cell + 1]], no_pair, beta, counts, conf, proposal, base, lat, vis, start, weight,
                                    logs, token_cell, st):
@@ -577,7 +563,6 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
 
 
 if numba is not None:
-    _shuffle = numba.njit(nogil=True, cache=True)(_shuffle)
     _row_value = numba.njit(inline="always", cache=True)(_row_value)
     _group_factor = numba.njit(inline="always", cache=True)(_group_factor)
     _token_weights = numba.njit(inline="always", cache=True)(_token_weights)
