@@ -94,6 +94,26 @@ def task_key(rng_key: KeyLike, *identity: int):
     return key
 
 
+def chain_keys(rng_key: KeyLike, num_chains: int, first: int = 0, parts: int = 1):
+    """The keys of chains (or restarts) ``first .. first + num_chains - 1`` of a run keyed by ``rng_key``.
+
+    Chain ``c`` has the key ``fold_in(rng_key, c)`` (:func:`task_key`), whatever the number of
+    chains run beside it, so chain ``c`` run alone (``num_chains=1``, ``first=c``) draws what it
+    draws in a vectorised run. ``parts > 1`` splits each chain's key into that many streams and
+    returns them as a tuple of ``parts`` arrays of shape (num_chains, 2); ``parts=1`` returns the
+    (num_chains, 2) array itself.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    key = as_key(rng_key)
+    keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(first, first + num_chains, dtype=jnp.uint32))
+    if parts == 1:
+        return keys
+    split = jax.vmap(lambda k: jax.random.split(k, parts))(keys)
+    return tuple(split[:, p] for p in range(parts))
+
+
 def run_tasks(executor, fn: Callable, tasks: Sequence[Task], shared=None) -> list:
     """``[fn(shared, *task.args) for task in tasks]``, on ``executor`` when one is given.
 
@@ -148,6 +168,9 @@ def score_task(data, score, model, heldout, rng_key):
 
 #: Options that count independent chains (merged by concatenation) or restarts (the best is kept).
 CHAIN_OPTION, RESTART_OPTION = "num_chains", "num_restarts"
+#: The option that names the index of a run's first chain (restart): chain c of a run keyed by
+#: ``rng_key`` is the run with one chain, that option c and the same ``rng_key``.
+FIRST_OPTION = {CHAIN_OPTION: "first_chain", RESTART_OPTION: "first_restart"}
 #: Root attributes by which a restart is judged, higher is better, in order of preference.
 RESTART_OBJECTIVES = ("best_elbo", "log_posterior")
 
@@ -155,9 +178,14 @@ RESTART_OBJECTIVES = ("best_elbo", "log_posterior")
 def split_backend(backend, model, data, rng_key, options: dict, executor, label: str):
     """Run an inference backend as one task per chain (or restart) on ``executor``.
 
-    Chain (restart) ``c`` is the backend with one chain and the key ``fold_in(rng_key, c)``; the
-    chains are concatenated in order (of the restarts the one with the best objective is kept,
-    the first of equals). A backend without either option runs as a single task.
+    A backend that takes ``first_chain`` (``first_restart``) keys chain ``c`` by ``rng_key`` and
+    ``c`` alone (:func:`chain_keys`); task ``c`` runs it with one chain and ``first_chain=c``, so
+    the merged result is the one of ``executor=None``, bit for bit (a ``first_chain`` given
+    in ``options`` offsets every task's index). Another backend gets one
+    chain and the key ``fold_in(rng_key, c)`` (the same result on every executor, not the
+    serial one). The chains are concatenated in order (of the restarts the one with the best
+    objective is kept, the first of equals). A backend without either option runs as a single
+    task.
     """
     params = inspect.signature(backend).parameters
     option = next((name for name in (CHAIN_OPTION, RESTART_OPTION) if name in params), None)
@@ -166,12 +194,21 @@ def split_backend(backend, model, data, rng_key, options: dict, executor, label:
     count = int(options.get(option, params[option].default))
     if count < 1:
         raise ValueError(f"{option} must be a positive integer, got {count}")
-    one = {**options, option: 1}
-    tasks = [Task(f"{label} {option[4:-1]} {c}", (backend, task_key(rng_key, c), one)) for c in range(count)]
+    offset = int(options.get(FIRST_OPTION[option], 0))
+    tasks = [Task(f"{label} {option[4:-1]} {c}", (backend, *_one_of(params, option, rng_key, options, c)))
+             for c in range(offset, offset + count)]
     parts = run_tasks(executor, backend_task, tasks, (model, data))
     if option == CHAIN_OPTION:
         return concat_chains(parts, attrs={CHAIN_OPTION: count})
     return best_restart(parts, label)
+
+
+def _one_of(params, option: str, rng_key, options: dict, index: int) -> tuple:
+    """(rng_key, options) of the task that runs chain (restart) ``index`` alone."""
+    first = FIRST_OPTION[option]
+    if first in params:
+        return rng_key, {**options, option: 1, first: index}
+    return task_key(rng_key, index), {**options, option: 1}
 
 
 def best_restart(parts: Sequence, label: str):

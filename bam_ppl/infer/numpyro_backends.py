@@ -16,6 +16,7 @@ from numpyro.optim import Adam
 
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
+from ..parallel import chain_keys
 from ..types import as_key
 from ..validation import check_int, check_positive
 from .registry import register
@@ -51,24 +52,28 @@ def _split_theta(bound, samples):
     return theta, rate
 
 
-def check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob):
+def check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain=0):
     for name, value in dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                            thinning=thinning).items():
-        check_int(value, name, minimum=0 if name == "num_warmup" else 1)
+                            thinning=thinning, first_chain=first_chain).items():
+        check_int(value, name, minimum=0 if name in ("num_warmup", "first_chain") else 1)
     check_positive(target_accept_prob, "target_accept_prob", upper=1.0)
 
 
 def run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
-              target_accept_prob, chain_method, progress_bar):
+              target_accept_prob, chain_method, progress_bar, first_chain=0):
     """Draws grouped by chain and the standard ArviZ sample statistics.
 
     ``energy`` is the Hamiltonian (potential + kinetic) at each draw, under ArviZ's name, so
-    ``az.bfmi`` and ``az.plot_energy`` work; ``lp`` is minus the potential energy.
+    ``az.bfmi`` and ``az.plot_energy`` work; ``lp`` is minus the potential energy. Chain c runs
+    from the key ``fold_in(rng_key, c)`` (:func:`bam_ppl.parallel.chain_keys`), chains
+    ``first_chain ..`` here; with ``chain_method="sequential"`` it draws exactly what it draws
+    run alone.
     """
+    keys = chain_keys(rng_key, num_chains, first_chain)
     mcmc = MCMC(NUTS(program, target_accept_prob=target_accept_prob), num_warmup=num_warmup,
                 num_samples=num_samples, num_chains=num_chains, thinning=thinning,
                 chain_method=chain_method, progress_bar=show_progress(progress_bar))
-    mcmc.run(as_key(rng_key), extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy",
+    mcmc.run(keys[0] if num_chains == 1 else keys, extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy",
                                             "energy"))
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {
@@ -113,21 +118,24 @@ def run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sample
 @register("nuts", models=(AllocationModel,))
 def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 2,
          thinning: int = 1, target_accept_prob: float = 0.8, chain_method: str = "sequential",
-         progress_bar: bool | None = None):
+         progress_bar: bool | None = None, first_chain: int = 0):
     """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out).
 
     sample_stats: ``energy``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``lp`` (ArviZ's
     names). ``progress_bar=None`` shows NumPyro's bar when stderr is a terminal and never in a
-    log file; ``True``/``False`` force it.
+    log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)`` alone: the
+    run holds chains ``first_chain .. first_chain + num_chains - 1``, and with the default
+    ``chain_method="sequential"`` chain c run alone (``num_chains=1, first_chain=c``) is chain
+    c of a larger run exactly.
     """
-    check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob)
+    check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain)
     data = model.as_data(data)
     bound = model.bind(data)
     bound.cell_layout(data)  # raises before compilation if the latent space is too large
     samples, stats = run_nuts(functools.partial(model.numpyro_model(), data, dense=False), rng_key,
                                num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                                thinning=thinning, target_accept_prob=target_accept_prob,
-                               chain_method=chain_method, progress_bar=progress_bar)
+                               chain_method=chain_method, progress_bar=progress_bar, first_chain=first_chain)
     theta, rate = _split_theta(bound, samples)
     return allocation_inference_data(bound, data, theta=theta, total_rate=rate, method="nuts",
                                      sample_stats=stats,

@@ -36,7 +36,7 @@ from scipy.special import gammaln as np_gammaln
 from ...convert import allocation_inference_data
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
-from ...parallel import shard_axis
+from ...parallel import chain_keys, shard_axis
 from ...progress import progress, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
@@ -385,17 +385,16 @@ def _blocks(total: int, num_blocks: int) -> list[int]:
 
 def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4, num_warmup: int = 500,
         num_samples: int = 500, thinning: int = 1, init_method: str = "urn",
-        chain_method: str = "vectorized", progress_bar: bool = False, record=draw):
-    """Run ``num_chains`` chains; return the final states and the kept records.
+        chain_method: str = "vectorized", progress_bar: bool = False, record=draw, first_chain: int = 0):
+    """Run chains ``first_chain .. first_chain + num_chains - 1``; return the final states and the kept records.
 
     Each record has leading axes ``(num_samples, num_chains)``. ``record(spec, problem, key,
-    state)`` maps a state to what is kept (default :func:`draw`). Randomness is tied to the sweep
-    and draw numbers, so the result does not depend on how the run is split for the progress bar.
+    state)`` maps a state to what is kept (default :func:`draw`). Randomness is tied to the chain
+    (chain c splits ``fold_in(rng_key, c)`` into its init, sweep and draw keys) and to the sweep and
+    draw numbers, so the result depends neither on the chains run beside it nor on how the run is
+    split for the progress bar.
     """
-    key_init, key_sweep, key_draw = jax.random.split(as_key(rng_key), 3)
-    init_keys = jax.random.split(key_init, num_chains)
-    sweep_keys = jax.random.split(key_sweep, num_chains)
-    draw_keys = jax.random.split(key_draw, num_chains)
+    init_keys, sweep_keys, draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=3)
     states = _init_chains(spec, problem, init_keys, init_method)
     if chain_method == "vectorized":  # chains split across jax.devices()
         states, sweep_keys, draw_keys = shard_axis((states, sweep_keys, draw_keys), num_chains, 0, "chains")
@@ -436,7 +435,7 @@ def _record_block(spec, problem, draw_keys, configs, counts, first_draw, record)
 
 def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
               num_warmup: int = 500, num_samples: int = 500, thinning: int = 1, init_method: str = "urn",
-              chain_method: str = "vectorized", progress_bar: bool = False, record=draw):
+              chain_method: str = "vectorized", progress_bar: bool = False, record=draw, first_chain: int = 0):
     """:func:`run` with the sweeps done by the numba kernel; same arguments and outputs.
 
     The keys are split as in :func:`run`; each chain's initial allocation and sweeps draw from
@@ -447,10 +446,8 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
     recorded in blocks of a fixed size (about ``RECORD_BLOCK_BYTES``), so that one compiled
     call serves many samples.
     """
-    key_init, key_sweep, key_draw = jax.random.split(as_key(rng_key), 3)
-    init_keys = np.asarray(jax.random.split(key_init, num_chains))
-    sweep_keys = np.asarray(jax.random.split(key_sweep, num_chains))
-    draw_keys = jax.random.split(key_draw, num_chains)
+    init_keys, sweep_keys, draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=3)
+    init_keys, sweep_keys = np.asarray(init_keys), np.asarray(sweep_keys)
     device_problem = jax.device_put(problem)
     from tqdm.auto import tqdm
 
@@ -498,7 +495,7 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
           thinning: int = 1, init: str = "urn", token_order: str = "random",
           chain_method: str = "vectorized", kernel: str = "auto", progress_bar: bool | None = None,
-          max_configs: int = DEFAULT_MAX_CONFIGS):
+          max_configs: int = DEFAULT_MAX_CONFIGS, first_chain: int = 0):
     """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
 
     Parameters
@@ -512,6 +509,11 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         Kept samples per chain.
     num_chains : int
         Independent chains (vmapped by the JAX kernel, threads of the numba kernel).
+    first_chain : int
+        Index of the first chain: the run holds chains ``first_chain .. first_chain + num_chains
+        - 1`` of the run keyed by ``rng_key``; chain c draws from ``fold_in(rng_key, c)`` alone,
+        so ``num_chains=1, first_chain=c`` reproduces chain c of a larger run exactly (this is
+        how ``bam.infer(..., executor=...)`` runs one task per chain).
     thinning : int
         Sweeps between kept samples.
     init : {"urn", "uniform"}
@@ -541,6 +543,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_samples = check_int(num_samples, "num_samples")
     num_chains = check_int(num_chains, "num_chains")
+    first_chain = check_int(first_chain, "first_chain", minimum=0)
     thinning = check_int(thinning, "thinning")
     check_choice(init, "init", INITS)
     check_choice(token_order, "token_order", TOKEN_ORDERS)
@@ -553,7 +556,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     # log π(S) is accumulated over every table entry and token: float64 keeps it exact to
     # well below a nat; the sweep itself works in explicit float32/int32.
     options = dict(num_chains=num_chains, num_warmup=num_warmup, num_samples=num_samples,
-                   thinning=thinning, init_method=init, progress_bar=progress_bar)
+                   thinning=thinning, init_method=init, progress_bar=progress_bar, first_chain=first_chain)
     with jax.enable_x64(True):
         run_kernel = run_numba if kernel == "numba" else run
         _, draws = run_kernel(key, spec, problem, chain_method=chain_method, **options)
