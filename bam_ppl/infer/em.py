@@ -12,7 +12,8 @@ EM on the augmented model: the allocation S is the missing data, (Θ, λ) the pa
 
 λ separates from Θ (the total T is Poisson(λ) whatever Θ), so its MAP is closed form,
 λ* = (a + T − 1) / (b + 1). The objective recorded per iteration is the log posterior density up
-to the evidence, log p(X, Θ, λ*), which EM never decreases. Cost per iteration:
+to the evidence, log p(X, Θ, λ*), which EM never decreases; the loop, its stopping rule and the
+restarts are the shared :mod:`bam_ppl.infer.em_driver`. Cost per iteration:
 O(nnz × free configurations × table members).
 """
 
@@ -32,6 +33,7 @@ from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ..progress import progress, resolve_progress
 from ..types import as_key
 from ..validation import check_choice, check_int, check_positive
+from . import em_driver
 from .prepare import prepare
 from .registry import register
 
@@ -50,14 +52,6 @@ class EMProblem(NamedTuple):
     column_size: jax.Array  # (F,) number of entries in the column of each entry
     column_zeros: jax.Array  # (C,) zeros, one per column (fixes the number of columns)
     log_posterior_constant: jax.Array  # terms that do not depend on Θ
-
-
-class EMState(NamedTuple):
-    theta: jax.Array  # (F,) all tables, concatenated; columns sum to one
-    log_posterior: jax.Array  # () log p(X, Θ, λ*) at ``theta``
-    iteration: jax.Array  # () iterations done
-    change: jax.Array  # () relative change of the log posterior in the last iteration
-    trace: jax.Array  # (num_iters,) log posterior after each iteration, nan after convergence
 
 
 def check_concentrations(bound: BoundModel) -> None:
@@ -109,6 +103,10 @@ def _configuration_probabilities(problem: EMProblem, theta, has_valid: bool):
 def log_posterior(problem: EMProblem, theta, has_valid: bool):
     """log p(X, Θ, λ*) = log-likelihood + Dirichlet log densities (+ the λ terms)."""
     cell_prob = _configuration_probabilities(problem, theta, has_valid).sum(-1)
+    return _log_posterior_given_cells(problem, theta, cell_prob)
+
+
+def _log_posterior_given_cells(problem: EMProblem, theta, cell_prob):
     log_lik = jnp.sum(problem.counts * jnp.log(cell_prob))
     return problem.log_posterior_constant + log_lik + jnp.sum(xlogy(problem.concentration - 1.0, theta))
 
@@ -120,13 +118,19 @@ def _normalise(problem: EMProblem, weights):
 
 
 def em_step(problem: EMProblem, theta, has_valid: bool):
-    """One E-step (responsibilities, expected counts) and M-step (Dirichlet mode)."""
+    """One E-step (responsibilities, expected counts) and M-step (Dirichlet mode).
+
+    Returns the updated tables and log p(X, Θ, λ*) of the incoming ``theta``: the E-step's cell
+    probabilities are the likelihood's, so the objective costs no second pass.
+    """
     prob = _configuration_probabilities(problem, theta, has_valid)
-    weight = problem.counts[:, None] * prob / prob.sum(-1, keepdims=True)  # X_u r_ul
+    cell_prob = prob.sum(-1)
+    weight = problem.counts[:, None] * prob / cell_prob[:, None]  # X_u r_ul
     members = problem.index.shape[0]
     expected = jnp.zeros_like(theta).at[problem.index.reshape(-1)].add(
         jnp.broadcast_to(weight, (members, *weight.shape)).reshape(-1))
-    return _normalise(problem, problem.concentration - 1.0 + expected)
+    value = _log_posterior_given_cells(problem, theta, cell_prob)
+    return _normalise(problem, problem.concentration - 1.0 + expected), value
 
 
 def init(problem: EMProblem, key, method: str):
@@ -135,34 +139,19 @@ def init(problem: EMProblem, key, method: str):
     return _normalise(problem, jax.random.gamma(key, shape, dtype=problem.concentration.dtype))
 
 
-def run(problem: EMProblem, key, *, num_iters: int, tol: float, init_method: str, has_valid: bool) -> EMState:
-    """EM from one initialisation until the relative change of the log posterior is ≤ ``tol``.
-
-    A ``lax.while_loop`` over iterations; the trace has a static length ``num_iters`` and holds
-    nan after convergence.
-    """
-    theta = init(problem, key, init_method)
-    value = log_posterior(problem, theta, has_valid)
-    trace = jnp.full(num_iters, jnp.nan, value.dtype)
-
-    def not_done(state):
-        return (state.iteration < num_iters) & (state.change > tol)
-
-    def body(state):
-        theta = em_step(problem, state.theta, has_valid)
-        value = log_posterior(problem, theta, has_valid)
-        change = jnp.abs(value - state.log_posterior) / jnp.maximum(jnp.abs(value), 1.0)
-        return EMState(theta, value, state.iteration + 1, change,
-                       state.trace.at[state.iteration].set(value))
-
-    state = EMState(theta, value, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, value.dtype), trace)
-    return jax.lax.while_loop(not_done, body, state)
+def run(problem: EMProblem, key, *, num_iters, tol, init_method: str, has_valid: bool,
+        capacity: int) -> em_driver.EMState:
+    """EM from one initialisation with the shared loop (:func:`bam_ppl.infer.em_driver.run`):
+    until an iteration gains at most ``tol`` relative log posterior, or ``num_iters`` iterations."""
+    return em_driver.run(lambda theta: em_step(problem, theta, has_valid),
+                         lambda theta: log_posterior(problem, theta, has_valid),
+                         init(problem, key, init_method), num_iters=num_iters, tol=tol, capacity=capacity)
 
 
-@functools.partial(jax.jit, static_argnames=("num_iters", "init_method", "has_valid"))
-def _run_restarts(problem, keys, tol, num_iters, init_method, has_valid):
-    return jax.vmap(lambda k: run(problem, k, num_iters=num_iters, tol=tol, init_method=init_method,
-                                  has_valid=has_valid))(keys)
+@functools.partial(jax.jit, static_argnames=("init_method", "has_valid", "capacity"))
+def _run_restarts(problem, keys, tol, num_iters, init_method, has_valid, capacity):
+    return em_driver.run_starts(lambda k: run(problem, k, num_iters=num_iters, tol=tol, init_method=init_method,
+                                              has_valid=has_valid, capacity=capacity), keys)
 
 
 @register("map", models=(AllocationModel,))
@@ -179,8 +168,8 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     num_iters : int
         Largest number of EM iterations per restart.
     tol : float
-        Stop when the relative change of the log posterior is at most ``tol`` (>= 0; with 0 EM
-        stops only at an exact fixed point or after ``num_iters`` iterations).
+        Stop when an iteration raises the log posterior by at most ``tol`` relative to it (>= 0;
+        with 0 EM stops only once an iteration gains nothing, or after ``num_iters`` iterations).
     num_restarts : int
         Independent initialisations (vmapped); the one with the highest log posterior is kept.
     init : {"random", "prior"}
@@ -215,25 +204,24 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     show = resolve_progress(progress_bar, long_run=work > LONG_RUN_WORK)
     with jax.enable_x64(True), progress(1, "map (EM restarts)", show, unit="fit") as bar:
         states = _run_restarts(problem, jax.random.split(key, num_restarts), tol, num_iters, init,
-                               layout.valid is not None)
+                               layout.valid is not None, em_driver.trace_capacity(num_iters))
         states = jax.tree.map(np.asarray, states)
         bar.update(1)
-    final = np.where(np.isfinite(states.log_posterior), states.log_posterior, -np.inf)
-    best = int(np.argmax(final))
-    iterations = int(states.iteration[best])
-    theta = bound.split_flat(states.theta[best][None, None])
+    finals = em_driver.final_objectives(states)
+    best = em_driver.best_start(finals)
+    theta = bound.split_flat(states.params[best][None, None])
     rate = None
     if bound.has_total_term:
         rate = np.full((1, 1), (bound.a + data.total - 1.0) / (bound.b + 1.0))
     stats = {
-        "log_posterior": (("chain", "iteration"), states.trace[best][None, :iterations]),
-        "restart_log_posterior": (("chain", "restart"), states.log_posterior[None]),
+        "log_posterior": (("chain", "iteration"), em_driver.trace_of(states, best, first=1)[None]),
+        "restart_log_posterior": (("chain", "restart"), finals[None]),
         "restart_iterations": (("chain", "restart"), states.iteration[None]),
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="map", sample_stats=stats,
         attrs=dict(point_estimate="MAP: a single draw holding the posterior mode, not posterior samples",
                    num_iters=num_iters, tol=tol, num_restarts=num_restarts,
-                   init=init, best_restart=best, converged=int(states.change[best] <= tol),
-                   log_posterior=float(states.log_posterior[best])),
+                   init=init, best_restart=best, converged=int(states.converged[best]),
+                   log_posterior=float(finals[best])),
     )
