@@ -43,8 +43,9 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     model : AllocationModel or another registered model
     data : array-like or CountTensor
     method : str
-        "auto" (default: exact where enumeration is cheap, else the tempered SMC; the estimate's
-        ``method`` names the one that ran), "exact" (enumeration / closed form), "tempered"
+        "auto" (default: exact where enumeration is cheap, the Pólya-urn SMC on tiny data, else
+        the tempered SMC and the Chib-style estimate from its best allocation, the higher kept;
+        the estimate's ``method`` names the one kept, :mod:`bam_ppl.infer.auto`), "exact" (enumeration / closed form), "tempered"
         (tempered SMC over allocations), "smc" (the Pólya-urn SMC of the BAM paper: accurate on
         small data, collapses at thousands of tokens), "chib" (Chib-style estimate from
         collapsed Gibbs, a cross-check), "vb" (best ELBO over restarts, a lower bound), or any

@@ -53,3 +53,44 @@ def test_auto_gives_the_urn_smc_more_particles_on_dense_tables_unless_told():
     sparse = np.zeros((20, 30), int)
     sparse[np.arange(20), np.arange(20)] = 3  # 60 tokens, 3 per cell: the tempered SMC
     assert choose_method(model, sparse)[0] == "tempered"
+
+
+# 26 tokens in 19 cells: about 10^6.1 allocation tensors under NMF(2), so "auto" runs the tempered
+# SMC and then Chib; exact enumeration (method="exact", max_tensors=3_000_000) gives −43.024974.
+MEDIUM = np.array([[3, 2, 0, 1], [2, 3, 1, 0], [0, 1, 3, 2], [1, 0, 2, 3], [1, 1, 0, 0]])
+MEDIUM_EXACT = -43.024973764166496
+
+
+@pytest.mark.parametrize("key", range(4))
+def test_auto_beyond_enumeration_keeps_the_higher_of_tempered_and_chib(key):
+    model = bam.models.nmf(2, a=1.0)
+    assert choose_method(model, MEDIUM)[0] == "tempered"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bam.EvidenceWarning)
+        est = bam.log_evidence(model, MEDIUM, rng_key=key)
+    other = est.details["cross_check"]
+    assert {est.method, other["method"]} == {"tempered", "chib"}
+    assert est.value >= other["value"]
+    assert est.details["lower_bound"] == max(est.details["lower_bound"], other["lower_bound"])
+    assert est.details["lower_bound"] <= MEDIUM_EXACT
+    # Both are stochastic lower bounds; a few hundredths of a nat low on the log scale (Jensen).
+    assert abs(est.value - MEDIUM_EXACT) <= 0.06 + 3 * est.stderr, (est, other)
+    assert abs(other["value"] - MEDIUM_EXACT) <= 0.06 + 3 * other["stderr"], (est, other)
+
+
+def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
+    model = bam.models.nmf(2, a=1.0)
+    tempered = bam.log_evidence(model, MEDIUM, method="tempered", rng_key=0, num_runs=2)
+    cells, counts = tempered.details["best_cells"], tempered.details["best_counts"]
+    assert counts.sum() == MEDIUM.sum()
+    est = bam.log_evidence(model, MEDIUM, method="chib", rng_key=0, start=(cells, counts))
+    assert est.details["start_log_joint"] <= est.details["log_joint_star"] + 1e-9
+    assert est.details["lower_bound"] >= tempered.details["lower_bound"] - 1e-9
+    bad = counts.copy()
+    bad[0] += 1
+    with pytest.raises(ValueError, match="start"):
+        bam.log_evidence(model, MEDIUM, method="chib", start=(cells, bad))
+    with pytest.raises(ValueError, match="start"):
+        bam.log_evidence(model, MEDIUM, method="chib", start=(cells[:, :2], counts))
+    with pytest.raises(TypeError, match="start"):
+        bam.log_evidence(model, MEDIUM, method="chib", start=5)

@@ -16,8 +16,8 @@ from scipy.stats import chi2
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.exact import exact_log_evidence
+from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.smc import tempered
-from bam_ppl.infer.smc.polya_urn import prepare
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
@@ -95,7 +95,7 @@ def test_fixed_schedule_is_unbiased_precisely():
 def _enumerate_tempered(model, X, beta, start_scale=1.0):
     """Every token-level allocation z of a tiny case and π_β(z) ∝ π₀(z) L(z)^β, by enumeration
     (with a tilted start q: π_β ∝ q^(1−β) (π₀ L)^β)."""
-    data, bound, layout = prepare(model, X)
+    data, bound, layout, _ = prepare(model, X)
     tp = tempered.build_tempered_problem(bound, data, layout, start_scale)
     T, L = tp.token_cell.size, tp.num_configs
     zs = np.array(list(itertools.product(range(L), repeat=T)))

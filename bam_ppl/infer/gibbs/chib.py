@@ -80,14 +80,14 @@ import jax
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from ...estimate import EvidenceEstimate
+from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
 from ..kernels import log_urn_weights
+from ..prepare import prepare
 from ..registry import register_evidence
-from ..smc.polya_urn import log_evidence_constant, prepare
 from . import collapsed_numba as gibbs_numba
 from .collapsed import build_problem
 
@@ -498,13 +498,46 @@ class _Problem:
         self.num_entries = int(spec.num_table_entries)
         self.num_configs = int(spec.num_configs)
         self.num_tokens = int(problem.token_cell.shape[0])
-        self.constant = log_evidence_constant(bound, data)
+        self.constant = bound.log_data_constant(data)
         # log π(S) = log p(X, z) + Σ_u ln X_u! − Σ_(u,l) ln S(u, l)!
         self.cell_factorials = float(gammaln(np.asarray(data.counts, np.float64) + 1.0).sum())
         self.relabellings = np.arange(self.num_configs, dtype=np.int64)[None, :]
         if label_symmetry:
             self.relabellings = label_symmetries(bound, layout, self.structure, self.concentration,
                                                  self.fixed_counts, self.num_entries, max_relabellings)
+
+    def shifted_counts(self, config) -> np.ndarray:
+        """concentration + counts of the token configurations ``config`` (T,)."""
+        token_cell, row_base, row_offset = self.structure[:3]
+        shifted = self.concentration + self.fixed_counts
+        for m in self.structure[8]:  # the rows the tokens move
+            np.add.at(shifted, row_base[m, token_cell] + row_offset[m, config], 1.0)
+        return shifted
+
+    def configs_of_allocation(self, bound, data, layout, start) -> np.ndarray:
+        """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,))."""
+        try:
+            cells, counts = (np.asarray(part) for part in start)
+        except (TypeError, ValueError):
+            raise TypeError("start must be an allocation (cells, counts): full cells (n, nodes) and their "
+                            "counts (n,), e.g. (result.best_cells, result.best_counts) of run_tempered") from None
+        full = bound.full_cells(data, layout)  # (U, L, nodes)
+        if cells.ndim != 2 or cells.shape[1] != full.shape[2] or counts.shape != cells.shape[:1]:
+            raise ValueError(f"start: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
+                             f"{cells.shape} and {counts.shape}")
+        where = {tuple(row): (u, l) for u, row_l in enumerate(full.tolist()) for l, row in enumerate(row_l)}
+        token_cell = self.structure[0]
+        slots = [list(np.flatnonzero(token_cell == u)[::-1]) for u in range(full.shape[0])]
+        config = np.full(self.num_tokens, -1, np.int64)
+        for row, count in zip(cells.tolist(), counts.tolist()):
+            u, l = where.get(tuple(row), (None, None))
+            if u is None or count < 0 or count > len(slots[u]):
+                raise ValueError(f"start: the allocation is not consistent with X at cell {row} (count {count})")
+            for _ in range(int(count)):
+                config[slots[u].pop()] = l
+        if (config < 0).any():
+            raise ValueError("start: the allocation's counts do not add up to X in every cell")
+        return config
 
     def log_joint(self, shifted) -> float:
         """log p(X, z) of token-labelled z, from its shifted counts (exact, NumPy)."""
@@ -575,14 +608,17 @@ def _search(problem: _Problem, rngs, num_warmup: int, pool) -> list[dict]:
             for winner, loser in zip(ranked[:half], ranked[len(ranked) - half:]):
                 loser.take(winner)
 
-    def finish(searcher):
-        shifted, config = searcher.best_shifted, searcher.best_config
-        passes = _modes(searcher.rng, shifted, config, problem.structure)
-        shifted = np.rint(shifted - problem.concentration) + problem.concentration
-        return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
-                    log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
+    return list(pool.map(lambda searcher: _refine(problem, searcher.rng, searcher.best_shifted,
+                                                  searcher.best_config), searchers))
 
-    return list(pool.map(finish, searchers))
+
+def _refine(problem: _Problem, rng: np.random.Generator, shifted, config) -> dict:
+    """A searched state refined by iterated conditional modes (in place): its configuration,
+    shifted counts, log p(X, z) and log π(S(z))."""
+    passes = _modes(rng, shifted, config, problem.structure)
+    shifted = np.rint(shifted - problem.concentration) + problem.concentration
+    return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
+                log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
 
 
 def _ordered_relabellings(relabellings, star):
@@ -616,21 +652,6 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
     return float(logsumexp(log_transition) - math.log(num_steps))
 
 
-def _pool(values: np.ndarray) -> tuple[float, float]:
-    """log-mean-exp of the runs and a standard error from their spread."""
-    try:
-        from ...estimate import pool_runs
-    except ImportError:
-        pool_runs = None
-    if pool_runs is not None:
-        value, stderr = pool_runs(values)
-        return float(value), float(stderr)
-    value = float(logsumexp(values) - math.log(values.size))
-    if values.size < 2:
-        return value, float("nan")
-    return value, float(values.std(ddof=1) / math.sqrt(values.size))
-
-
 def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs,
                    progress_bar):
     num_runs = check_int(num_runs, "num_runs", minimum=1)
@@ -650,7 +671,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
                       num_searches: int = DEFAULT_NUM_SEARCHES,
                       num_warmup: int | None = None, num_steps: int = DEFAULT_NUM_STEPS,
                       label_symmetry: bool = True, kernel: str = "auto",
-                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None) -> EvidenceEstimate:
+                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
+                      start=None) -> EvidenceEstimate:
     """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009).
 
     log p(X) = log p(X, z*) − log p(z* | X) for a token labelling z* of high probability, with
@@ -694,6 +716,12 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     progress_bar : bool or None
         A tqdm bar over the searches and chains; ``None``: on a terminal for more than 2000
         tokens (:mod:`bam_ppl.progress`).
+    start : (cells, counts), optional
+        An allocation to consider for z* besides the searched ones, as full cells (n, nodes) and
+        their counts (n,) adding up to X: e.g. the best allocation of a tempered SMC run
+        (``details["best_cells"]``, ``details["best_counts"]`` of ``method="tempered"``). It is
+        refined by iterated conditional modes and competes with the searches' results. Chosen
+        independently of the chains, it keeps each run unbiased.
 
     Returns
     -------
@@ -703,17 +731,19 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         ``lower_bound`` (max over the searches of log π(S), eq. 3.11 with its multinomial
         coefficient: a sure lower bound on log p(X)), ``log_joint_star`` (log p(X, z*),
         token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
+        ``start_log_joint`` (log p(X, z) of ``start`` after refinement, or None),
         ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
         ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``num_searches``, ``kernel``.
     """
     num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
         num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar)
     key = as_key(rng_key)
-    data, bound, layout = prepare(model, data, max_configs)
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the Chib estimator")
     if num_warmup is None:
         num_warmup = int(np.clip(DEFAULT_SWEEPS_PER_TOKEN * data.total, DEFAULT_NUM_WARMUP,
                                  MAX_DEFAULT_NUM_WARMUP))
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
+    start_config = None if start is None else problem.configs_of_allocation(bound, data, layout, start)
     search_key, chain_key = jax.random.split(key)
     search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
@@ -730,6 +760,9 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         threads = max(1, min(max(num_runs, num_searches), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=threads) as pool:
             searches = _search(problem, search_rngs, num_warmup, pool)
+            if start_config is not None:  # ICM is deterministic: the Generator is not drawn from
+                searches.append(_refine(problem, np.random.default_rng(0), problem.shifted_counts(start_config),
+                                        start_config))
             bar.update(num_searches)
             star = max(searches, key=lambda found: found["log_joint"])
             log_posterior = list(pool.map(lambda r: tick(_chain(problem, chain_rngs[r], star, num_steps)),
@@ -737,14 +770,15 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     finally:
         bar.close()
     values = star["log_joint"] - np.array(log_posterior)
-    value, stderr = _pool(values)
+    value, stderr = pool_runs(values)
     return EvidenceEstimate(
         value=value, stderr=stderr, method="chib", kind="estimate",
         details=dict(
             run_log_evidence=values.tolist(),
             lower_bound=max(found["log_prob"] for found in searches),
             log_joint_star=float(star["log_joint"]),
-            search_log_joint=[found["log_joint"] for found in searches],
+            search_log_joint=[found["log_joint"] for found in searches[:num_searches]],
+            start_log_joint=None if start is None else float(searches[-1]["log_joint"]),
             log_posterior_star=log_posterior,
             icm_passes=[found["icm_passes"] for found in searches],
             num_relabellings=int(problem.relabellings.shape[0]),

@@ -50,7 +50,6 @@ import numpy as np
 from jax import lax
 
 from ...convert import allocation_inference_data
-from ...data import CountTensor
 from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
@@ -431,11 +430,6 @@ class FilterOutput(NamedTuple):
     resampled: Array
 
 
-def log_evidence_constant(bound: BoundModel, data: CountTensor) -> float:
-    """The data-only part of log L_X (:meth:`BoundModel.log_data_constant`)."""
-    return bound.log_data_constant(data)
-
-
 def _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar):
     check_int(num_particles, "num_particles", minimum=1)
     check_int(num_chains, "num_chains", minimum=1)
@@ -445,12 +439,6 @@ def _check_options(num_particles, num_chains, ess_threshold, resampling, max_con
     check_choice(resampling, "resampling", RESAMPLERS)
     check_int(max_configs, "max_configs", minimum=1)
     resolve_progress(progress_bar)  # validates
-
-
-def prepare(model: AllocationModel, data, max_configs: int = DEFAULT_MAX_CONFIGS):
-    """(data, bound model, cell layout) of :func:`bam_ppl.infer.prepare.prepare`; no compilation."""
-    problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
-    return problem.data, problem.bound, problem.layout
 
 
 def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,

@@ -6,7 +6,7 @@ indices, and its visible indices that are missing). Summing the joint over token
     p(X) = exp(C) · Σ_z π₀(z) L(z),
 
 where C is the data-only constant of the Pólya-urn SMC (total-count term, multinomial
-coefficients; :func:`bam_ppl.infer.smc.polya_urn.log_evidence_constant`), π₀(z) the product over the
+coefficients; :meth:`bam_ppl.models.allocation.BoundModel.log_data_constant`), π₀(z) the product over the
 tables of the *latent* nodes of their Dirichlet-multinomial sequence probabilities
 B(α + S)/B(α) — a proper distribution, drawn exactly token by token from the urn — and L(z) the
 same product over the tables of the *visible* nodes. A visible index that is missing in a token
@@ -74,8 +74,8 @@ from ...validation import check_choice, check_int, check_positive
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
 from ..kernels import inverse_cdf, shuffle
+from ..prepare import prepare
 from ..registry import register_evidence
-from .polya_urn import log_evidence_constant, prepare
 
 try:
     import numba
@@ -119,7 +119,7 @@ class TemperedProblem(NamedTuple):
     num_configs: int
     num_table_entries: int
     log_z0: float  # Σ_τ log(number of configurations the token's cell allows at β = 0)
-    constant: float  # C = log_evidence_constant
+    constant: float  # C = BoundModel.log_data_constant
     joint_constant: float  # C + Σ_u lnΓ(X_u + 1): log π(S) = this + log π₀ + log L − Σ lnΓ(S + 1)
     entry_table: np.ndarray  # (F,) table of every entry (original numbering)
     column_table: np.ndarray  # (C,) table of every column
@@ -183,7 +183,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     # log space when a product of a token's factors could leave the float64 range
     num_rows = len(spec.numerator_rows) + len(spec.denominator_rows)
     extremes = np.abs(np.log10([concentration.min(), concentration.max() + data.total]))
-    constant = log_evidence_constant(bound, data)
+    constant = bound.log_data_constant(data)
     column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
@@ -1116,7 +1116,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                       UserWarning, stacklevel=2)
         cell_moves = pair_moves = 0
     key = as_key(rng_key)
-    data, bound, layout = prepare(model, data, max_configs)
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
     tp = build_tempered_problem(bound, data, layout, start_scale)
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
@@ -1189,8 +1189,10 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
     Doucet & Jasra 2006; Neal 2001; Zhou, Johansen & Aston 2016) and collapsed-Gibbs moves;
-    ``details`` holds the runs' values, the sure lower bound (largest log π(S) visited), the
-    schedules and diagnostics.
+    ``details`` holds the runs' values, the sure lower bound (largest log π(S) visited) and the
+    allocation that attains it (``best_cells`` (n, nodes), ``best_counts`` (n,): its nonzero
+    cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound), the schedules
+    and diagnostics.
     """
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_runs=num_runs, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, kernel=kernel, progress_bar=progress_bar,
@@ -1198,6 +1200,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     return EvidenceEstimate(
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
+                     best_cells=result.best_cells, best_counts=result.best_counts,
                      num_temperatures=result.num_temperatures.tolist(),
                      num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
                      schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
