@@ -32,6 +32,7 @@ from jax.scipy.special import gammaln as jgammaln
 from scipy.special import gammaln
 
 from ...convert import observed_variables, to_inference_data
+from ...infer import em_driver
 from ...infer.registry import register
 from ...models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
 from ...progress import progress, resolve_progress
@@ -164,13 +165,6 @@ def init_params(rng: np.random.Generator, ranks, sizes, num_starts: int) -> Diri
 
 
 # -- full-batch EM ----------------------------------------------------------------------------
-class EMState(NamedTuple):
-    params: DirichletTuckerParams
-    iteration: jax.Array
-    log_posterior: jax.Array   # (num_iters + 1,) trace, NaN after the last iteration done
-    converged: jax.Array
-
-
 def _log_posterior(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations) -> jax.Array:
     """log p(X_fitted, params) up to nothing: fitted faces' eq. 2 plus the Dirichlet priors."""
     loglik = _log_likelihood(faces, _cell_rates(params, _face_core(params, faces)))
@@ -184,44 +178,18 @@ def em_step(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, 
     return m_step(stats, alpha), current
 
 
-def run_em(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, num_iters, tol, *, sizes,
-           capacity: int) -> EMState:
-    """At most ``num_iters`` EM updates from ``params``, stopping once the log posterior gains
-    less than ``tol`` × |log posterior| in an iteration.
-
-    ``log_posterior[t]`` is the log posterior after t updates (t = 0 is the start), in a buffer
-    of static length ``capacity`` > num_iters (NaN past the end); the loop is a
-    ``lax.while_loop`` so that converged runs stop early with static shapes.
-    """
-    num_mice, num_epochs = sizes[0], sizes[1]
-    trace = jnp.full((capacity,), jnp.nan, faces.counts.dtype)
-
-    def cond(state: EMState):
-        return (state.iteration < num_iters) & ~state.converged
-
-    def body(state: EMState):
-        new, current = em_step(state.params, faces, alpha, num_mice, num_epochs)
-        trace = state.log_posterior.at[state.iteration].set(current)
-        previous = jnp.where(state.iteration > 0, state.log_posterior[state.iteration - 1], -jnp.inf)
-        converged = (current - previous) <= tol * jnp.abs(current)
-        return EMState(new, state.iteration + 1, trace, converged)
-
-    state = jax.lax.while_loop(cond, body, EMState(params, jnp.int32(0), trace, jnp.bool_(False)))
-    final = _log_posterior(state.params, faces, alpha)
-    return state._replace(log_posterior=state.log_posterior.at[state.iteration].set(final))
-
-
 @functools.partial(jax.jit, static_argnames=("sizes", "capacity"))
 def _run_em_restarts(starts: DirichletTuckerParams, faces, alpha, num_iters, tol, *, sizes, capacity):
-    # lax.map runs the restarts one after another: memory stays that of a single run.
-    return jax.lax.map(
-        lambda params: run_em(params, faces, alpha, num_iters, tol, sizes=sizes, capacity=capacity),
-        starts)
+    """EM from every start with the shared loop (:mod:`bam_ppl.infer.em_driver`); ``trace[t]`` is
+    the log posterior after t updates. ``lax.map`` runs the restarts one after another: memory
+    stays that of a single run."""
 
+    def run_one(params):
+        return em_driver.run(lambda p: em_step(p, faces, alpha, sizes[0], sizes[1]),
+                             lambda p: _log_posterior(p, faces, alpha), params,
+                             num_iters=num_iters, tol=tol, capacity=capacity)
 
-def _trace_capacity(num_iters: int) -> int:
-    """A power of two above num_iters: nearby ``num_iters`` values share one compiled program."""
-    return max(64, 1 << int(num_iters).bit_length())
+    return em_driver.run_starts(run_one, starts, sequential=True)
 
 
 # -- stochastic EM ----------------------------------------------------------------------------
@@ -458,15 +426,15 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         alpha = _concentrations(model, dt)
         starts = DirichletTuckerParams(*(jnp.asarray(p, dt) for p in starts))
         states = _run_em_restarts(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
-                                  sizes=sizes, capacity=_trace_capacity(num_iters))
+                                  sizes=sizes, capacity=em_driver.trace_capacity(num_iters))
         bar.update(1)
         iterations = np.asarray(states.iteration)
-        finals = np.asarray(states.log_posterior)[np.arange(num_restarts), iterations]
-        best = int(np.nanargmax(finals))
+        finals = em_driver.final_objectives(states)
+        best = em_driver.best_start(finals)
         params = DirichletTuckerParams(*(p[best] for p in states.params))
         loglik = face_log_likelihood(params, faces, dense.shape[0] * dense.shape[1])
         loglik = np.asarray(loglik)
-    trace = np.asarray(states.log_posterior[best], np.float64)[: iterations[best] + 1]
+    trace = em_driver.trace_of(states, best).astype(np.float64)
     sample_stats = {
         "log_posterior": (("chain", "iteration"), trace[None]),
         "num_iterations": (("chain",), np.array([iterations[best]])),
