@@ -19,7 +19,7 @@ import numpy as np
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of
 from bam_ppl.datasets import movielens_ratings
-from bam_ppl.families.pmf.backends import em_candidate_idata, em_rank_selection
+from bam_ppl.families.pmf.em import em_candidate_idata, em_rank_selection
 from bam_ppl.models.pmf import hide_one_entry, mae, rmse
 
 PAPER_TABLE_I = {  # Chege et al. 2024 Table I (MovieLens 25M, T = 1.52e5 users, 20 trials)

@@ -17,7 +17,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of
-from bam_ppl.families.pmf.backends import em_rank_selection
+from bam_ppl.families.pmf.em import em_rank_selection
 from bam_ppl.models.pmf import joint_pmf, kl_divergence, point_estimate, random_pmf, sample_pmf
 
 

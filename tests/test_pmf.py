@@ -253,7 +253,7 @@ def test_svb_reaches_vb_heldout_nll_on_large_data():
 # -- EM baseline -----------------------------------------------------------------------------------------
 def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
-    from bam_ppl.families.pmf.backends import information_criteria
+    from bam_ppl.families.pmf.em import information_criteria
 
     # em_bic is em_rank_selection plus the BIC choice; its sample_stats carry the selection's
     # per-candidate log-likelihood, AIC and BIC, so one EM run checks both.

@@ -1,12 +1,4 @@
-"""VB-PMF, SVB-PMF and EM with BIC/AIC rank selection for the PMF tensor model (Chege et al. 2024).
-
-All three work on the distinct sample patterns of the data (a CountTensor from
-:func:`~bam_ppl.models.pmf.categorical_samples`) weighted by their counts: samples that share a
-pattern share their responsibilities, so a sweep over U ≤ T patterns is exactly a sweep over the
-T samples. The factor tables of all variables are stacked row-wise into one ``(Σ_n I_n, R)``
-array; a sample's entry of variable n is the row ``offset_n + code``, and a missing entry points
-at one extra all-zero row, so it drops out of every sum (Chege et al. 2024 §II, missing data
-marginalised). A sweep costs O(N R U): one gather and one scatter-add per variable.
+"""VB-PMF and SVB-PMF for the PMF tensor model (Chege et al. 2024), rank detection by pruning.
 
 * ``"vb"`` — VB-PMF (Algorithm 1): closed-form updates (eqs. 22, 28, 32–36), the ELBO (eq. 39)
   after every sweep, a relative-change stopping rule, pruning of components with E[λ_r] < ε.
@@ -14,16 +6,14 @@ marginalised). A sweep costs O(N R U): one gather and one scatter-add per variab
   counts (uniform sampling of samples), natural-gradient steps scaled by T (eqs. 48–53), the
   adaptive step size of Ranganath et al. (eq. 54) per block with its running averages warm-started
   from several minibatches, stopping on held-out NLL.
-* ``"em_bic"`` / ``"em_aic"`` — maximum-likelihood EM for every candidate rank at once (vmapped,
-  inactive components masked), the rank chosen by BIC or AIC (Chege et al. 2024 §V baselines).
 
-The JAX cores run in float64 inside ``jax.enable_x64(True)``: with α_λ = 1e-6, ψ(α̃) ≈ −1e6.
+Both work on the sample patterns of :mod:`.common`. The JAX cores run in float64 inside
+``jax.enable_x64(True)``: with α_λ = 1e-6, ψ(α̃) ≈ −1e6.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from typing import NamedTuple
 
@@ -33,70 +23,26 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln
 
-from ...convert import allocation_inference_data
-from ...data import MISSING
 from ...infer.registry import deprecated_alias, register
 from ...models.pmf import PMFTensorModel, categorical_samples
 from ...models.sampling import dirichlet_rows
 from ...progress import resolve_progress, run_in_chunks
 from ...types import as_key, numpy_generator
 from ...validation import check_int, check_positive
+from .common import (
+    PatternArrays,
+    Tables,
+    column_sums,
+    fit_inference_data,
+    gather_sum,
+    pattern_arrays,
+    prepare_samples,
+    split_factors,
+    statistics,
+)
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25
-
-
-# -- data layout -----------------------------------------------------------------------------------
-class PatternArrays(NamedTuple):
-    """Distinct sample patterns as flat row indices into the stacked factor tables."""
-
-    rows: np.ndarray           # (U, N) int32: offset_n + code, or num_rows for a missing entry
-    weights: np.ndarray        # (U,) float64: how many samples share the pattern
-    row_variable: np.ndarray   # (Σ I_n,) int32: the variable each stacked row belongs to
-    sizes: tuple[int, ...]     # I_1..I_N
-
-    @property
-    def num_rows(self) -> int:
-        return int(sum(self.sizes))
-
-    @property
-    def total(self) -> float:
-        return float(self.weights.sum())
-
-
-def pattern_arrays(data) -> PatternArrays:
-    """Flat-row layout of a CountTensor of sample patterns (see module docstring)."""
-    sizes = tuple(int(s) for s in data.shape)
-    offsets = np.cumsum([0, *sizes[:-1]])
-    rows = np.where(data.indices == MISSING, sum(sizes), data.indices + offsets[None, :])
-    row_variable = np.repeat(np.arange(len(sizes)), sizes)
-    return PatternArrays(rows.astype(np.int32), data.counts.astype(np.float64),
-                         row_variable.astype(np.int32), sizes)
-
-
-def _gather_sum(table, rows):
-    """Σ_n table[rows[:, n]] for a table padded with a final zero row; (B, R)."""
-    padded = jnp.concatenate([table, jnp.zeros((1, table.shape[1]), table.dtype)])
-
-    def add(acc, column):
-        return acc + padded[column], None
-
-    out, _ = lax.scan(add, jnp.zeros((rows.shape[0], table.shape[1]), table.dtype), rows.T)
-    return out
-
-
-def _scatter_sum(values, rows, num_rows):
-    """Per stacked row, the sum of ``values`` over the patterns whose entry is that row; (ΣI, R)."""
-
-    def add(acc, column):
-        return acc.at[column].add(values), None
-
-    out, _ = lax.scan(add, jnp.zeros((num_rows + 1, values.shape[1]), values.dtype), rows.T)
-    return out[:-1]
-
-
-def _column_sums(table, row_variable, num_variables):
-    return jax.ops.segment_sum(table, row_variable, num_segments=num_variables)
 
 
 def _log_dirichlet_norm(concentration, total):
@@ -105,29 +51,22 @@ def _log_dirichlet_norm(concentration, total):
 
 
 # -- variational quantities (Chege et al. 2024 eqs. 32–36, 39) ----------------------------------------------
-class Variational(NamedTuple):
-    """Dirichlet parameters of q(λ) and of every q(a_{n,r}), stacked: (R,) and (ΣI_n, R)."""
-
-    weights: jnp.ndarray
-    factors: jnp.ndarray
-
-
 class Prior(NamedTuple):
     alpha_lambda: float
     alpha: float
 
 
-def expected_logs(q: Variational, row_variable, num_variables):
+def expected_logs(q: Tables, row_variable, num_variables):
     """E_q[log λ] (eq. 32a) and E_q[log a_{n,r,i}] (eq. 32b, with the index typo fixed)."""
     log_weights = digamma(q.weights) - digamma(q.weights.sum())
-    column_totals = _column_sums(q.factors, row_variable, num_variables)  # (N, R)
+    column_totals = column_sums(q.factors, row_variable, num_variables)  # (N, R)
     log_factors = digamma(q.factors) - digamma(column_totals)[row_variable]
     return log_weights, log_factors
 
 
 def responsibilities(log_weights, log_factors, rows):
     """ρ (eq. 36) from log γ (eq. 34, observed entries only) and each row's entropy −Σ ρ log ρ."""
-    log_gamma = log_weights[None, :] + _gather_sum(log_factors, rows)
+    log_gamma = log_weights[None, :] + gather_sum(log_factors, rows)
     shifted = log_gamma - log_gamma.max(axis=1, keepdims=True)
     unnormalised = jnp.exp(shifted)  # the one exp per entry: exp is the costliest op of a sweep
     norm = unnormalised.sum(axis=1, keepdims=True)
@@ -137,7 +76,7 @@ def responsibilities(log_weights, log_factors, rows):
     return rho, entropy
 
 
-def elbo(q: Variational, prior: Prior, stats: Variational, entropy, arrays_meta):
+def elbo(q: Tables, prior: Prior, stats: Tables, entropy, arrays_meta):
     """The ELBO of eq. (39) for responsibilities with sufficient statistics ``stats``.
 
     ``stats`` are Σ_t ρ_{r,t} (weights) and Σ_{t ∈ Ω_{n,i}} ρ_{r,t} (factors); ``entropy`` is
@@ -153,14 +92,9 @@ def elbo(q: Variational, prior: Prior, stats: Variational, entropy, arrays_meta)
     prior_factors = (R * jnp.sum(gammaln(sizes * prior.alpha) - sizes * gammaln(prior.alpha))
                      + (prior.alpha - 1.0) * log_factors.sum())
     q_weights = _log_dirichlet_norm(q.weights, q.weights.sum()) + jnp.sum((q.weights - 1.0) * log_weights)
-    column_totals = _column_sums(q.factors, row_variable, num_variables)
+    column_totals = column_sums(q.factors, row_variable, num_variables)
     q_factors = _log_dirichlet_norm(q.factors, column_totals) + jnp.sum((q.factors - 1.0) * log_factors)
     return data_term + prior_weights + prior_factors + jnp.sum(entropy) - q_weights - q_factors
-
-
-def _statistics(rho, weights, rows, num_rows):
-    weighted = rho * weights[:, None]
-    return Variational(weighted.sum(0), _scatter_sum(weighted, rows, num_rows))
 
 
 def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
@@ -170,12 +104,12 @@ def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
                          total_repeat_length=int(sum(sizes)))
     weights = prior.alpha_lambda + jax.random.uniform(key_w, (rank,)) * total / rank
     factors = prior.alpha + jax.random.uniform(key_f, (int(sum(sizes)), rank)) * per_row[:, None]
-    return Variational(weights, factors)
+    return Tables(weights, factors)
 
 
 # -- VB-PMF (Algorithm 1) ------------------------------------------------------------------------------
 class VBState(NamedTuple):
-    q: Variational
+    q: Tables
     elbo: jnp.ndarray
     converged: jnp.ndarray
     iteration: jnp.ndarray
@@ -192,8 +126,8 @@ def vb_step(state: VBState, arrays: PatternArrays, prior: Prior, tol: float) -> 
     meta = (arrays.row_variable, len(arrays.sizes), arrays.sizes)
     log_weights, log_factors = expected_logs(state.q, arrays.row_variable, len(arrays.sizes))
     rho, entropy = responsibilities(log_weights, log_factors, arrays.rows)
-    stats = _statistics(rho, arrays.weights, arrays.rows, arrays.num_rows)
-    q = Variational(prior.alpha_lambda + stats.weights, prior.alpha + stats.factors)
+    stats = statistics(rho, arrays.weights, arrays.rows, arrays.num_rows)
+    q = Tables(prior.alpha_lambda + stats.weights, prior.alpha + stats.factors)
     value = elbo(q, prior, stats, arrays.weights @ entropy, meta)
     converged = jnp.abs(value - state.elbo) <= tol * jnp.abs(value)
     return VBState(q, value, converged, state.iteration + 1)
@@ -259,13 +193,13 @@ class StepSize(NamedTuple):
 
 
 class SVBState(NamedTuple):
-    q: Variational
+    q: Tables
     weight_rate: StepSize            # one block: λ
     factor_rate: StepSize            # one block per (n, r)
     iteration: jnp.ndarray
 
 
-def _natural_gradients(key, q: Variational, arrays: PatternArrays, prior: Prior, cdf, batch_size):
+def _natural_gradients(key, q: Tables, arrays: PatternArrays, prior: Prior, cdf, batch_size):
     """Minibatch-averaged noisy natural gradients (eqs. 50–53): prior + (T/M) Σ_m stats − α̃."""
     draws = jax.random.uniform(key, (batch_size,)) * cdf[-1]
     batch = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), cdf.shape[0] - 1)
@@ -273,14 +207,14 @@ def _natural_gradients(key, q: Variational, arrays: PatternArrays, prior: Prior,
     log_weights, log_factors = expected_logs(q, arrays.row_variable, len(arrays.sizes))
     rho, _ = responsibilities(log_weights, log_factors, rows)
     scale = cdf[-1] / batch_size  # each sampled point stands for T / M samples
-    stats = _statistics(rho, jnp.full((batch_size,), scale), rows, arrays.num_rows)
-    return Variational(prior.alpha_lambda + stats.weights - q.weights,
+    stats = statistics(rho, jnp.full((batch_size,), scale), rows, arrays.num_rows)
+    return Tables(prior.alpha_lambda + stats.weights - q.weights,
                        prior.alpha + stats.factors - q.factors)
 
 
-def _block_norms(gradient: Variational, row_variable, num_variables):
+def _block_norms(gradient: Tables, row_variable, num_variables):
     return (jnp.sum(gradient.weights ** 2),
-            _column_sums(gradient.factors ** 2, row_variable, num_variables))
+            column_sums(gradient.factors ** 2, row_variable, num_variables))
 
 
 def _step_size(mean_norm, mean_square_norm):
@@ -308,10 +242,10 @@ def svb_step(key, state: SVBState, arrays: PatternArrays, prior: Prior, cdf, bat
     ff = 1.0 / rf.memory
     mean_f = (1.0 - ff[arrays.row_variable]) * rf.mean_gradient + ff[arrays.row_variable] * g.factors
     sq_f = (1.0 - ff) * rf.mean_square_norm + ff * square_f
-    xi_f = _step_size(_column_sums(mean_f ** 2, arrays.row_variable, N), sq_f)
+    xi_f = _step_size(column_sums(mean_f ** 2, arrays.row_variable, N), sq_f)
     factor_rate = StepSize(mean_f, sq_f, rf.memory * (1.0 - xi_f) + 1.0)
 
-    q = Variational(state.q.weights + xi_w * g.weights,
+    q = Tables(state.q.weights + xi_w * g.weights,
                     state.q.factors + xi_f[arrays.row_variable] * g.factors)
     return SVBState(q, weight_rate, factor_rate, state.iteration + 1)
 
@@ -335,102 +269,16 @@ def svb_init(key, arrays: PatternArrays, prior: Prior, rank: int, total: float, 
     return SVBState(q, weight_rate, factor_rate, jnp.zeros((), jnp.int32))
 
 
-def _heldout_nll(q: Variational, arrays: PatternArrays):
+def _heldout_nll(q: Tables, arrays: PatternArrays):
     """Mean NLL per held-out sample under the posterior-mean PMF (Chege et al. 2024 §V, Alg. 2 line 10)."""
     weights = q.weights / q.weights.sum()
-    totals = _column_sums(q.factors, arrays.row_variable, len(arrays.sizes))
+    totals = column_sums(q.factors, arrays.row_variable, len(arrays.sizes))
     factors = q.factors / totals[arrays.row_variable]
-    log_mix = jnp.log(weights)[None, :] + _gather_sum(jnp.log(factors), arrays.rows)
+    log_mix = jnp.log(weights)[None, :] + gather_sum(jnp.log(factors), arrays.rows)
     return -(arrays.weights @ jax.scipy.special.logsumexp(log_mix, axis=1)) / arrays.weights.sum()
 
 
-# -- EM with BIC / AIC (Chege et al. 2024 §V baselines) --------------------------------------------------------
-class EMState(NamedTuple):
-    weights: jnp.ndarray            # (C, R) mixing weights, zero beyond each candidate's rank
-    factors: jnp.ndarray            # (C, ΣI, R) stacked factor columns
-    log_likelihood: jnp.ndarray     # (C,)
-    converged: jnp.ndarray          # (C,)
-    iteration: jnp.ndarray          # (C,)
-
-
-# Keeps log A finite for categories a component never sees, so test NLLs stay finite.
-EM_FLOOR = 1e-10
-
-
-def _em_sweep(weights, factors, arrays: PatternArrays):
-    """E-step responsibilities and M-step updates of ML EM for the CPD; also log p(Y) before it."""
-    log_mix = jnp.log(weights)[None, :] + _gather_sum(jnp.log(factors), arrays.rows)
-    log_norm = jax.scipy.special.logsumexp(log_mix, axis=1, keepdims=True)
-    rho = jnp.exp(log_mix - log_norm)
-    stats = _statistics(rho, arrays.weights, arrays.rows, arrays.num_rows)
-    new_weights = stats.weights / arrays.weights.sum()
-    counts = stats.factors + EM_FLOOR
-    new_factors = counts / _column_sums(counts, arrays.row_variable, len(arrays.sizes))[arrays.row_variable]
-    return new_weights, new_factors, arrays.weights @ log_norm[:, 0]
-
-
-def em_step(state: EMState, arrays: PatternArrays, tol: float) -> EMState:
-    def one(weights, factors, previous, converged, iteration):
-        new_w, new_f, value = _em_sweep(weights, factors, arrays)
-        done = jnp.abs(value - previous) <= tol * jnp.abs(value)
-        keep = converged
-        return (jnp.where(keep, weights, new_w), jnp.where(keep, factors, new_f),
-                jnp.where(keep, previous, value), keep | done, iteration + jnp.where(keep, 0, 1))
-
-    return EMState(*jax.vmap(one)(state.weights, state.factors, state.log_likelihood, state.converged,
-                                  state.iteration))
-
-
-def em_run(key, arrays: PatternArrays, ranks, num_iters: int, tol: float, progress_bar: bool = False):
-    """EM for every candidate rank at once; components beyond a candidate's rank carry λ = 0."""
-    max_rank = int(max(ranks))
-    device = PatternArrays(jnp.asarray(arrays.rows), jnp.asarray(arrays.weights),
-                           jnp.asarray(arrays.row_variable), arrays.sizes)
-    active = jnp.arange(max_rank)[None, :] < jnp.asarray(ranks)[:, None]
-    raw = jax.random.uniform(key, (len(ranks), arrays.num_rows, max_rank), minval=0.5, maxval=1.5)
-    weights = active.astype(raw.dtype)
-    weights = weights / weights.sum(1, keepdims=True)
-    totals = jax.vmap(lambda f: _column_sums(f, device.row_variable, len(arrays.sizes)))(raw)
-    factors = raw / totals[:, device.row_variable]
-    C = len(ranks)
-    state = EMState(weights, factors, jnp.full((C,), -jnp.inf, factors.dtype), jnp.zeros(C, bool),
-                    jnp.zeros(C, jnp.int32))
-
-    def chunk(s, n):
-        def body(carry, _):
-            new = em_step(carry, device, tol)
-            return new, new.log_likelihood
-
-        return lax.scan(body, s, None, length=n)
-
-    chunk = jax.jit(chunk, static_argnums=1)
-    state = run_in_chunks(lambda s, start, stop: chunk(s, stop - start)[0], state, num_iters, chunk=CHUNK_SIZE,
-                          show=progress_bar, description="EM", unit="sweep",
-                          stop_early=lambda s: bool(s.converged.all()))
-    # The stored log-likelihood belongs to the parameters before the last M-step; score the final ones.
-    final = jax.jit(jax.vmap(lambda w, f: _em_sweep(w, f, device)[2]))(state.weights, state.factors)
-    return state._replace(log_likelihood=final)
-
-
-def information_criteria(log_likelihood, ranks, sizes, num_samples):
-    """AIC = −2 log L + 2k and BIC = −2 log L + k log T, k = (R − 1) + R Σ_n (I_n − 1).
-
-    T is the number of samples (rows), not of observed entries (the paper leaves it open).
-    """
-    ranks = np.asarray(ranks, dtype=np.float64)
-    free = (ranks - 1.0) + ranks * float(sum(s - 1 for s in sizes))
-    log_likelihood = np.asarray(log_likelihood, dtype=np.float64)
-    return -2.0 * log_likelihood + 2.0 * free, -2.0 * log_likelihood + free * math.log(num_samples)
-
-
 # -- adapters ----------------------------------------------------------------------------------------
-def _prepare(model, data, num_categories):
-    if not isinstance(model, PMFTensorModel):
-        raise TypeError(f"model must be a PMFTensorModel (bam_ppl.models.pmf_tensor), got {type(model).__name__}")
-    data = categorical_samples(data, num_categories)
-    return model.resolve(data), data
-
-
 def _dirichlet_draws(rng, concentration, num_samples):
     """(1, num_samples, *concentration.shape) Dirichlet draws, columns along the last axis; a
     pruned-away weight (α̃ ≈ α_λ) underflows to 0."""
@@ -440,25 +288,17 @@ def _dirichlet_draws(rng, concentration, num_samples):
 def _posterior_idata(model, data, weights_conc, factor_conc, keep, key, num_samples, method,
                      sample_stats, attrs):
     """Prune to the kept components and build InferenceData with Dirichlet posterior draws."""
-    sizes = data.shape
-    rank = int(keep.sum())
-    pruned = model.with_rank(rank)
-    bound = pruned.bind(data)
     w_conc = np.asarray(weights_conc)[keep]
-    offsets = np.cumsum([0, *sizes])
-    f_conc = [np.asarray(factor_conc)[offsets[n]:offsets[n + 1]][:, keep].T for n in range(len(sizes))]
+    f_conc = [table[keep] for table in split_factors(factor_conc, data.shape)]
     rng = numpy_generator(key)
-    theta = {"r": _dirichlet_draws(rng, w_conc, num_samples)}
-    variational = {"concentration_r": (("r",), w_conc)}
-    for n, name in enumerate(pruned.variables):
-        theta[name] = _dirichlet_draws(rng, f_conc[n], num_samples)
-        variational[f"concentration_{name}"] = (("r", name), f_conc[n])
-    attrs = dict(attrs, detected_rank=rank, max_rank=model.max_rank, alpha_lambda=model.alpha_lambda,
-                 alpha=model.alpha)
-    if data.dims:
-        attrs["data_dims"] = json.dumps(list(data.dims))
-    return allocation_inference_data(bound, data, theta=theta, method=method, sample_stats=sample_stats,
-                                     extra_groups={"variational": variational}, attrs=attrs)
+    weights = _dirichlet_draws(rng, w_conc, num_samples)
+    factors = [_dirichlet_draws(rng, table, num_samples) for table in f_conc]
+    names = model.with_rank(int(keep.sum())).variables
+    variational = {"concentration_r": (("r",), w_conc),
+                   **{f"concentration_{name}": (("r", name), table) for name, table in zip(names, f_conc)}}
+    return fit_inference_data(model, data, weights, factors, method=method, sample_stats=sample_stats,
+                              extra_groups={"variational": variational},
+                              attrs=dict(attrs, alpha_lambda=model.alpha_lambda, alpha=model.alpha))
 
 
 def _check_common(num_iters, tol, prune_threshold, num_samples):
@@ -503,7 +343,7 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     """
     _check_common(num_iters, tol, prune_threshold, num_samples)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
-    model, data = _prepare(model, data, num_categories)
+    model, data = prepare_samples(model, data, num_categories)
     arrays = pattern_arrays(data)
     prior = Prior(model.alpha_lambda, model.alpha)
     with jax.enable_x64(True):
@@ -563,7 +403,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
     check_positive(validation_fraction, "validation_fraction", upper=0.5)
     key = as_key(rng_key)
     key_split, key_init, key_steps, key_draw = jax.random.split(key, 4)
-    model, data = _prepare(model, data, num_categories)
+    model, data = prepare_samples(model, data, num_categories)
     if validation is None:
         tokens = data.tokens()
         order = np.asarray(jax.random.permutation(key_split, tokens.shape[0]))
@@ -618,74 +458,6 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
             attrs=dict(converged=converged, num_iterations=done, batch_size=M, tol=tol,
                        prune_threshold=prune_threshold, heldout_nll=nll_trace[-1]),
         )
-
-
-def em_rank_selection(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-                      num_categories=None, progress_bar: bool | None = None):
-    """ML EM for each candidate rank and their AIC / BIC (Chege et al. 2024 §V baselines).
-
-    Returns
-    -------
-    dict with ``ranks``, ``log_likelihood``, ``aic``, ``bic`` (per candidate), ``weights`` and
-    ``factors`` (per candidate, stacked rows, padded to the largest rank), ``iterations`` and the
-    resolved ``model`` and ``data``.
-    """
-    ranks = list(range(1, model.max_rank + 1)) if ranks is None else [int(r) for r in ranks]
-    for r in ranks:
-        check_int(r, "ranks[...]", minimum=1)
-    if not ranks:
-        raise ValueError("ranks must list at least one candidate rank")
-    check_int(num_iters, "num_iters", minimum=1)
-    check_positive(tol, "tol", allow_zero=True)
-    model, data = _prepare(model, data, num_categories)
-    arrays = pattern_arrays(data)
-    with jax.enable_x64(True):
-        state = em_run(as_key(rng_key), arrays, ranks, num_iters, tol, resolve_progress(progress_bar))
-        aic, bic = information_criteria(state.log_likelihood, ranks, arrays.sizes, arrays.total)
-        return dict(ranks=np.asarray(ranks), log_likelihood=np.asarray(state.log_likelihood), aic=aic,
-                    bic=bic, weights=np.asarray(state.weights), factors=np.asarray(state.factors),
-                    iterations=np.asarray(state.iteration), converged=np.asarray(state.converged),
-                    model=model, data=data)
-
-
-def em_candidate_idata(fit, index: int, criterion: str = "bic"):
-    """InferenceData (one point-estimate draw) of candidate ``index`` of an :func:`em_rank_selection` fit."""
-    rank = int(fit["ranks"][index])
-    model, data = fit["model"], fit["data"]
-    pruned = model.with_rank(rank)
-    bound = pruned.bind(data)
-    offsets = np.cumsum([0, *data.shape])
-    factors = fit["factors"][index][:, :rank]
-    theta = {"r": fit["weights"][index][:rank][None, None]}
-    for n, name in enumerate(pruned.variables):
-        theta[name] = factors[offsets[n]:offsets[n + 1]].T[None, None]
-    stats = {name: (("rank_candidate",), fit[name]) for name in ("log_likelihood", "aic", "bic")}
-    attrs = dict(detected_rank=rank, max_rank=model.max_rank, criterion=criterion,
-                 candidate_ranks=",".join(str(r) for r in fit["ranks"]))
-    if data.dims:
-        attrs["data_dims"] = json.dumps(list(data.dims))
-    return allocation_inference_data(bound, data, theta=theta, method=f"em_{criterion}", sample_stats=stats,
-                                     attrs=attrs)
-
-
-def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_categories, progress_bar):
-    fit = em_rank_selection(model, data, rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
-                            num_categories=num_categories, progress_bar=progress_bar)
-    return em_candidate_idata(fit, int(np.argmin(fit[criterion])), criterion)
-
-
-@register("em_bic", models=(PMFTensorModel,))
-def em_bic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-           num_categories=None, progress_bar: bool | None = None):
-    """ML EM over candidate ranks (default 1..max_rank), the rank chosen by BIC; one point-estimate draw."""
-    return _em_idata(model, data, "bic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
-
-
-@register("em_aic", models=(PMFTensorModel,))
-def em_aic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
-           num_categories=None, progress_bar: bool | None = None):
-    """ML EM over candidate ranks (default 1..max_rank), the rank chosen by AIC; one point-estimate draw."""
-    return _em_idata(model, data, "aic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
 
 
 # The names of earlier releases: "vi" for VB-PMF, and "svi", which elsewhere means NumPyro's SVI.
