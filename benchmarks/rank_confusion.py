@@ -66,10 +66,13 @@ def one_row(X, true_rank, tensor, R, args) -> dict:
     vb_start = cpu_seconds()
     vb = bam.log_evidence(model, X, method="vb", rng_key=key * 100 + R)
     runs = est.details.get("run_log_evidence", [])
+    cross = est.details.get("cross_check", {})
     return dict(true_rank=true_rank, tensor=tensor, R=R, method=est.method, log_evidence=est.value,
                 stderr=est.stderr, lower_bound=est.details.get("lower_bound", np.nan),
                 runs=" ".join(f"{v:.2f}" for v in runs),
                 temperatures=min(est.details.get("num_temperatures", [0])), seconds=wall, cpu_seconds=used,
+                cross_method=cross.get("method", ""), cross_value=cross.get("value", np.nan),
+                cross_stderr=cross.get("stderr", np.nan),
                 vb_bound=vb.value, vb_cpu_seconds=cpu_seconds() - vb_start, load=os.getloadavg()[0])
 
 

@@ -124,6 +124,9 @@ def estimate_row(model, X, key: int, options: dict, with_vb: bool) -> dict:
                runs=" ".join(f"{v:.2f}" for v in est.details.get("run_log_evidence", [])),
                temperatures=" ".join(map(str, est.details.get("num_temperatures", []))),
                seconds=time.perf_counter() - start, cpu_seconds=cpu_seconds() - cpu, load=os.getloadavg()[0],
+               cross_method=est.details.get("cross_check", {}).get("method", ""),
+               cross_value=est.details.get("cross_check", {}).get("value", np.nan),
+               cross_stderr=est.details.get("cross_check", {}).get("stderr", np.nan),
                vb_bound=np.nan, vb_cpu_seconds=np.nan)  # every row has the same columns (one CSV)
     if with_vb and est.kind != "exact":
         vb_cpu = cpu_seconds()

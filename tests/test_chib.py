@@ -17,7 +17,7 @@ from bam_ppl.infer.gibbs import collapsed as gibbs
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.types import numpy_generator
 
-pytestmark = pytest.mark.skipif(not chib.gibbs_numba.HAVE_NUMBA, reason="method='chib' needs numba")
+pytestmark = pytest.mark.skipif(not chib.HAVE_NUMBA, reason="method='chib' needs numba")
 
 RNG = np.random.default_rng(3)
 CASES = {

@@ -30,6 +30,17 @@ KERNELS = ("auto", "jax", "numba")
 FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 
+def compile_numba(namespace: dict, *, inline=(), nogil=()) -> None:
+    """Compile the functions named in ``inline`` and ``nogil`` of a module's ``namespace``
+    (``globals()``) with numba, in place: the first are inlined into the kernels that call them,
+    the second release the GIL so that threads over blocks of particles or chains run at once.
+    Each keeps its name, so the kernels find the compiled versions when they are compiled."""
+    for name in inline:
+        namespace[name] = numba.njit(inline="always", cache=True)(namespace[name])
+    for name in nogil:
+        namespace[name] = numba.njit(nogil=True, cache=True)(namespace[name])
+
+
 def resolve_kernel(kernel: str) -> str:
     """The kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed."""
     check_choice(kernel, "kernel", KERNELS)
@@ -109,7 +120,4 @@ def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, d
 
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
-    shuffle = numba.njit(nogil=True, cache=True)(shuffle)
-    inverse_cdf = numba.njit(inline="always", cache=True)(inverse_cdf)
-    row_values = numba.njit(inline="always", cache=True)(row_values)
-    log_urn_weights = numba.njit(inline="always", cache=True)(log_urn_weights)
+    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights"), nogil=("shuffle",))

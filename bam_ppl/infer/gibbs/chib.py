@@ -85,10 +85,9 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
-from ..kernels import log_urn_weights
+from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
 from ..prepare import prepare
 from ..registry import register_evidence
-from . import collapsed_numba as gibbs_numba
 from .collapsed import build_problem
 
 KERNELS = ("auto", "jax", "numba")
@@ -134,11 +133,11 @@ def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows
         for c in range(num_configs):
             weight[c] = 1.0
         for r in numerator_rows:
-            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
             for c in range(num_configs):
                 weight[c] *= values[c]
         for r in denominator_rows:
-            _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
             for c in range(num_configs):
                 weight[c] /= values[c]
         if has_valid:
@@ -150,6 +149,11 @@ def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows
             total += prob[c]
     for c in range(num_configs):
         prob[c] /= total
+
+
+def _scratch(num_rows, num_configs):
+    """Work arrays of one token's conditional: row bases, one row's values, weights, probabilities."""
+    return np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs)
 
 
 def _log_ratio(weight, new, old, logs):
@@ -168,12 +172,8 @@ def _pass(rng, mode, beta, shifted, config, order, token_cell, row_base, row_off
     (zero for ICM when no token moved); PLACE returns the log probability of the placed
     configurations.
     """
-    num_rows = row_base.shape[0]
-    num_configs = row_offset.shape[1]
-    base = np.empty(num_rows, np.int64)
-    values = np.empty(num_configs)
-    weight = np.empty(num_configs)
-    prob = np.empty(num_configs)
+    num_rows, num_configs = row_base.shape[0], row_offset.shape[1]
+    base, values, weight, prob = _scratch(num_rows, num_configs)
     result = 0.0
     for position in range(order.shape[0]):
         token = order[position]
@@ -224,13 +224,8 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
     and the number of tokens visited: (−inf, t) when the partial sum over the first t tokens
     falls below ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
-    num_rows = row_base.shape[0]
-    num_configs = row_offset.shape[1]
-    num_tokens = config.shape[0]
-    base = np.empty(num_rows, np.int64)
-    values = np.empty(num_configs)
-    weight = np.empty(num_configs)
-    prob = np.empty(num_configs)
+    num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
+    base, values, weight, prob = _scratch(num_rows, num_configs)
     result = 0.0
     done = num_tokens
     for token in range(num_tokens):
@@ -272,7 +267,7 @@ def _start(rng, shifted, config, concentration, num_entries, structure):
     """A Pólya-urn allocation of every token (random order), in place; returns its table part of
     log p(X, z) (see :func:`_table_log_joint`)."""
     order = np.arange(config.shape[0])
-    _shuffle(rng, order)
+    shuffle(rng, order)
     _pass(rng, PLACE, 1.0, shifted, config, order, *structure)
     return _table_log_joint(shifted, concentration, num_entries)
 
@@ -283,7 +278,7 @@ def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, bes
     ``best_config`` when it beats ``best``. Returns (current, best)."""
     order = np.arange(config.shape[0])
     for beta in betas:
-        _shuffle(rng, order)
+        shuffle(rng, order)
         current += _pass(rng, DRAW, beta, shifted, config, order, *structure)
         if current > best:
             best = current
@@ -373,22 +368,11 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
     return log_transition
 
 
-_row_values = gibbs_numba._row_values  # (α + S) of one row over the configurations, ties included
-_shuffle = gibbs_numba._shuffle  # Fisher–Yates with one uniform per position
 
-if gibbs_numba.HAVE_NUMBA:
-    import numba
-
-    _conditional = numba.njit(inline="always", cache=True)(_conditional)
-    _log_ratio = numba.njit(inline="always", cache=True)(_log_ratio)
-    _pass = numba.njit(nogil=True, cache=True)(_pass)
-    _log_transition = numba.njit(nogil=True, cache=True)(_log_transition)
-    _transition_into_star = numba.njit(nogil=True, cache=True)(_transition_into_star)
-    _table_log_joint = numba.njit(nogil=True, cache=True)(_table_log_joint)
-    _start = numba.njit(nogil=True, cache=True)(_start)
-    _anneal = numba.njit(nogil=True, cache=True)(_anneal)
-    _modes = numba.njit(nogil=True, cache=True)(_modes)
-    _chib_steps = numba.njit(nogil=True, cache=True)(_chib_steps)
+if HAVE_NUMBA:
+    compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio"),
+                  nogil=("_pass", "_log_transition", "_transition_into_star", "_table_log_joint", "_start",
+                         "_anneal", "_modes", "_chib_steps"))
 
 
 def _resolve_kernel(kernel) -> str:
@@ -398,7 +382,7 @@ def _resolve_kernel(kernel) -> str:
     if kernel == "jax":
         raise ValueError('kernel="jax" is not available for method="chib": its sweeps run in the numba '
                          'kernel only; use kernel="numba" or "auto"')
-    if not gibbs_numba.HAVE_NUMBA:
+    if not HAVE_NUMBA:
         raise ImportError('method="chib" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     return "numba"
 

@@ -73,7 +73,7 @@ from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
-from ..kernels import inverse_cdf, shuffle
+from ..kernels import compile_numba, inverse_cdf, shuffle
 from ..prepare import prepare
 from ..registry import register_evidence
 
@@ -563,19 +563,9 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
 
 
 if numba is not None:
-    _row_value = numba.njit(inline="always", cache=True)(_row_value)
-    _group_factor = numba.njit(inline="always", cache=True)(_group_factor)
-    _token_weights = numba.njit(inline="always", cache=True)(_token_weights)
-    _draw = numba.njit(inline="always", cache=True)(_draw)
-    _log_factor = numba.njit(inline="always", cache=True)(_log_factor)
-    _shift_token = numba.njit(inline="always", cache=True)(_shift_token)
-    _set_base = numba.njit(inline="always", cache=True)(_set_base)
-    _log_total = numba.njit(inline="always", cache=True)(_log_total)
-    _restrict = numba.njit(inline="always", cache=True)(_restrict)
-    _block_move = numba.njit(nogil=True, cache=True)(_block_move)
-    _pair_tokens = numba.njit(nogil=True, cache=True)(_pair_tokens)
-    _tempered_block = numba.njit(nogil=True, cache=True)(_tempered_block)
-    _log_multinomial_block = numba.njit(nogil=True, cache=True)(_log_multinomial_block)
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_token_weights", "_draw", "_log_factor",
+                                     "_shift_token", "_set_base", "_log_total", "_restrict"),
+                  nogil=("_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block"))
 
 
 class NumbaParticles:
@@ -1047,10 +1037,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
 
     Parameters
     ----------
-    model : AllocationModel
-    data : array-like or CountTensor
-        Counts, or samples with missing entries (``CountTensor.from_samples``).
-    rng_key : int or JAX key
+    model, data, rng_key
+        The AllocationModel, its counts (array-like or CountTensor, missing entries allowed:
+        ``CountTensor.from_samples``) and an int or JAX key.
     num_particles : int
         Particles per run (P ≥ 2).
     num_runs : int
