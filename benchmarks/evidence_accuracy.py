@@ -21,6 +21,7 @@ import numpy as np
 import bam_ppl as bam
 
 ESTIMATORS = {
+    "auto": dict(method="auto"),
     "smc": dict(method="smc"),
     "tempered": dict(method="tempered"),
     "tempered+cells": dict(method="tempered", cell_moves=1),
