@@ -200,7 +200,12 @@ def split_backend(backend, model, data, rng_key, options: dict, executor, label:
     parts = run_tasks(executor, backend_task, tasks, (model, data))
     if option == CHAIN_OPTION:
         return concat_chains(parts, attrs={CHAIN_OPTION: count})
-    return best_restart(parts, label)
+    layout = getattr(backend, "restart_layout", None)
+    if layout is None:
+        return best_restart(parts, label)
+    if layout.dim is None:
+        return concat_chains(parts, attrs={RESTART_OPTION: count})
+    return merge_restarts(parts, layout, first=offset)
 
 
 def _one_of(params, option: str, rng_key, options: dict, index: int) -> tuple:
@@ -209,6 +214,73 @@ def _one_of(params, option: str, rng_key, options: dict, index: int) -> tuple:
     if first in params:
         return rng_key, {**options, option: 1, first: index}
     return task_key(rng_key, index), {**options, option: 1}
+
+
+class RestartLayout(NamedTuple):
+    """Where a backend's result keeps its restarts (:func:`restart_layout`)."""
+
+    dim: str | None
+    objective: str | None
+
+
+def restart_layout(dim: str | None = None, objective: str | None = None):
+    """Decorator declaring how the restarts of a backend merge when ``bam.infer`` runs them as tasks.
+
+    ``dim=None``: every restart is kept, as a chain, and they merge like chains. Otherwise the
+    posterior is the best restart's, the one with the highest finite ``objective`` (a
+    ``sample_stats`` variable along ``dim``; the first of equals), and the ``sample_stats``
+    variables along ``dim`` hold every restart (:func:`merge_restarts`).
+    """
+    if (dim is None) != (objective is None):
+        raise ValueError("restart_layout: give both dim and objective, or neither (restarts kept as chains)")
+
+    def deco(fn):
+        fn.restart_layout = RestartLayout(dim, objective)
+        return fn
+
+    return deco
+
+
+def best_index(values) -> int:
+    """Index of the highest value, non-finite values never winning, the first of equals."""
+    values = np.asarray(values, dtype=np.float64)
+    return int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
+
+
+def merge_restarts(parts: Sequence, layout: RestartLayout, first: int = 0):
+    """One result from single-restart results ``first, first + 1, ...``, as one vectorised run gives it.
+
+    The posterior and the other groups are the best restart's; ``sample_stats`` variables along
+    ``layout.dim`` are concatenated over the restarts. A restart that stopped iterating early
+    holds its last value up to the longest trace, as a converged restart does in a vectorised run.
+    """
+    import xarray as xr
+
+    from .convert import group, with_groups
+
+    stats = [group(p, "sample_stats") for p in parts]
+    per_restart = [name for name, var in stats[0].data_vars.items() if layout.dim in var.dims]
+    longest = max(s.sizes.get("iteration", 0) for s in stats)
+    joined = xr.concat([_hold_last(s[per_restart], "iteration", longest) for s in stats], dim=layout.dim,
+                       join="override", coords="minimal", compat="override", combine_attrs="override")
+    if layout.dim in joined.coords:
+        joined = joined.assign_coords({layout.dim: np.arange(joined.sizes[layout.dim])})
+    objective = joined[layout.objective].transpose(layout.dim, ...).values.reshape(len(parts), -1)[:, 0]
+    best = best_index(objective)
+    kept = stats[best]
+    merged = xr.Dataset({name: joined[name] if name in per_restart else kept[name] for name in kept.data_vars},
+                        attrs=kept.attrs)
+    out = with_groups(parts[best], {"sample_stats": merged})
+    return with_attrs(out, {RESTART_OPTION: len(parts), "best_restart": first + best})
+
+
+def _hold_last(ds, dim: str, length: int):
+    """``ds`` extended along ``dim`` to ``length`` by repeating its last entry."""
+    size = ds.sizes.get(dim, length)
+    if size == length:
+        return ds
+    padded = ds.pad({dim: (0, length - size)}, mode="edge")
+    return padded.assign_coords({dim: np.arange(length)}) if dim in ds.coords else padded
 
 
 def best_restart(parts: Sequence, label: str):
@@ -220,8 +292,7 @@ def best_restart(parts: Sequence, label: str):
     if objective is None:
         raise ValueError(f"{label}: its result names no objective ({' or '.join(RESTART_OBJECTIVES)} in attrs) "
                          "by which to keep the best restart; run it without an executor")
-    values = np.array([a[objective] for a in attrs], dtype=np.float64)
-    best = int(np.argmax(np.where(np.isnan(values), -np.inf, values)))
+    best = best_index([a[objective] for a in attrs])
     return with_attrs(parts[best], {RESTART_OPTION: len(parts), "best_restart": best})
 
 
@@ -240,11 +311,12 @@ def concat_chains(parts: Sequence, attrs: dict | None = None):
     """One InferenceData from several whose groups have a ``chain`` dimension, chains in order.
 
     Groups without a chain dimension (observed data, constants) are taken from the first part,
-    as are the root attributes, updated by ``attrs``.
+    as are the root attributes; those of ``attrs`` that it holds are updated (a backend that
+    records its number of chains records the total).
     """
     import xarray as xr
 
-    from .convert import group, with_groups
+    from .convert import attrs_of, group, with_groups
 
     first = parts[0]
     merged = {}
@@ -254,7 +326,8 @@ def concat_chains(parts: Sequence, attrs: dict | None = None):
             continue
         joined = xr.concat(datasets, dim="chain", join="override", combine_attrs="override")
         merged[name] = joined.assign_coords(chain=np.arange(joined.sizes["chain"]))
-    return with_attrs(with_groups(first, merged), attrs or {})
+    held = attrs_of(first)
+    return with_attrs(with_groups(first, merged), {k: v for k, v in (attrs or {}).items() if k in held})
 
 
 def with_attrs(idata, updates: dict):
