@@ -13,7 +13,6 @@ Both work on the sample patterns of :mod:`.common`. The JAX cores run in float64
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -21,9 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.special import digamma, gammaln
+from jax.scipy.special import digamma
 
 from ...infer.registry import deprecated_alias, register
+from ...infer.variational import vb as vb_core
 from ...models.pmf import PMFTensorModel, categorical_samples
 from ...models.sampling import dirichlet_rows
 from ...progress import resolve_progress, run_in_chunks
@@ -45,11 +45,6 @@ DEFAULT_PRUNE_THRESHOLD = 1e-3
 CHUNK_SIZE = 25
 
 
-def _log_dirichlet_norm(concentration, total):
-    """log C(α) = lnΓ(Σα) − Σ lnΓ(α) summed over columns (Chege et al. 2024 §II)."""
-    return jnp.sum(gammaln(total)) - jnp.sum(gammaln(concentration))
-
-
 # -- variational quantities (Chege et al. 2024 eqs. 32–36, 39) ----------------------------------------------
 class Prior(NamedTuple):
     alpha_lambda: float
@@ -65,36 +60,10 @@ def expected_logs(q: Tables, row_variable, num_variables):
 
 
 def responsibilities(log_weights, log_factors, rows):
-    """ρ (eq. 36) from log γ (eq. 34, observed entries only) and each row's entropy −Σ ρ log ρ."""
+    """ρ (eq. 36) from log γ (eq. 34, observed entries only)."""
     log_gamma = log_weights[None, :] + gather_sum(log_factors, rows)
-    shifted = log_gamma - log_gamma.max(axis=1, keepdims=True)
-    unnormalised = jnp.exp(shifted)  # the one exp per entry: exp is the costliest op of a sweep
-    norm = unnormalised.sum(axis=1, keepdims=True)
-    rho = unnormalised / norm
-    # −Σ ρ log ρ with log ρ = shifted − log norm; ρ = 0 entries contribute 0 (not 0 · −inf).
-    entropy = jnp.log(norm[:, 0]) - jnp.sum(jnp.where(rho > 0, rho * shifted, 0.0), axis=1)
-    return rho, entropy
-
-
-def elbo(q: Tables, prior: Prior, stats: Tables, entropy, arrays_meta):
-    """The ELBO of eq. (39) for responsibilities with sufficient statistics ``stats``.
-
-    ``stats`` are Σ_t ρ_{r,t} (weights) and Σ_{t ∈ Ω_{n,i}} ρ_{r,t} (factors); ``entropy`` is
-    Σ_t (−Σ_r ρ log ρ). Valid for any q, so it scores SVB iterates as well.
-    """
-    row_variable, num_variables, sizes = arrays_meta
-    log_weights, log_factors = expected_logs(q, row_variable, num_variables)
-    R = q.weights.shape[0]
-    sizes = jnp.asarray(sizes, dtype=q.factors.dtype)
-    data_term = stats.weights @ log_weights + jnp.sum(stats.factors * log_factors)
-    prior_weights = (gammaln(R * prior.alpha_lambda) - R * gammaln(prior.alpha_lambda)
-                     + (prior.alpha_lambda - 1.0) * log_weights.sum())
-    prior_factors = (R * jnp.sum(gammaln(sizes * prior.alpha) - sizes * gammaln(prior.alpha))
-                     + (prior.alpha - 1.0) * log_factors.sum())
-    q_weights = _log_dirichlet_norm(q.weights, q.weights.sum()) + jnp.sum((q.weights - 1.0) * log_weights)
-    column_totals = column_sums(q.factors, row_variable, num_variables)
-    q_factors = _log_dirichlet_norm(q.factors, column_totals) + jnp.sum((q.factors - 1.0) * log_factors)
-    return data_term + prior_weights + prior_factors + jnp.sum(entropy) - q_weights - q_factors
+    unnormalised = jnp.exp(log_gamma - log_gamma.max(axis=1, keepdims=True))
+    return unnormalised / unnormalised.sum(axis=1, keepdims=True)
 
 
 def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
@@ -107,80 +76,28 @@ def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
     return Tables(weights, factors)
 
 
-# -- VB-PMF (Algorithm 1) ------------------------------------------------------------------------------
-class VBState(NamedTuple):
-    q: Tables
-    elbo: jnp.ndarray
-    converged: jnp.ndarray
-    iteration: jnp.ndarray
+# -- VB-PMF (Algorithm 1) on the generic VB core ---------------------------------------------------------
+def vb_problem(model: PMFTensorModel, data):
+    """The generic VB problem of ``r -> x1; …; r -> xN`` for the sample patterns ``data``.
 
-
-def vb_init(key, arrays: PatternArrays, prior: Prior, rank: int) -> VBState:
-    q = _initial_q(key, prior, arrays.total, rank, arrays.sizes)
-    # Explicit dtypes: a weakly typed start state would make the jitted chunk compile twice.
-    return VBState(q, jnp.full((), -jnp.inf, q.weights.dtype), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
-
-
-def vb_step(state: VBState, arrays: PatternArrays, prior: Prior, tol: float) -> VBState:
-    """One sweep: ρ (eqs. 32–36), α̃_λ (eq. 22), α̃_{n,r} (eq. 28), then the ELBO (eq. 39)."""
-    meta = (arrays.row_variable, len(arrays.sizes), arrays.sizes)
-    log_weights, log_factors = expected_logs(state.q, arrays.row_variable, len(arrays.sizes))
-    rho, entropy = responsibilities(log_weights, log_factors, arrays.rows)
-    stats = statistics(rho, arrays.weights, arrays.rows, arrays.num_rows)
-    q = Tables(prior.alpha_lambda + stats.weights, prior.alpha + stats.factors)
-    value = elbo(q, prior, stats, arrays.weights @ entropy, meta)
-    converged = jnp.abs(value - state.elbo) <= tol * jnp.abs(value)
-    return VBState(q, value, converged, state.iteration + 1)
-
-
-def _frozen_scan(step, state, num_steps):
-    """Scan ``step`` ``num_steps`` times, leaving the state untouched once it has converged."""
-
-    def body(carry, _):
-        new = lax.cond(carry.converged, lambda s: s, step, carry)
-        return new, new.elbo
-
-    return lax.scan(body, state, None, length=num_steps)
-
-
-def vb_run(key, arrays: PatternArrays, prior: Prior, rank: int, num_iters: int, tol: float,
-           progress_bar: bool = False):
-    """Run VB-PMF until the relative ELBO change is ≤ ``tol`` or ``num_iters`` sweeps.
-
-    The sweeps run in jitted chunks of :data:`CHUNK_SIZE` (a progress bar updates between them).
-
-    Returns
-    -------
-    state : VBState
-    trace : (iterations run,) ELBO after every sweep
+    Missing entries drop out of their cells (:func:`~bam_ppl.infer.variational.vb.marginalised_leaf_layout`),
+    so the updates are eqs. 32–36, 22 and 28. The ELBO is that of eq. (39): the likelihood of the
+    T samples in order, without the count tensor's multinomial coefficient or total-count term,
+    so its only constant is the prior normalisers. Returns the bound model and the problem.
     """
-    rows, weights, row_variable = (jnp.asarray(a) for a in (arrays.rows, arrays.weights, arrays.row_variable))
-    chunk = lambda s, n: _vb_chunk(s, rows, weights, row_variable, prior, tol, arrays.sizes, n)
-    state = vb_init(key, arrays, prior, rank)
-    return _drive(chunk, state, num_iters, progress_bar, "VB-PMF")
+    bound = model.bind(data)
+    layout, mask = vb_core.marginalised_leaf_layout(bound, data)
+    problem = vb_core.build_problem(bound, data, layout, member_mask=mask)
+    return bound, problem._replace(constant=jnp.asarray(-vb_core.log_beta_prior(bound)))
 
 
-@functools.partial(jax.jit, static_argnums=(6, 7))
-def _vb_chunk(state, rows, weights, row_variable, prior, tol, sizes, num_steps):
-    """``num_steps`` sweeps, jitted once per data shape (module level, so the cache is reused)."""
-    arrays = PatternArrays(rows, weights, row_variable, sizes)
-    return _frozen_scan(lambda s: vb_step(s, arrays, prior, tol), state, num_steps)
-
-
-def _drive(chunk, state, num_iters, progress_bar, label):
-    """``chunk(state, length)`` over ``num_iters`` sweeps until the state converged; returns the
-    final state and the trace of the sweeps that ran."""
-    traces = []
-
-    def advance(state, start, stop):
-        before = int(state.iteration)
-        state, trace = chunk(state, stop - start)
-        traces.append(np.asarray(trace)[: int(state.iteration) - before])
-        return state
-
-    state = run_in_chunks(advance, state, num_iters, chunk=CHUNK_SIZE, show=progress_bar, description=label,
-                          unit="sweep", stop_early=lambda s: bool(s.converged))
-    return state, np.concatenate(traces) if traces else np.zeros(0)
+def vb_start(bound, problem, q: Tables) -> vb_core.VBState:
+    """The generic VB state of the Dirichlet parameters ``q`` (stacked), one restart."""
+    sizes = [bound.sizes[name] for name in bound.visible]
+    tables = {"r": q.weights, **dict(zip(bound.visible, split_factors(q.factors, sizes)))}
+    alpha_hat = jnp.concatenate([jnp.ravel(tables[t.name]) for t in bound.tables])
+    state = vb_core.fresh_state(vb_core.expected_log_theta(problem, alpha_hat), alpha_hat)
+    return jax.tree.map(lambda x: x[None], state)
 
 
 # -- SVB-PMF (Algorithm 2) -----------------------------------------------------------------------------
@@ -205,7 +122,7 @@ def _natural_gradients(key, q: Tables, arrays: PatternArrays, prior: Prior, cdf,
     batch = jnp.minimum(jnp.searchsorted(cdf, draws, side="right"), cdf.shape[0] - 1)
     rows = arrays.rows[batch]
     log_weights, log_factors = expected_logs(q, arrays.row_variable, len(arrays.sizes))
-    rho, _ = responsibilities(log_weights, log_factors, rows)
+    rho = responsibilities(log_weights, log_factors, rows)
     scale = cdf[-1] / batch_size  # each sampled point stands for T / M samples
     stats = statistics(rho, jnp.full((batch_size,), scale), rows, arrays.num_rows)
     return Tables(prior.alpha_lambda + stats.weights - q.weights,
@@ -287,9 +204,10 @@ def _dirichlet_draws(rng, concentration, num_samples):
 
 def _posterior_idata(model, data, weights_conc, factor_conc, keep, key, num_samples, method,
                      sample_stats, attrs):
-    """Prune to the kept components and build InferenceData with Dirichlet posterior draws."""
+    """Prune to the kept components and build InferenceData with Dirichlet posterior draws;
+    ``factor_conc`` holds one ``(R, I_n)`` table of Dirichlet parameters per variable."""
     w_conc = np.asarray(weights_conc)[keep]
-    f_conc = [table[keep] for table in split_factors(factor_conc, data.shape)]
+    f_conc = [np.asarray(table)[keep] for table in factor_conc]
     rng = numpy_generator(key)
     weights = _dirichlet_draws(rng, w_conc, num_samples)
     factors = [_dirichlet_draws(rng, table, num_samples) for table in f_conc]
@@ -344,19 +262,20 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     _check_common(num_iters, tol, prune_threshold, num_samples)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
     model, data = prepare_samples(model, data, num_categories)
-    arrays = pattern_arrays(data)
     prior = Prior(model.alpha_lambda, model.alpha)
     with jax.enable_x64(True):
-        state, trace = vb_run(key_fit, arrays, prior, model.max_rank, num_iters, tol,
-                              resolve_progress(progress_bar))
-        weights = np.asarray(state.q.weights)
-        keep = weights / weights.sum() >= prune_threshold
-        return _posterior_idata(
-            model, data, weights, state.q.factors, keep, key_draw, num_samples, "vb",
-            sample_stats={"elbo": (("chain", "iteration"), trace[None])},
-            attrs=dict(converged=bool(state.converged), num_iterations=int(state.iteration),
-                       elbo=float(state.elbo), tol=tol, prune_threshold=prune_threshold),
-        )
+        bound, problem = vb_problem(model, data)
+        start = vb_start(bound, problem, _initial_q(key_fit, prior, data.total, model.max_rank, data.shape))
+        result = vb_core.run_from(start, problem, num_iters=num_iters, tol=tol,
+                                  progress_bar=resolve_progress(progress_bar), desc="VB-PMF")
+    tables = bound.split_flat(result.alpha_hat[0])
+    keep = tables["r"] / tables["r"].sum() >= prune_threshold
+    return _posterior_idata(
+        model, data, tables["r"], [tables[name] for name in bound.visible], keep, key_draw, num_samples, "vb",
+        sample_stats={"elbo": (("chain", "iteration"), result.elbo_trace)},
+        attrs=dict(converged=bool(result.converged[0]), num_iterations=int(result.iterations[0]),
+                   elbo=float(result.elbo[0]), tol=tol, prune_threshold=prune_threshold),
+    )
 
 
 @register("svb", models=(PMFTensorModel,))
@@ -453,7 +372,7 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
-            model, data, weights, state.q.factors, keep, key_draw, num_samples, "svb",
+            model, data, weights, split_factors(state.q.factors, data.shape), keep, key_draw, num_samples, "svb",
             sample_stats={"heldout_nll": (("chain", "evaluation"), np.asarray(nll_trace)[None])},
             attrs=dict(converged=converged, num_iterations=done, batch_size=M, tol=tol,
                        prune_threshold=prune_threshold, heldout_nll=nll_trace[-1]),

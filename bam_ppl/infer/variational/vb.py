@@ -23,6 +23,7 @@ import numpy as np
 from scipy.special import gammaln as np_gammaln
 
 from ...convert import allocation_inference_data
+from ...data import MISSING, CountTensor
 from ...estimate import EvidenceEstimate
 from ...models.allocation import AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
@@ -76,6 +77,10 @@ class CellProblem(NamedTuple):
     row_flat, row_col : tuple of (G_m,) int, one per member
         The offset of each row. Gathers and scatters then move whole rows of L values, which
         is much faster than U × L single-entry updates.
+    member_mask : (M, U) float or None
+        1 where member m's factor is part of cell u's likelihood, 0 where the member's child is
+        a visible leaf missing in the cell and marginalised exactly (see
+        :func:`marginalised_leaf_layout`); None: every member of every cell.
     """
 
     counts: Array
@@ -92,16 +97,46 @@ class CellProblem(NamedTuple):
     row_flat: tuple
     row_col_of_cell: tuple
     row_col: tuple
+    member_mask: Array | None = None
+
+
+def log_beta_prior(bound: BoundModel) -> float:
+    """Σ log B(α) over the prior's columns, B(α) = Π Γ(α_i) / Γ(Σ α_i)."""
+    return float(np_gammaln(bound.flat_concentration).sum() - np_gammaln(bound.flat_column_concentration).sum())
 
 
 def data_constant(bound: BoundModel, data) -> float:
     """The ELBO's data-only terms (eq. D.1 first, fourth and last lines; conditioned variant)."""
-    log_beta_prior = (np_gammaln(bound.flat_concentration).sum()
-                      - np_gammaln(bound.flat_column_concentration).sum())
-    return float(bound.log_data_constant(data) - log_beta_prior)
+    return float(bound.log_data_constant(data) - log_beta_prior(bound))
 
 
-def build_problem(bound: BoundModel, data, layout: CellLayout) -> CellProblem:
+def marginalised_leaf_layout(bound: BoundModel, data) -> tuple[CellLayout, np.ndarray]:
+    """A layout in which missing entries of visible leaves are summed out, and its member mask.
+
+    A leaf's table column sums to one, so a cell whose leaf is missing has the likelihood of its
+    other members alone: the member drops out of the cell (mask 0) instead of making the leaf a
+    free node whose values q(S) would enumerate. Mean-field VB on this layout is VB for the
+    model with the missing entries integrated out before the approximation (Chege et al. 2024
+    §II), which the free-node layout is not. Returns the layout of ``data`` with missing codes
+    read as 0 (the mask removes them) and the ``(members, cells)`` mask.
+    """
+    missing = data.indices == MISSING
+    visible = {name: axis for axis, name in enumerate(bound.visible)}
+    for name, axis in visible.items():
+        if missing[:, axis].any() and bound.dag.children(name):
+            raise ValueError(f"data: node {name!r} has missing entries but is not a leaf; only missing "
+                             "leaves are marginalised")
+    # The layout of a cell depends on its coordinates alone: lay out the distinct filled cells
+    # (CountTensor merges duplicates) and read every cell's columns from its filled twin.
+    filled, twin = np.unique(np.where(missing, 0, data.indices), axis=0, return_inverse=True)
+    layout = bound.cell_layout(CountTensor(filled, np.ones(len(filled), np.int64), data.shape))
+    layout = layout._replace(cell_flat=layout.cell_flat[:, twin.reshape(-1)], cell_col=layout.cell_col[:, twin.reshape(-1)])
+    mask = np.stack([~missing[:, visible[child]] if child in visible else np.ones(data.nnz, bool)
+                     for _, child, _ in bound.members])
+    return layout, mask.astype(np.float64)
+
+
+def build_problem(bound: BoundModel, data, layout: CellLayout, member_mask=None) -> CellProblem:
     """Device arrays of a :class:`CellProblem` (call under ``jax.enable_x64(True)``)."""
     def rows(offsets):
         unique, inverse = zip(*(np.unique(row, return_inverse=True) for row in offsets))
@@ -124,6 +159,7 @@ def build_problem(bound: BoundModel, data, layout: CellLayout) -> CellProblem:
         row_flat=row_flat,
         row_col_of_cell=row_col_of_cell,
         row_col=row_col,
+        member_mask=None if member_mask is None else jnp.asarray(member_mask, dtype=float),
     )
 
 
@@ -208,15 +244,20 @@ def sum_over_members(problem: CellProblem, table_vector: Array) -> Array:
     """Σ_m table_vector[index of member m] for every cell and configuration, shape (U, L)."""
     total = 0.0
     for m in range(problem.cell_flat.shape[0]):
-        total = total + member_gather(problem, m, table_vector)
+        total = total + masked(problem, m, member_gather(problem, m, table_vector))
     return total
+
+
+def masked(problem: CellProblem, m: int, values: Array) -> Array:
+    """``values`` (U, L) zeroed at the cells where member ``m`` is marginalised out."""
+    return values if problem.member_mask is None else values * problem.member_mask[m][:, None]
 
 
 def scatter_to_tables(problem: CellProblem, weights: Array) -> Array:
     """Σ_{u,l} weights[u, l] added at every member's table entry: E S_fa for weights X_u Φ."""
     out = jnp.zeros_like(problem.alpha)
     for m in range(problem.cell_flat.shape[0]):
-        rows = jax.ops.segment_sum(weights, problem.row_of_cell[m],
+        rows = jax.ops.segment_sum(masked(problem, m, weights), problem.row_of_cell[m],
                                    num_segments=problem.row_flat[m].shape[0])
         out = out.at[problem.row_flat[m][:, None] + problem.config_flat[m][None, :]].add(rows)
     return out
@@ -385,6 +426,15 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
     ran = int(jnp.max(states.iteration))
     stacked = jax.tree.map(lambda *xs: jnp.moveaxis(jnp.concatenate(xs, axis=0), 0, 1), *outputs)
     return states, jax.tree.map(lambda x: x[:, :ran], stacked)
+
+
+def run_from(states: VBState, problem: CellProblem, *, num_iters: int, tol: float, progress_bar: bool = False,
+             desc: str = "vb") -> VBResult:
+    """Run VB from given states (leading axis: restart), e.g. a family's own initialisation."""
+    states, elbo_trace = iterate(_run_chunk_jit, states, problem, num_iters=num_iters, tol=tol,
+                                 progress_bar=progress_bar, desc=desc)
+    return VBResult(np.asarray(states.alpha_hat), np.asarray(elbo_trace), np.asarray(states.elbo),
+                    np.asarray(states.iteration), np.asarray(states.converged))
 
 
 class VBResult(NamedTuple):
