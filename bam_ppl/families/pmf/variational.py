@@ -7,8 +7,19 @@
   adaptive step size of Ranganath et al. (eq. 54) per block with its running averages warm-started
   from several minibatches, stopping on held-out NLL.
 
-Both work on the sample patterns of :mod:`.common`. The JAX cores run in float64 inside
-``jax.enable_x64(True)``: with α_λ = 1e-6, ψ(α̃) ≈ −1e6.
+VB-PMF is the generic mean-field VB of :mod:`bam_ppl.infer.variational.vb` on the allocation
+model ``r -> x1; …; r -> xN`` (responsibilities over r, Dirichlet updates of every table, the
+ELBO from the same pass), plus the pruning of components at the end. Two hooks carry what is
+particular to it: a missing entry drops its member from the cell
+(:func:`~bam_ppl.infer.variational.vb.marginalised_leaf_layout`: the paper marginalises missing
+entries, where the free-node layout would give them a q of their own), and its own random start
+α̃ = prior + U(0, 1) · T / R (:func:`~bam_ppl.infer.variational.vb.run_from`). Its ELBO is eq. (39), the
+generic one less the count tensor's multinomial coefficient and total-count term.
+
+SVB-PMF keeps its own step on the sample patterns of :mod:`.common`: a natural-gradient step
+reads a minibatch of M patterns, where the generic problem's gathers and scatters run over all
+cells. The JAX cores run in float64 inside ``jax.enable_x64(True)``: with α_λ = 1e-6,
+ψ(α̃) ≈ −1e6.
 """
 
 from __future__ import annotations
