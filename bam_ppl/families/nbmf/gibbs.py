@@ -46,7 +46,8 @@ from jax.scipy.special import digamma, gammaln
 
 from ...infer.registry import register
 from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
-from ...types import as_key, numpy_generator
+from ...parallel import chain_keys
+from ...types import numpy_generator
 from ...validation import check_int, check_positive
 from .common import (  # noqa: F401  (re-exported: the NBMF layout and checks)
     CHUNK_SWEEPS,
@@ -435,8 +436,10 @@ class GibbsResult(NamedTuple):
 
 def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warmup=4000,
            num_samples=1000, num_chains=1, thinning=1, threshold=ACTIVE_THRESHOLD,
-           progress_bar=False, keep_assignments=False, init=None) -> GibbsResult:
-    """Run ``num_chains`` collapsed Gibbs chains (vectorised) on a validated binary matrix.
+           progress_bar=False, keep_assignments=False, init=None, first_chain=0) -> GibbsResult:
+    """Run collapsed Gibbs chains ``first_chain .. first_chain + num_chains - 1`` (vectorised) on a
+    validated binary matrix; chain c splits ``fold_in(rng_key, c)`` into its init, sweep and
+    draw keys (:func:`bam_ppl.parallel.chain_keys`), so it draws what it draws run alone.
 
     ``init``: ``"bica"`` (:func:`bica_labels`, the default for Beta-Dir) or ``"random"``
     (uniform labels; the default for Dir-Dir, see :func:`dir_dir_init`). Sweeps run in jitted
@@ -448,18 +451,20 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
     layout = DiagonalLayout(*(jnp.asarray(a) for a in diagonal_layout(values, observed)))
     num_sweeps = num_warmup + num_samples
     num_draws = num_samples // thinning
-    key_init, key_run, key_draw = jax.random.split(as_key(rng_key), 3)
-    chains = _init_chains(jax.random.split(key_init, num_chains), layout, hyper, kind=kind, F=F, N=N,
+    init_keys, keys, draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=3)
+    chains = _init_chains(init_keys, layout, hyper, kind=kind, F=F, N=N,
                           K=K, num_sweeps=num_sweeps, num_draws=num_draws,
                           keep_assignments=keep_assignments, init=init)
-    keys = jax.random.split(key_run, num_chains)
     advance = lambda chains, start, stop: _run_chains(
         chains, keys, start, stop, layout, hyper, kind=kind, num_warmup=num_warmup,
         thinning=thinning, threshold=float(threshold))
     chains = run_in_chunks(advance, chains, num_sweeps, progress_bar, f"gibbs {kind}", "sweep")
     layout_np = diagonal_layout(values, observed)
     assignments = tuple(to_matrix(layout_np, np.asarray(a), (F, N)) for a in chains.assignments)
-    W, H = conjugate_draws(numpy_generator(key_draw), kind, hyper, tuple(np.asarray(c) for c in chains.counts))
+    counts = tuple(np.asarray(c) for c in chains.counts)
+    draws = [conjugate_draws(numpy_generator(key), kind, hyper, tuple(n[c:c + 1] for n in counts))
+             for c, key in enumerate(draw_keys)]
+    W, H = (np.concatenate(parts) for parts in zip(*draws))
     return GibbsResult(W, H,
                        np.asarray(chains.mean_sum, dtype=np.float64) / num_samples,
                        np.asarray(chains.draw_active), np.asarray(chains.log_joint),
@@ -469,7 +474,7 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
 @register("gibbs", models=(NBMF,))
 def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, num_samples: int = 1000,
           num_chains: int = 1, thinning: int | None = None, active_threshold: float = ACTIVE_THRESHOLD,
-          progress_bar: bool | None = None, init: str | None = None):
+          progress_bar: bool | None = None, init: str | None = None, first_chain: int = 0):
     """Collapsed Gibbs for NBMF (Beta-Dir and Dir-Beta: Alg. 1; Dir-Dir: Alg. 2 of Lumbreras et al. 2020).
 
     Parameters
@@ -484,6 +489,10 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
         E[WH | V] (``model.expected_mean``).
     num_chains : int
         Independent chains, run vectorised.
+    first_chain : int
+        Index of the first chain: chain c draws from ``fold_in(rng_key, c)`` alone, so
+        ``num_chains=1, first_chain=c`` is chain c of a larger run (how
+        ``bam.infer(..., executor=...)`` runs one task per chain).
     thinning : int, optional
         Posterior draws of W and H are stored every ``thinning`` kept sweeps (default 1: all
         ``num_samples`` of them, as every backend returns ``num_samples`` draws); every kept sweep
@@ -513,6 +522,7 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_samples = check_int(num_samples, "num_samples", minimum=1)
     num_chains = check_int(num_chains, "num_chains", minimum=1)
+    first_chain = check_int(first_chain, "first_chain", minimum=0)
     thinning = 1 if thinning is None else check_int(thinning, "thinning")
     if thinning > num_samples:
         raise ValueError(f"thinning must be <= num_samples ({num_samples}), got {thinning}")
@@ -529,7 +539,7 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     init = default_init(kind) if init is None else init
     result = sample(rng_key, core_values, core_observed, hyper, kind=kind, num_warmup=num_warmup,
                     num_samples=num_samples, num_chains=num_chains, thinning=thinning,
-                    threshold=active_threshold, progress_bar=progress_bar, init=init)
+                    threshold=active_threshold, progress_bar=progress_bar, init=init, first_chain=first_chain)
     stats = {"n_active": (("chain", "draw"), result.draw_active),
              "log_joint": (("chain", "iteration"), result.log_joint),
              "n_active_trace": (("chain", "iteration"), result.active)}

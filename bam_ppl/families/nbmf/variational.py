@@ -30,7 +30,8 @@ from jax.scipy.special import digamma, gammaln
 
 from ...infer.registry import register
 from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
-from ...types import as_key, numpy_generator
+from ...parallel import chain_keys, restart_layout
+from ...types import numpy_generator
 from ...validation import check_int, check_positive
 from . import common
 
@@ -220,32 +221,39 @@ def _advance_vb(runs, start, stop, values, observed, hyper, *, threshold):
     return jax.vmap(fn, in_axes=(0, None, None, None, None, None))(runs, start, stop, values, observed, hyper)
 
 
-def _draw_q(key, row, ones, zeros, num_samples):
+def _draw_q(draw_keys, row, ones, zeros, num_samples):
     """Draws of W ~ Π_f Dir(row_f) and H ~ Π Beta(ones, zeros) per restart (eqs. 37–38).
 
     ``row`` (R, F, K), ``ones``/``zeros`` (R, K, N) → W (R, S, F, K), H (R, S, K, N), drawn with
-    NumPy (see :func:`bam_ppl.families.nbmf.gibbs.conjugate_draws`).
+    NumPy (see :func:`bam_ppl.families.nbmf.gibbs.conjugate_draws`), restart r from a Generator
+    seeded by ``draw_keys[r]``.
     """
-    rng = numpy_generator(key)
     expand = lambda x: np.repeat(np.asarray(x, np.float64)[:, None], num_samples, axis=1)
-    W = common.dirichlet_rows(rng, expand(row))
-    H = rng.beta(expand(ones), expand(zeros))
-    return W.astype(np.float32), H.astype(np.float32)
+    row, ones, zeros = expand(row), expand(ones), expand(zeros)
+    W, H = [], []
+    for r, key in enumerate(draw_keys):
+        rng = numpy_generator(key)
+        W.append(common.dirichlet_rows(rng, row[r:r + 1]))
+        H.append(rng.beta(ones[r:r + 1], zeros[r:r + 1]))
+    return np.concatenate(W).astype(np.float32), np.concatenate(H).astype(np.float32)
 
 
-def _check_options(model, method, num_iters, num_restarts, num_samples, active_threshold):
+def _check_options(model, method, num_iters, num_restarts, num_samples, active_threshold, first_restart):
     if model.prior == "dir-dir":
         raise ValueError(f"method {method!r} serves the beta-dir and dir-beta priors; Lumbreras et al. 2020 gives "
                          "no variational scheme for dir-dir, use method='gibbs'")
     check_int(num_iters, "num_iters")
     check_int(num_restarts, "num_restarts")
+    check_int(first_restart, "first_restart", minimum=0)
     check_int(num_samples, "num_samples")
     check_positive(active_threshold, "active_threshold", upper=1.0)
 
 
 @register("cvb", models=(NBMF,))
+@restart_layout()  # every restart is kept, as a chain
 def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
-        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
+        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None,
+        first_restart: int = 0):
     """Collapsed VB with the zero-order approximation (CVB0) for Beta-Dir NBMF (Lumbreras et al. 2020 §4.3).
 
     Parameters
@@ -261,6 +269,10 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         Sweeps over all observed entries (paper: 500).
     num_restarts : int
         Independent random initialisations, run vectorised (the ``chain`` dimension).
+    first_restart : int
+        Index of the first restart: restart r starts from and draws with ``fold_in(rng_key, r)``
+        alone, so ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
+        ``bam.infer(..., executor=...)`` runs one task per restart).
     num_samples : int
         Draws of W and H from q(W) q(H) (eqs. 37–38) stored per restart.
     active_threshold : float
@@ -275,13 +287,13 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         (eq. 39) per restart; sample_stats ``nll`` (chain, iteration): training fit (eq. 66),
         ``n_active_trace`` (chain, iteration) and ``n_active`` (chain,).
     """
-    _check_options(model, "cvb", num_iters, num_restarts, num_samples, active_threshold)
+    _check_options(model, "cvb", num_iters, num_restarts, num_samples, active_threshold, first_restart)
     values, observed, rows, cols = common.check_data(model, data, mask)
     _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     F, N = core_values.shape
     layout = common.DiagonalLayout(*(jnp.asarray(a) for a in common.diagonal_layout(core_values, core_observed)))
-    key_init, key_draw = jax.random.split(as_key(rng_key))
-    runs = _init_cvb(jax.random.split(key_init, num_restarts), layout, F=F, N=N,
+    init_keys, draw_keys = chain_keys(rng_key, num_restarts, first_restart, parts=2)
+    runs = _init_cvb(init_keys, layout, F=F, N=N,
                      K=model.n_components, num_iters=num_iters)
     data_args = (jnp.asarray(core_values, jnp.int32), jnp.asarray(core_observed))
     advance = lambda runs, start, stop: _advance_cvb(runs, start, stop, layout, hyper, *data_args,
@@ -289,15 +301,17 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
     runs = common.run_in_chunks(advance, runs, num_iters, progress_bar, "cvb", "iteration")
     state = runs.state
     W_mean, H_mean = jax.vmap(cvb_means, in_axes=(0, 0, 0, None))(state.L, state.A, state.B, hyper)
-    W, H = _draw_q(key_draw, hyper.row + state.L, jnp.swapaxes(hyper.alpha + state.A, -1, -2),
+    W, H = _draw_q(draw_keys, hyper.row + state.L, jnp.swapaxes(hyper.alpha + state.A, -1, -2),
                    jnp.swapaxes(hyper.beta + state.B, -1, -2), num_samples)
     return _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, runs, "nll",
                            "cvb", transposed, num_iters, active_threshold)
 
 
 @register("vb", models=(NBMF,))
+@restart_layout()  # every restart is kept, as a chain
 def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
-       num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None):
+       num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None,
+       first_restart: int = 0):
     """Uncollapsed mean-field VB for Beta-Dir NBMF: the bICA baseline of Lumbreras et al. 2020 §6.
 
     The paper's bICA-K is ``nbmf(K, alpha=1, beta=1, gamma=K)`` (γ_k = 1) with small K.
@@ -312,18 +326,18 @@ def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_res
         posterior ``W``, ``H`` (draws from q); group ``expectations``: ``WH`` = E_q[W] E_q[H];
         sample_stats ``elbo`` (chain, iteration), ``n_active_trace`` and ``n_active``.
     """
-    _check_options(model, "vb", num_iters, num_restarts, num_samples, active_threshold)
+    _check_options(model, "vb", num_iters, num_restarts, num_samples, active_threshold, first_restart)
     values, observed, rows, cols = common.check_data(model, data, mask)
     _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     data_args = (jnp.asarray(core_values, jnp.float32), jnp.asarray(core_observed))
-    key_init, key_draw = jax.random.split(as_key(rng_key))
-    runs = _init_vb(jax.random.split(key_init, num_restarts), *data_args, hyper, num_iters=num_iters)
+    init_keys, draw_keys = chain_keys(rng_key, num_restarts, first_restart, parts=2)
+    runs = _init_vb(init_keys, *data_args, hyper, num_iters=num_iters)
     advance = lambda runs, start, stop: _advance_vb(runs, start, stop, *data_args, hyper,
                                                     threshold=float(active_threshold))
     runs = common.run_in_chunks(advance, runs, num_iters, progress_bar, "vb", "iteration")
     state = runs.state
     W_mean, H_mean = jax.vmap(vb_means)(state)
-    W, H = _draw_q(key_draw, state.row, state.ones, state.zeros, num_samples)
+    W, H = _draw_q(draw_keys, state.row, state.ones, state.zeros, num_samples)
     return _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, runs, "elbo",
                            "vb", transposed, num_iters, active_threshold)
 
