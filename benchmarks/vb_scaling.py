@@ -26,6 +26,7 @@ import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.variational import vb as vb_core
+from bam_ppl.parallel import chain_keys
 
 
 def sparse_counts(shape, nnz, rng) -> CountTensor:
@@ -36,13 +37,13 @@ def sparse_counts(shape, nnz, rng) -> CountTensor:
 
 def seconds_per_iteration(data: CountTensor, rank: int, iters: int, seed: int, repeats: int) -> float:
     data, bound, layout, _ = prepare(bam.models.nmf(rank, a=1.0), data)
-    key = jax.random.PRNGKey(seed)
+    keys = chain_keys(seed, 1)  # one restart
     with jax.enable_x64(True):
         problem = vb_core.build_problem(bound, data, layout)
 
         def fit(n):
             start = time.process_time()
-            vb_core.run(key, problem, num_iters=n, tol=0.0, num_restarts=1)
+            vb_core.run(keys, problem, num_iters=n, tol=0.0)
             return time.process_time() - start
 
         fit(iters)  # compile

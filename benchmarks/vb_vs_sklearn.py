@@ -30,6 +30,7 @@ import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.variational import vb as vb_core
+from bam_ppl.parallel import chain_keys
 
 
 def load_matrix(args) -> sp.csr_matrix:
@@ -54,13 +55,13 @@ def time_vb(X: sp.csr_matrix, rank: int, a: float, iters: int, seed: int, repeat
     coo = X.tocoo()
     data = CountTensor(np.stack([coo.row, coo.col], 1), coo.data, shape=X.shape)
     data, bound, layout, _ = prepare(bam.models.nmf(rank, a=a), data)
-    key = jax.random.PRNGKey(seed)
+    keys = chain_keys(seed, 1)  # one restart
     with jax.enable_x64(True):
         problem = vb_core.build_problem(bound, data, layout)
 
         def fit(n):
             start = time.process_time()
-            result = vb_core.run(key, problem, num_iters=n, tol=0.0, num_restarts=1)
+            result = vb_core.run(keys, problem, num_iters=n, tol=0.0)
             return result, time.process_time() - start
 
         fit(iters)  # compile

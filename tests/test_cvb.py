@@ -9,6 +9,7 @@ from bam_ppl.convert import attrs_of, group
 from bam_ppl.data import CountTensor, as_count_tensor
 from bam_ppl.infer.exact import exact_log_evidence, exact_posterior_mean
 from bam_ppl.infer.variational import cvb as cvb_backend
+from bam_ppl.parallel import chain_keys
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 
@@ -41,8 +42,7 @@ def test_single_token_expected_counts_are_exact(case):
     member_table = tuple(int(t) for t in layout.member_table)
     with jax.enable_x64(True):
         problem = cvb_backend.build_cvb_problem(bound, data, layout)
-        result = cvb_backend.run(jax.random.PRNGKey(0), problem, member_table, num_iters=5, tol=0.0,
-                                 num_restarts=2)
+        result = cvb_backend.run(chain_keys(0, 2), problem, member_table, num_iters=5, tol=0.0)
     exact = exact_posterior_mean(model, data, lambda counts: counts)
     np.testing.assert_allclose(result.expected, np.broadcast_to(exact, result.expected.shape), atol=1e-12)
 

@@ -28,7 +28,8 @@ import numpy as np
 
 from ...convert import allocation_inference_data
 from ...models.allocation import AllocationModel
-from ...types import Array, numpy_generator
+from ...parallel import best_index, chain_keys, restart_layout
+from ...types import Array
 from ...validation import check_int
 from ..prepare import prepare
 from ..registry import register
@@ -39,8 +40,7 @@ from .vb import (
     check_options,
     column_sums,
     elbo_value,
-    initial_log_theta,
-    initial_responsibilities,
+    initial_values,
     iterate,
     member_column_gather,
     member_gather,
@@ -202,17 +202,14 @@ class CVBResult(NamedTuple):
 
     @property
     def best(self) -> int:
-        return int(np.argmax(self.elbo))
+        return best_index(self.elbo)
 
 
-def run(rng_key, problem: CVBProblem, member_table: tuple[int, ...], *, num_iters: int, tol: float,
-        num_restarts: int, init: str = "responsibilities", progress_bar: bool = False) -> CVBResult:
-    """Run ``num_restarts`` vmapped CVB0 restarts (call under ``jax.enable_x64(True)``)."""
-    rng = numpy_generator(rng_key)
-    if init == "dirichlet":
-        states = _init_log_theta(problem, jnp.asarray(initial_log_theta(rng, problem.cells, num_restarts)))
-    else:
-        states = _init_phi(problem, jnp.asarray(initial_responsibilities(rng, problem.cells, num_restarts)))
+def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_iters: int, tol: float,
+        init: str = "responsibilities", progress_bar: bool = False) -> CVBResult:
+    """Run one vmapped CVB0 restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``)."""
+    start = jnp.asarray(initial_values(init, init_keys, problem.cells))
+    states = _init_log_theta(problem, start) if init == "dirichlet" else _init_phi(problem, start)
 
     def run_chunk(problem, states, num_iters, tol, length):
         return _run_chunk_jit(problem, states, num_iters, tol, length=length, member_table=member_table)
@@ -225,8 +222,10 @@ def run(rng_key, problem: CVBProblem, member_table: tuple[int, ...], *, num_iter
 
 
 @register("cvb", models=(AllocationModel,))
+@restart_layout("chain", "final_elbo")
 def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 1,
-        init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None):
+        init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
+        first_restart: int = 0):
     """Collapsed variational Bayes (CVB0) over each cell's latent configurations.
 
     The arguments are those of :func:`bam_ppl.infer.variational.vb.vb`; these differ:
@@ -241,6 +240,8 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     num_restarts : int
         Independent initialisations run side by side; the posterior comes from the restart with
         the highest final ELBO.
+    first_restart : int
+        Index of the first restart, as for :func:`~bam_ppl.infer.variational.vb.vb`.
     init : {"responsibilities", "dirichlet"}
         Initial Φ ~ flat Dirichlet per cell, or Φ ∝ Π θ with θ ~ Dirichlet(α + 0.1).
     num_samples : int
@@ -256,16 +257,15 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         iteration), ``final_elbo``, ``final_training_log_likelihood``, ``iterations`` and
         ``converged`` per restart; ``attrs["best_restart"]``.
     """
-    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, INITS)
+    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, INITS, first_restart)
     check_int(num_samples, "num_samples")
     data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
     show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
     member_table = tuple(int(t) for t in layout.member_table)
     with jax.enable_x64(True):
         problem = build_cvb_problem(bound, data, layout)
-        key_fit, key_draw = jax.random.split(key)
-        result = run(key_fit, problem, member_table, num_iters=num_iters, tol=tol,
-                     num_restarts=num_restarts, init=init, progress_bar=show)
+        init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
+        result = run(init_keys, problem, member_table, num_iters=num_iters, tol=tol, init=init, progress_bar=show)
     best = result.best
     if not bool(result.converged[best]):
         warnings.warn(
@@ -273,7 +273,7 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
             f"training log-likelihood fell below tol={tol}; raise num_iters (or tol) for a converged fit",
             UserWarning, stacklevel=3)
     alpha_hat = bound.flat_concentration + result.expected[best]
-    theta, rate = posterior_draws(key_draw, bound, alpha_hat, num_samples)
+    theta, rate = posterior_draws(draw_keys[best], bound, alpha_hat, num_samples)
     stats = {
         "training_log_likelihood": (("chain", "iteration"), result.log_likelihood_trace),
         "elbo": (("chain", "iteration"), result.elbo_trace),
@@ -284,6 +284,6 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="cvb", sample_stats=stats,
-        attrs=dict(best_restart=best, best_elbo=float(result.elbo[best]), num_restarts=num_restarts,
-                   num_iters=num_iters, tol=tol, init=init),
+        attrs=dict(best_restart=first_restart + best, best_elbo=float(result.elbo[best]),
+                   num_restarts=num_restarts, num_iters=num_iters, tol=tol, init=init),
     )

@@ -27,6 +27,7 @@ from ...data import MISSING, CountTensor
 from ...estimate import EvidenceEstimate
 from ...models.allocation import AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
+from ...parallel import best_index, chain_keys, restart_layout
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive
@@ -341,6 +342,13 @@ def initial_responsibilities(rng: np.random.Generator, problem: CellProblem, num
     return draws / draws.sum(axis=-1, keepdims=True)
 
 
+def initial_values(init: str, init_keys, problem: CellProblem) -> np.ndarray:
+    """Every restart's start (leading axis: restart); restart r draws from a Generator seeded by
+    ``init_keys[r]`` alone, so it starts where it would start run alone."""
+    draw = initial_log_theta if init == "dirichlet" else initial_responsibilities
+    return np.concatenate([draw(numpy_generator(key), problem, 1) for key in init_keys])
+
+
 # -- VB core --------------------------------------------------------------------------------
 class VBState(NamedTuple):
     """One restart's variational state.
@@ -448,30 +456,25 @@ class VBResult(NamedTuple):
 
     @property
     def best(self) -> int:
-        return int(np.argmax(self.elbo))
+        return best_index(self.elbo)
 
 
-def run(rng_key, problem: CellProblem, *, num_iters: int, tol: float, num_restarts: int,
-        init: str = "responsibilities", progress_bar: bool = False) -> VBResult:
-    """Run ``num_restarts`` vmapped VB restarts (call under ``jax.enable_x64(True)``)."""
-    rng = numpy_generator(rng_key)
-    if init == "dirichlet":
-        states = _init_log_theta(problem, jnp.asarray(initial_log_theta(rng, problem, num_restarts)))
-    else:
-        states = _init_responsibilities(problem, jnp.asarray(initial_responsibilities(rng, problem, num_restarts)))
-    states, elbo_trace = iterate(_run_chunk_jit, states, problem, num_iters=num_iters, tol=tol,
-                                 progress_bar=progress_bar, desc="vb")
-    return VBResult(np.asarray(states.alpha_hat), np.asarray(elbo_trace), np.asarray(states.elbo),
-                    np.asarray(states.iteration), np.asarray(states.converged))
+def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "responsibilities",
+        progress_bar: bool = False) -> VBResult:
+    """Run one vmapped VB restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``)."""
+    start = jnp.asarray(initial_values(init, init_keys, problem))
+    states = _init_log_theta(problem, start) if init == "dirichlet" else _init_responsibilities(problem, start)
+    return run_from(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar)
 
 
 # -- registry adapters ------------------------------------------------------------------------
-def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, inits=INITS):
+def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, inits=INITS, first_restart=0):
     """Validate the options shared by the VB-type optimisers (before any compilation)."""
     key = as_key(rng_key)
     check_int(num_iters, "num_iters")
     check_positive(tol, "tol", allow_zero=True)
     check_int(num_restarts, "num_restarts")
+    check_int(first_restart, "first_restart", minimum=0)
     if not isinstance(init, str):
         raise TypeError(f"init must be a string, one of {list(inits)}, got {type(init).__name__}")
     check_choice(init, "init", inits)
@@ -496,21 +499,24 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
     return theta, rate
 
 
-def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar):
-    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar)
+def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar, first_restart=0):
+    """Restarts ``first_restart ..`` and their posterior draw keys; restart r's keys split
+    ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`)."""
+    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, first_restart=first_restart)
     data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
     show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
     with jax.enable_x64(True):
         problem = build_problem(bound, data, layout)
-        key_fit, key_draw = jax.random.split(key)
-        result = run(key_fit, problem, num_iters=num_iters, tol=tol, num_restarts=num_restarts,
-                     init=init, progress_bar=show)
-    return bound, data, problem, result, key_draw
+        init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
+        result = run(init_keys, problem, num_iters=num_iters, tol=tol, init=init, progress_bar=show)
+    return bound, data, problem, result, draw_keys
 
 
 @register("vb", models=(AllocationModel,))
+@restart_layout("chain", "final_elbo")
 def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 1,
-       init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None):
+       init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
+       first_restart: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
     Parameters
@@ -526,6 +532,10 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     num_restarts : int
         Independent random initialisations, run side by side (vmapped); the posterior comes from
         the one with the highest final ELBO.
+    first_restart : int
+        Index of the first restart: restart r starts from and draws with ``fold_in(rng_key, r)``
+        alone, so ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
+        ``bam.infer(..., executor=...)`` runs one task per restart).
     init : {"responsibilities", "dirichlet"}
         ``"responsibilities"``: each cell's Φ ~ flat Dirichlet, then q(θ) from it;
         ``"dirichlet"``: E log θ starts as log θ with θ ~ Dirichlet(α + 0.1) per column (the
@@ -545,12 +555,12 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
         the posterior comes from.
     """
     check_int(num_samples, "num_samples")
-    bound, data, problem, result, key_draw = _fit(model, data, rng_key, num_iters, tol, num_restarts,
-                                                  init, progress_bar)
+    bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters, tol, num_restarts,
+                                                   init, progress_bar, first_restart)
     best = result.best
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
-    theta, rate = posterior_draws(key_draw, bound, result.alpha_hat[best], num_samples)
+    theta, rate = posterior_draws(draw_keys[best], bound, result.alpha_hat[best], num_samples)
     stats = {
         "elbo": (("chain", "iteration"), result.elbo_trace),
         "final_elbo": (("chain",), result.elbo),
@@ -560,8 +570,8 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="vb", sample_stats=stats,
-        attrs=dict(best_restart=best, best_elbo=float(result.elbo[best]), num_restarts=num_restarts,
-                   num_iters=num_iters, tol=tol, init=init),
+        attrs=dict(best_restart=first_restart + best, best_elbo=float(result.elbo[best]),
+                   num_restarts=num_restarts, num_iters=num_iters, tol=tol, init=init),
     )
 
 
