@@ -35,6 +35,7 @@ from ...convert import observed_variables, to_inference_data
 from ...infer import em_driver
 from ...infer.registry import register
 from ...models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerParams
+from ...parallel import chain_keys, restart_layout
 from ...progress import progress, resolve_progress
 from ...types import numpy_generator
 from ...validation import check_choice, check_int, check_positive
@@ -372,9 +373,10 @@ def _ranks_and_sizes(model, dense):
 
 
 @register("map", models=(DirichletTuckerModel,))
+@restart_layout("restart", "restart_log_posterior")
 def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: float = 1e-7,
                          num_restarts: int = 1, heldout=None, dtype: str = "float64",
-                         progress_bar: bool | None = None):
+                         progress_bar: bool | None = None, first_restart: int = 0):
     """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (Zhang & Linderman §2).
 
     Parameters
@@ -391,6 +393,10 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         (0 runs all ``num_iters``).
     num_restarts : int
         Random starts, run one after another; the one with the highest log posterior is kept.
+    first_restart : int
+        Index of the first restart: restart r starts from ``fold_in(rng_key, r)`` alone, so
+        ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
+        ``bam.infer(..., executor=...)`` runs one task per restart).
     heldout : bool array (M, N), optional
         Faces left out of the fit (their augmentation counts are zero, Zhang & Linderman §3); their
         multinomial log-likelihood under the estimate is reported as
@@ -415,11 +421,14 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     """
     _common_options(model, num_iters, tol, dtype)
     check_int(num_restarts, "num_restarts")
+    check_int(first_restart, "first_restart", minimum=0)
     show = resolve_progress(progress_bar, long_run=num_restarts > 1)
-    rng = numpy_generator(rng_key)
     data, dense, fitted, total = _faces(model, data, heldout)
     ranks, sizes = _ranks_and_sizes(model, dense)
-    starts = init_params(rng, ranks, sizes, num_restarts)
+    # Restart r starts from a Generator seeded by its own key, as it would run alone.
+    each = [init_params(numpy_generator(key), ranks, sizes, 1)
+            for key in chain_keys(rng_key, num_restarts, first_restart)]
+    starts = DirichletTuckerParams(*(np.concatenate(p) for p in zip(*each)))
     with jax.enable_x64(dtype == "float64"), progress(1, "map (EM restarts)", show, unit="fit") as bar:
         dt = DTYPES[dtype]
         faces = _face_arrays(dense, fitted, dt)
@@ -441,7 +450,8 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         "converged": (("chain",), np.array([bool(states.converged[best])])),
         "restart_log_posterior": (("chain", "restart"), finals[None].astype(np.float64)),
     }
-    attrs = dict(num_iters=num_iters, tol=tol, num_restarts=num_restarts, best_restart=best, dtype=dtype)
+    attrs = dict(num_iters=num_iters, tol=tol, num_restarts=num_restarts, best_restart=first_restart + best,
+                 dtype=dtype)
     return _inference_data(model, data, params, fitted, total, loglik, method="map",
                            sample_stats=sample_stats, attrs=attrs)
 
