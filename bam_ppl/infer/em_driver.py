@@ -1,8 +1,8 @@
 """The one EM loop: iterate an update until the objective stops rising, over several starts.
 
-Every EM in bam_ppl runs here: MAP-EM for allocation models (:mod:`bam_ppl.infer.em`), ML EM
-over the candidate ranks of the PMF model (:mod:`bam_ppl.families.pmf.em`) and the Dirichlet
-Tucker MAP-EM with its collapsed E-step (:mod:`bam_ppl.families.dirichlet_tucker.em`). A model
+The EM backends run here: MAP-EM for allocation models (:mod:`bam_ppl.infer.em`), ML EM over
+the candidate ranks of the PMF model (:mod:`bam_ppl.families.pmf.em`) and the Dirichlet Tucker
+MAP-EM with its collapsed E-step (:mod:`bam_ppl.families.dirichlet_tucker.em`). A model
 supplies two functions of its parameters (any pytree):
 
 * ``step(params) -> (updated params, objective(params))``: one E-step and M-step. The E-step
