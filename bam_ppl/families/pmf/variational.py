@@ -53,10 +53,9 @@ from .common import (
 )
 
 DEFAULT_PRUNE_THRESHOLD = 1e-3
-CHUNK_SIZE = 25
 
 
-# -- variational quantities (Chege et al. 2024 eqs. 32–36, 39) ----------------------------------------------
+# -- variational quantities on sample patterns (Chege et al. 2024 eqs. 32–36), for SVB-PMF ----------------
 class Prior(NamedTuple):
     alpha_lambda: float
     alpha: float
