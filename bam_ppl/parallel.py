@@ -199,7 +199,9 @@ def split_backend(backend, model, data, rng_key, options: dict, executor, label:
              for c in range(offset, offset + count)]
     parts = run_tasks(executor, backend_task, tasks, (model, data))
     if option == CHAIN_OPTION:
-        return concat_chains(parts, attrs={CHAIN_OPTION: count})
+        merged = concat_chains(parts, attrs={CHAIN_OPTION: count})
+        summarise = getattr(backend, "chain_summary", None)
+        return merged if summarise is None else with_attrs(merged, summarise(merged))
     layout = getattr(backend, "restart_layout", None)
     if layout is None:
         return best_restart(parts, label)
@@ -214,6 +216,18 @@ def _one_of(params, option: str, rng_key, options: dict, index: int) -> tuple:
     if first in params:
         return rng_key, {**options, option: 1, first: index}
     return task_key(rng_key, index), {**options, option: 1}
+
+
+def chain_summary(summarise: Callable):
+    """Decorator naming ``summarise(idata) -> dict``: the root attributes of a backend that pool
+    its chains (an evidence estimate over runs, say), recomputed when ``bam.infer`` merges chains
+    run as tasks."""
+
+    def deco(fn):
+        fn.chain_summary = summarise
+        return fn
+
+    return deco
 
 
 class RestartLayout(NamedTuple):

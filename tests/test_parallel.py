@@ -49,14 +49,14 @@ def test_compare_on_thread_and_process_pools_equals_serial():
 
 
 def test_target_stderr_rounds_equal_serial(client):
-    options = dict(method="smc", num_particles=16, num_chains=2, target_stderr=0.02)
-    serial = bam.log_evidence(MODELS["nmf2"], X2, rng_key=5, **options)
-    parallel = bam.log_evidence(MODELS["nmf2"], X2, rng_key=5, executor=client, **options)
+    options = dict(method="smc", num_particles=16, num_chains=2, target_stderr=0.05)
+    serial = bam.log_evidence(MODELS["nmf2"], X2, rng_key=0, **options)
+    parallel = bam.log_evidence(MODELS["nmf2"], X2, rng_key=0, executor=client, **options)
     assert parallel.details["num_calls"] == serial.details["num_calls"] > 1
     assert parallel.details["run_log_evidence"] == serial.details["run_log_evidence"]
     assert (parallel.value, parallel.stderr) == (serial.value, serial.stderr)
     # Call c has the key fold_in(rng_key, c), whatever ran it.
-    second = bam.log_evidence(MODELS["nmf2"], X2, rng_key=task_key(5, 1), method="smc", num_particles=16,
+    second = bam.log_evidence(MODELS["nmf2"], X2, rng_key=task_key(0, 1), method="smc", num_particles=16,
                               num_chains=2)
     assert second.details["run_log_evidence"] == serial.details["run_log_evidence"][2:4]
 
@@ -122,22 +122,37 @@ def test_forking_process_pool_is_refused():
 CHAINS = dict(method="smc", num_chains=3, num_particles=32)
 
 
-def test_infer_chains_on_dask_equal_any_executor(client):
-    import xarray as xr
+def assert_same_inference_data(actual, expected):
+    """Every group with chains, bit for bit (values, dims, coordinates), and the root attributes."""
+    from bam_ppl.convert import attrs_of, group
+    from bam_ppl.parallel import group_names
 
+    assert group_names(actual) == group_names(expected)
+    for name in group_names(expected):
+        got, want = group(actual, name), group(expected, name)
+        if "chain" not in want.dims:
+            continue
+        assert set(got.data_vars) == set(want.data_vars), name
+        for var in want.data_vars:
+            assert got[var].dims == want[var].dims, (name, var)
+            np.testing.assert_array_equal(got[var].values, want[var].values, err_msg=f"{name}.{var}")
+        for coord in want.coords:
+            np.testing.assert_array_equal(got[coord].values, want[coord].values, err_msg=f"{name} {coord}")
+    stamp = {"created_at"}  # ArviZ's creation time, the only attribute allowed to differ
+    assert {k: v for k, v in attrs_of(actual).items() if k not in stamp} == \
+        {k: v for k, v in attrs_of(expected).items() if k not in stamp}
+
+
+def test_infer_chains_on_dask_equal_serial(client):
+    model = MODELS["nmf2"]
+    serial = bam.infer(model, X2, rng_key=4, **CHAINS)
+    parallel = bam.infer(model, X2, rng_key=4, executor=client, **CHAINS)
+    assert_same_inference_data(parallel, serial)
+    # Chain c is the one-chain run with the same key and first_chain=c.
     from bam_ppl.convert import group
 
-    model = MODELS["nmf2"]
-    parallel = bam.infer(model, X2, rng_key=4, executor=client, **CHAINS)
-    with concurrent.futures.ThreadPoolExecutor(1) as one_thread:
-        serial = bam.infer(model, X2, rng_key=4, executor=one_thread, **CHAINS)
-    posterior = group(parallel, "posterior")
-    assert posterior.sizes["chain"] == 3 and list(posterior["chain"].values) == [0, 1, 2]
-    xr.testing.assert_identical(posterior, group(serial, "posterior"))
-    xr.testing.assert_identical(group(parallel, "sample_stats"), group(serial, "sample_stats"))
-    # Chain c is the one-chain run with the key fold_in(rng_key, c).
-    alone = bam.infer(model, X2, rng_key=task_key(4, 2), **{**CHAINS, "num_chains": 1})
-    np.testing.assert_array_equal(posterior.isel(chain=2)["theta_k"].values,
+    alone = bam.infer(model, X2, rng_key=4, **{**CHAINS, "num_chains": 1, "first_chain": 2})
+    np.testing.assert_array_equal(group(serial, "posterior").isel(chain=2)["theta_k"].values,
                                   group(alone, "posterior").isel(chain=0)["theta_k"].values)
 
 
@@ -148,10 +163,54 @@ def test_infer_restarts_keep_the_best():
     options = dict(method="vb", num_iters=30, num_restarts=3)
     with concurrent.futures.ThreadPoolExecutor(2) as threads:
         best = bam.infer(model, X2, rng_key=0, executor=threads, **options)
-    elbos = [attrs_of(bam.infer(model, X2, rng_key=task_key(0, r), **{**options, "num_restarts": 1}))["best_elbo"]
-             for r in range(3)]
+    elbos = [attrs_of(bam.infer(model, X2, rng_key=0, **{**options, "num_restarts": 1, "first_restart": r}))
+             ["best_elbo"] for r in range(3)]
     assert attrs_of(best)["best_elbo"] == max(elbos)
     assert attrs_of(best)["best_restart"] == int(np.argmax(elbos)) and attrs_of(best)["num_restarts"] == 3
+
+
+_EM_MODEL = bam.AllocationModel("k -> i; k -> j", latent={"k": 2}, observed=("i", "j"),
+                                priors={"k": 1.5, "i": 1.2, "j": 1.2})
+_BINARY = np.random.default_rng(0).binomial(1, 0.4, size=(6, 5)).astype(float)
+_NBMF = bam.models.nbmf(3, prior="beta-dir")
+_GIBBS = dict(method="gibbs", num_chains=2, num_warmup=5, num_samples=4)
+_NUTS = dict(method="nuts", num_chains=2, num_warmup=10, num_samples=5)
+_NBMF_VB = dict(num_restarts=3, num_iters=20, num_samples=3)
+#: (model, data, options) of every backend with chains or restarts (and SVI, a single task); the
+#: tol of vb and cvb lets their restarts stop at different iterations.
+EVERY_BACKEND = {
+    "gibbs-jax": (MODELS["nmf2"], X2, {**_GIBBS, "kernel": "jax"}),
+    "gibbs-numba": (MODELS["nmf2"], X2, {**_GIBBS, "kernel": "numba"}),
+    "smc": (MODELS["nmf2"], X2, dict(method="smc", num_chains=2, num_particles=16)),
+    "nuts": (MODELS["nmf2"], X2, _NUTS),
+    "svi": (MODELS["nmf2"], X2, dict(method="svi", num_steps=10, num_samples=5)),
+    "vb": (MODELS["nmf3"], X2, dict(method="vb", num_restarts=3, num_iters=30, tol=1e-3)),
+    "cvb": (MODELS["nmf3"], X2, dict(method="cvb", num_restarts=3, num_iters=30, tol=1e-4, num_samples=5)),
+    "map": (_EM_MODEL, X2, dict(method="map", num_restarts=3, num_iters=30)),
+    "nbmf-gibbs": (_NBMF, _BINARY, _GIBBS),
+    "nbmf-vb": (_NBMF, _BINARY, dict(method="vb", **_NBMF_VB)),
+    "nbmf-cvb": (_NBMF, _BINARY, dict(method="cvb", **_NBMF_VB)),
+    "nbmf-nuts": (_NBMF, _BINARY, _NUTS),
+    "dirichlet-tucker-map": (bam.models.dirichlet_tucker((2, 2, 2, 2), alpha=1.1),
+                             np.random.default_rng(1).multinomial(9, np.full(8, 1 / 8), size=(4, 3)).reshape(4, 3, 2, 4),
+                             dict(method="map", num_restarts=3, num_iters=30)),
+}
+
+
+#: NumPyro's runners compile for a long time; they run with ``make test-all``.
+_SLOW_CASES = ("nuts", "svi", "nbmf-nuts")
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in _SLOW_CASES else case
+                                  for case in EVERY_BACKEND])
+def test_infer_on_an_executor_equals_serial(case):
+    model, data, options = EVERY_BACKEND[case]
+    # NumPyro traces its programs through a global handler stack: two threads tracing at once clash.
+    workers = 1 if options["method"] in ("nuts", "svi") else 2
+    serial = bam.infer(model, data, rng_key=7, **options)
+    with concurrent.futures.ThreadPoolExecutor(workers) as threads:
+        parallel = bam.infer(model, data, rng_key=7, executor=threads, **options)
+    assert_same_inference_data(parallel, serial)
 
 
 SHARDED_RUNS = """

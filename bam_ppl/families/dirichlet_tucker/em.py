@@ -193,6 +193,15 @@ def _run_em_restarts(starts: DirichletTuckerParams, faces, alpha, num_iters, tol
     return em_driver.run_starts(run_one, starts, sequential=True)
 
 
+def _run_each_restart(starts: DirichletTuckerParams, *args, **options):
+    """:func:`_run_em_restarts` called once per start: one compiled program serves every
+    restart, so restart r rounds exactly as it does run alone (XLA may compile a loop over
+    several starts differently from a loop over one)."""
+    runs = [_run_em_restarts(DirichletTuckerParams(*(p[r:r + 1] for p in starts)), *args, **options)
+            for r in range(starts[0].shape[0])]
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts), *runs)
+
+
 # -- stochastic EM ----------------------------------------------------------------------------
 class SEMState(NamedTuple):
     params: DirichletTuckerParams
@@ -434,7 +443,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         faces = _face_arrays(dense, fitted, dt)
         alpha = _concentrations(model, dt)
         starts = DirichletTuckerParams(*(jnp.asarray(p, dt) for p in starts))
-        states = _run_em_restarts(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
+        states = _run_each_restart(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
                                   sizes=sizes, capacity=em_driver.trace_capacity(num_iters))
         bar.update(1)
         iterations = np.asarray(states.iteration)

@@ -49,11 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ...convert import allocation_inference_data
+from ...convert import allocation_inference_data, group
 from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
-from ...parallel import shard_axis
+from ...parallel import chain_keys, chain_summary, shard_axis, with_attrs
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, PRNGKey, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive
@@ -68,6 +68,8 @@ from .resampling import RESAMPLERS, weight_summary
 PROGRESS_BAR_MIN_UPDATES = 50_000_000
 # Tokens per jitted call when a progress bar is shown (the bar advances once per call).
 PROGRESS_CHUNK_TOKENS = 256
+# Keys a run splits from its own key: token order, filter, final resampling, posterior draws.
+CHAIN_STREAMS = 4
 
 
 class UrnTables(NamedTuple):
@@ -360,15 +362,16 @@ def finish(state: SMCState) -> Array:
     return state.log_evidence + jax.nn.logsumexp(state.log_weights, axis=-1) - math.log(num_particles)
 
 
-@partial(jax.jit, static_argnames=("num_chains", "padded"))
-def _token_orders(key: PRNGKey, tokens: Array, *, num_chains: int, padded: int) -> Array:
-    """(padded, chain) observed cells: one random order of the tokens per run, zero-padded.
+@partial(jax.jit, static_argnames=("padded",))
+def _token_orders(keys: PRNGKey, tokens: Array, *, padded: int) -> Array:
+    """(padded, chain) observed cells: one random order of the tokens per run (from its key in
+    ``keys``), zero-padded.
 
     The order is shared by that run's particles (§7 notes); ``tokens`` lists each observed
     cell once per token.
     """
-    orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(jax.random.split(key, num_chains))
-    return jnp.zeros((padded, num_chains), jnp.int32).at[:tokens.shape[0]].set(orders.T)
+    orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(keys)
+    return jnp.zeros((padded, keys.shape[0]), jnp.int32).at[:tokens.shape[0]].set(orders.T)
 
 
 @jax.jit
@@ -384,13 +387,12 @@ def _close_runs(state: SMCState):
 
 
 @partial(jax.jit, static_argnames=("resampling",))
-def _final_particles(state: SMCState, key: PRNGKey, *, resampling: str):
+def _final_particles(state: SMCState, keys: PRNGKey, *, resampling: str):
     """Equally weighted particles by a final resampling (§4.2, Algorithm 3), particle-major
-    (chain, particle, entries) as in :class:`SMCResult`."""
-    num_chains, _, num_particles = state.counts.shape
+    (chain, particle, entries) as in :class:`SMCResult`; run c resamples with ``keys[c]``."""
+    num_particles = state.counts.shape[-1]
     resampler = RESAMPLERS[resampling]
-    ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(
-        jax.random.split(key, num_chains), state.log_weights)
+    ancestors = jax.vmap(lambda k, w: resampler(k, w, num_particles))(keys, state.log_weights)
     take = jax.vmap(lambda x, a: x[:, a].T)
     return take(state.counts, ancestors), take(state.column_counts, ancestors)
 
@@ -480,8 +482,13 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
 
 
 def _run_prepared(problem: Prepared, rng_key, *, num_particles, num_chains, ess_threshold, resampling,
-                  progress_bar, keep_particles, kernel) -> SMCResult:
-    """:func:`run_smc` on a problem already validated and bound."""
+                  progress_bar, keep_particles, kernel, first_chain=0) -> SMCResult:
+    """:func:`run_smc` on a problem already validated and bound, runs ``first_chain ..``.
+
+    Run c splits ``fold_in(rng_key, c)`` (:func:`bam_ppl.parallel.chain_keys`) into the keys of
+    its token order, its filter, its final resampling and (:func:`smc`) its posterior draws, so
+    it is the same run alone or beside others.
+    """
     kernel = resolve_kernel(kernel)
     key = as_key(rng_key)
     data, bound, layout, constant = problem
@@ -489,19 +496,19 @@ def _run_prepared(problem: Prepared, rng_key, *, num_particles, num_chains, ess_
     progress_bar = resolve_progress(
         progress_bar, long_run=num_tokens * num_particles * num_chains > PROGRESS_BAR_MIN_UPDATES)
     with jax.enable_x64(True):
-        order_key, run_key, final_key = jax.random.split(key, 3)
+        order_keys, run_keys, final_keys, _ = chain_keys(key, num_chains, first_chain, parts=CHAIN_STREAMS)
         block = min(num_tokens, PROGRESS_CHUNK_TOKENS) if progress_bar else num_tokens
         num_blocks = -(-num_tokens // block)
         padded = num_blocks * block
         tokens = np.repeat(np.arange(data.nnz, dtype=np.int32), data.counts)
-        cells = _token_orders(order_key, tokens, num_chains=num_chains, padded=padded)
+        cells = _token_orders(order_keys, tokens, padded=padded)
         rescale_every = rescale_interval(bound, num_tokens)
         run = _run_numba if kernel == "numba" else _run_jax
         out = run(
             bound, layout, cells, num_tokens=num_tokens, block=block, num_chains=num_chains,
             num_particles=num_particles, ess_threshold=ess_threshold, resampling=resampling,
             rescale_every=rescale_every, progress_bar=progress_bar, keep_particles=keep_particles,
-            run_key=run_key, final_key=final_key)
+            run_keys=run_keys, final_keys=final_keys)
     return SMCResult(
         chain_log_evidence=np.asarray(out.chain_log_evidence) + constant,
         counts=None if out.counts is None else np.asarray(out.counts, np.int32),
@@ -522,11 +529,11 @@ def _over_token_blocks(advance, carry, num_tokens: int, block: int, progress_bar
 
 
 def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
-             resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
+             resampling, rescale_every, progress_bar, keep_particles, run_keys, final_keys):
     """The JAX core over all tokens; see :func:`run_smc`."""
     urn = urn_tables(bound, layout)
     active = jnp.arange(cells.shape[0]) < num_tokens
-    state = init(jax.random.split(run_key, num_chains), urn, num_particles)
+    state = init(run_keys, urn, num_particles)
     state = shard_axis(state, num_particles, -1, "particles")  # particles split across jax.devices()
     threshold = jnp.asarray(ess_threshold, jnp.float64)
     infos = []
@@ -543,20 +550,20 @@ def _run_jax(bound, layout, cells, *, num_tokens, block, num_chains, num_particl
     chain_log, best_counts, best_log_prob = _close_runs(state)
     counts = column_counts = None
     if keep_particles:
-        counts, column_counts = _final_particles(state, final_key, resampling=resampling)
+        counts, column_counts = _final_particles(state, final_keys, resampling=resampling)
     ess = jnp.concatenate([i.ess for i in infos])[:num_tokens].T
     resampled = jnp.concatenate([i.resampled for i in infos])[:num_tokens].T
     return FilterOutput(chain_log, best_counts, best_log_prob, counts, column_counts, ess, resampled)
 
 
 def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_particles, ess_threshold,
-               resampling, rescale_every, progress_bar, keep_particles, run_key, final_key):
+               resampling, rescale_every, progress_bar, keep_particles, run_keys, final_keys):
     """The numba kernel over all tokens (one NumPy Generator per run); see :func:`run_smc`."""
     host_urn = UrnTables(
         concentration=bound.flat_concentration, column_concentration=bound.flat_column_concentration,
         cell_flat=layout.cell_flat, config_flat=layout.config_flat, cell_col=layout.cell_col,
         config_col=layout.config_col, valid=layout.valid)
-    rngs = [numpy_generator(k) for k in jax.random.split(run_key, num_chains)]
+    rngs = [numpy_generator(k) for k in run_keys]
     runs = smc_numba.NumbaRuns(host_urn, layout.same_table_before, num_particles, num_tokens, rngs,
                                resampling=resampling, ess_threshold=ess_threshold, rescale_every=rescale_every)
     cells = np.asarray(cells)[:num_tokens]
@@ -570,33 +577,42 @@ def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_parti
     counts = column_counts = None
     if keep_particles:
         counts, column_counts = runs.final_particles(
-            [numpy_generator(k) for k in jax.random.split(final_key, num_chains)])
+            [numpy_generator(k) for k in final_keys])
     ess = np.concatenate([t[0] for t in traces], axis=1)
     resampled = np.concatenate([t[1] for t in traces], axis=1)
     return FilterOutput(runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess,
                         resampled)
 
 
-def _draw_posterior(key: PRNGKey, bound: BoundModel, counts: np.ndarray):
+def _draw_posterior(draw_keys: PRNGKey, bound: BoundModel, counts: np.ndarray):
     """θ per particle from Dirichlet(α + S_fa) (eq. 3.10), and λ ~ Gamma(a + T, b + 1).
 
     Drawn with NumPy on the host (the particles' counts are there already; NumPy's Gamma
     sampler is far faster than JAX's on a CPU), in log space so that tiny concentrations stay
-    normalisable.
+    normalisable; run c from a Generator seeded by ``draw_keys[c]``.
     """
-    rng = numpy_generator(key)
-    log_theta = dirichlet_log_draws(rng, bound.flat_concentration + counts, bound.column_of)
-    theta = bound.split_flat(np.exp(log_theta))
-    rate = None
-    if bound.has_total_term:
-        rate = rng.gamma(bound.a + bound.total, 1.0 / (bound.b + 1.0), size=counts.shape[:2])
-    return theta, rate
+    log_theta, rates = [], []
+    for c, key in enumerate(draw_keys):
+        rng = numpy_generator(key)
+        log_theta.append(dirichlet_log_draws(rng, bound.flat_concentration + counts[c:c + 1], bound.column_of))
+        if bound.has_total_term:
+            rates.append(rng.gamma(bound.a + bound.total, 1.0 / (bound.b + 1.0), size=(1, counts.shape[1])))
+    theta = bound.split_flat(np.exp(np.concatenate(log_theta)))
+    return theta, np.concatenate(rates) if rates else None
+
+
+def _pooled_evidence(idata) -> dict:
+    """The root attributes that pool the runs: log L_X and its standard error (:func:`pool_runs`)."""
+    value, stderr = pool_runs(group(idata, "sample_stats")["log_marginal_likelihood"].values)
+    return dict(log_marginal_likelihood=value, log_marginal_likelihood_stderr=stderr)
 
 
 @register("smc", models=(AllocationModel,))
+@chain_summary(_pooled_evidence)
 def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
         ess_threshold: float = 0.5, resampling: str = "systematic",
-        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, kernel: str = "auto"):
+        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, kernel: str = "auto",
+        first_chain: int = 0):
     """Pólya-urn SMC (Cemgil et al. 2019 §4.2): posterior particles and per-run evidence estimates.
 
     Chains are independent SMC runs; draws are the equally weighted particles after a final
@@ -604,15 +620,18 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     holds ``log_marginal_likelihood`` (chain), the ``ess`` trace and ``resampled`` flags (chain,
     token), and ``best_particle_counts_<table>`` (chain, *table dims): the family counts of each
     run's most probable final allocation (Cemgil et al. 2019 §5.2, Fig. 13). See :func:`run_smc` for
-    the options.
+    the options. Run c draws from ``fold_in(rng_key, c)`` alone: ``num_chains=1, first_chain=c``
+    is run c of a larger call (how ``bam.infer(..., executor=...)`` runs one task per run).
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
+    first_chain = check_int(first_chain, "first_chain", minimum=0)
     problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
     result = _run_prepared(problem, rng_key, num_particles=num_particles, num_chains=num_chains,
                            ess_threshold=ess_threshold, resampling=resampling, progress_bar=progress_bar,
-                           keep_particles=True, kernel=kernel)
+                           keep_particles=True, kernel=kernel, first_chain=first_chain)
     data, bound = problem.data, problem.bound
-    theta, rate = _draw_posterior(jax.random.fold_in(as_key(rng_key), 1), bound, result.counts)
+    draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=CHAIN_STREAMS)[-1]
+    theta, rate = _draw_posterior(draw_keys, bound, result.counts)
     stats = {
         "log_marginal_likelihood": (("chain",), result.chain_log_evidence),
         "ess": (("chain", "token"), result.ess),
@@ -622,13 +641,12 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     for table in bound.tables:
         stats[f"best_particle_counts_{table.name}"] = (
             ("chain", *table.dims), bound.split_flat(result.best_counts)[table.name])
-    value, stderr = pool_runs(result.chain_log_evidence)
-    return allocation_inference_data(
+    idata = allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="smc", sample_stats=stats,
         attrs=dict(num_particles=num_particles, num_chains=num_chains, ess_threshold=ess_threshold,
-                   resampling=resampling, kernel=resolve_kernel(kernel), log_marginal_likelihood=value,
-                   log_marginal_likelihood_stderr=stderr),
+                   resampling=resampling, kernel=resolve_kernel(kernel)),
     )
+    return with_attrs(idata, _pooled_evidence(idata))
 
 
 @register_evidence("smc", models=(AllocationModel,))
