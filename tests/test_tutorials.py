@@ -1,6 +1,7 @@
 """Every tutorial runs end to end with small settings (BAM_PPL_SMALL=1), as in CI."""
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,11 @@ REAL_DATA = {
 # Tutorials that need an optional extra: the module it installs.
 EXTRAS = {"parallel_sweep": "distributed"}
 
+# Tutorials that need an interpreter of their own: parallel_sweep starts worker processes under its
+# `if __name__ == "__main__":` guard, which must be the real main module. The others run inside
+# the test process, which saves starting Python and importing JAX, NumPyro and ArviZ once each.
+OWN_PROCESS = {"parallel_sweep"}
+
 
 def _real_data_available() -> bool:
     from bam_ppl.datasets import data_home
@@ -36,24 +42,62 @@ def _real_data_available() -> bool:
     return True
 
 
+def _run_in_own_process(path, env):
+    """The tutorial as `python tutorials/NAME.py`: (return code, stdout, stderr)."""
+    result = subprocess.run([sys.executable, str(path)], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                            text=True, timeout=600)
+    return result.returncode, result.stdout, result.stderr
+
+
+def _run_in_this_process(path, env, monkeypatch, capsys):
+    """The tutorial as its own `__main__` module in this process, from the repository root."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [str(path)])
+    monkeypatch.syspath_prepend(str(path.parent))  # as `python tutorials/NAME.py` would see it
+    matplotlib.use("Agg")  # pyplot may already be imported with another backend
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        plt.close("all")
+        _free_compiled_programs()
+    captured = capsys.readouterr()
+    return 0, captured.out, captured.err
+
+
+def _free_compiled_programs():
+    """Drop JAX's in-memory compiled programs, so that tutorials run one after another in a worker do
+    not add up in its memory; the persistent compilation cache (tests/conftest.py) keeps them on disk."""
+    import jax
+
+    jax.clear_caches()
+
+
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
-def test_tutorial_runs(path, tmp_path):
+def test_tutorial_runs(path, tmp_path, monkeypatch, capsys):
     if path.stem in REAL_DATA and not _real_data_available():
         pytest.skip("real data sets not found (set BAM_PPL_DATA)")
     if path.stem in EXTRAS:
         pytest.importorskip(EXTRAS[path.stem])
-    env = {**os.environ, "BAM_PPL_SMALL": "1", "MPLBACKEND": "Agg", "BAM_PPL_OUTPUT": str(tmp_path)}
-    result = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, f"{path.name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    env = {"BAM_PPL_SMALL": "1", "MPLBACKEND": "Agg", "BAM_PPL_OUTPUT": str(tmp_path)}
+    if path.stem in OWN_PROCESS:
+        returncode, stdout, stderr = _run_in_own_process(path, env)
+    else:
+        returncode, stdout, stderr = _run_in_this_process(path, env, monkeypatch, capsys)
+    assert returncode == 0, f"{path.name} failed:\n{stdout[-3000:]}\n{stderr[-5000:]}"
     if path.stem in REAL_DATA:
         files, line = REAL_DATA[path.stem]
         missing = [f for f in files if not (tmp_path / f).exists()]
         assert not missing, f"{path.name} did not write {missing}"
-        assert line in result.stdout, result.stdout[-3000:]
+        assert line in stdout, stdout[-3000:]
 
 
 def test_cli_methods_lists_backends():
+    # A real subprocess: the `python -m bam_ppl.cli` entry point as a user starts it.
     result = subprocess.run([sys.executable, "-m", "bam_ppl.cli", "methods"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
