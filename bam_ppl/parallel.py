@@ -8,21 +8,26 @@ chain or restart, one grid point). This module holds what every one of them shar
 * **keys** — a task's key derives from ``rng_key`` and the task's identity only, never from
   the number of workers or the order in which they finish, so a result is the same on any
   executor and any cluster: every model of a comparison and every grid point gets ``rng_key``
-  itself (as in the serial call), evidence call or chain ``c`` gets
-  ``jax.random.fold_in(rng_key, c)`` (:func:`task_key`);
+  itself (as in the serial call), evidence call ``c`` gets ``jax.random.fold_in(rng_key, c)``
+  (:func:`task_key`); chain (restart) ``c`` of every built-in backend draws from that key
+  alone, vectorised beside other chains or not (:func:`chain_keys`);
 * **data** — what every task reads is sent to each Dask worker once
   (``client.scatter(..., broadcast=True)``), not once per task;
 * **errors** — a task that raises surfaces as a :class:`TaskError` that names the task (the
   model's name, the chain); a Dask worker lost mid-sweep is not an error: the scheduler runs
   its tasks again on another worker;
 * **merging** — results come back in task order; chains are concatenated into one
-  InferenceData (:func:`concat_chains`).
+  InferenceData (:func:`concat_chains`), attributes that pool the chains recomputed
+  (:func:`chain_summary`); restarts merge as the backend keeps them (:func:`restart_layout`).
 
 Without an executor (``executor=None``) ``compare``, ``log_evidence`` and ``select_ranks`` run
 the same tasks one after another in the calling process, so their results do not depend on
-the executor at all. ``infer`` without an executor runs every chain in one call (vectorised, with
-the backend's own chain keys); with any executor it runs one task per chain, the same result on
-every executor.
+the executor at all. ``infer`` without an executor runs every chain in one call (vectorised);
+with an executor it runs chain ``c`` as its own task (the backend with one chain and
+``first_chain=c``), and the merged InferenceData is the vectorised call's, bit for bit (NUTS with
+``chain_method="sequential"``, its default). A backend registered without ``first_chain``
+(``first_restart``) gets the key ``fold_in(rng_key, c)`` instead: the same result on every
+executor, not the serial one.
 
 :func:`shard_axis` splits the particles of the Pólya-urn and tempered SMC JAX kernels and the
 chains of collapsed Gibbs across ``jax.devices()`` (a no-op on one device).

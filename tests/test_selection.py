@@ -77,7 +77,8 @@ def test_one_standard_error_rule_uses_the_best_rows_own_standard_error():
     error was the zero of its paired difference with itself, and the rule picked K_S = 4)."""
     X = planted_tensor()
     fixed = {k: v for k, v in PLANTED.items() if k != "K_S"}
-    table = select_ranks(dirichlet_tucker, X, grid={"K_S": [2, 3, 4]}, fixed=fixed, rng_key=0,
+    # rng_key=9: a split and restarts where the case arises (with most keys K_S = 3 scores best).
+    table = select_ranks(dirichlet_tucker, X, grid={"K_S": [2, 3, 4]}, fixed=fixed, rng_key=9,
                          fit_options=FIT).set_index("K_S")
     best = table["heldout_loglik"].idxmax()
     assert best == 4  # the case that degenerated: the larger rank wins by less than its noise

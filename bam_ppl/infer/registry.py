@@ -115,10 +115,11 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
         Randomness; the same key gives the same result.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the chains (or the restarts) as tasks there, model and data sent to each worker once
-        (:func:`bam_ppl.parallel.split_backend`): chain ``c`` is the backend with one chain and the
-        key ``fold_in(rng_key, c)``, chains concatenated in order (of restarts the best is kept).
-        The InferenceData is the same on every executor and any number of workers; it differs
-        from ``executor=None``, which runs all chains in one call with the backend's own keys.
+        (:func:`bam_ppl.parallel.split_backend`): chain ``c`` is the backend with one chain and
+        ``first_chain=c`` (``first_restart=c``), chains concatenated in order, restarts merged as
+        the backend keeps them. Every built-in backend draws chain ``c`` from
+        ``fold_in(rng_key, c)`` alone, so the InferenceData is the one of ``executor=None``, bit
+        for bit, on every executor and any number of workers.
     **options
         Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...).
     """
