@@ -187,7 +187,7 @@ EVERY_BACKEND = {
     "vb": (MODELS["nmf3"], X2, dict(method="vb", num_restarts=3, num_iters=30, tol=1e-3)),
     "cvb": (MODELS["nmf3"], X2, dict(method="cvb", num_restarts=3, num_iters=30, tol=1e-4, num_samples=5)),
     "map": (_EM_MODEL, X2, dict(method="map", num_restarts=3, num_iters=30)),
-    "nbmf-gibbs": (_NBMF, _BINARY, _GIBBS),
+    "nbmf-gibbs": (_NBMF, _BINARY, {**_GIBBS, "init": "random"}),
     "nbmf-vb": (_NBMF, _BINARY, dict(method="vb", **_NBMF_VB)),
     "nbmf-cvb": (_NBMF, _BINARY, dict(method="cvb", **_NBMF_VB)),
     "nbmf-nuts": (_NBMF, _BINARY, _NUTS),
@@ -197,8 +197,9 @@ EVERY_BACKEND = {
 }
 
 
-#: NumPyro's runners compile for a long time; they run with ``make test-all``.
-_SLOW_CASES = ("nuts", "svi", "nbmf-nuts")
+#: NumPyro's runners and the JAX Gibbs kernel compile for a long time; they run with ``make test-all``
+#: (the numba Gibbs kernel derives its chain keys in the same place as the JAX one).
+_SLOW_CASES = ("gibbs-jax", "nuts", "svi", "nbmf-nuts")
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in _SLOW_CASES else case
