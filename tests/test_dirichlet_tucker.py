@@ -193,10 +193,12 @@ def test_recovers_planted_factors():
 
 @pytest.mark.slow
 def test_recovers_planted_factors_at_paper_alpha():
-    """Planted from the fitted model itself (α = 1.1, less separated factors): slower EM."""
+    """Planted from the fitted model itself (α = 1.1, less separated factors): slower EM, with
+    local optima that recover one factor poorly (ψ correlation 0.48 from one of three restarts'
+    best), so the best of more restarts is taken."""
     truth, X = planted(1.1)
     idata = bam.infer(dirichlet_tucker(PLANTED_RANKS), X, method="map", rng_key=1, num_iters=2000,
-                      num_restarts=3)
+                      num_restarts=8)
     corr = factor_correlations(truth, DirichletTuckerParams.from_inference_data(idata))
     assert np.mean(list(corr.values())) >= 0.9, corr
 
