@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -27,6 +28,13 @@ GUIDES = {
     "delta": autoguide.AutoDelta,
     "lowrank": autoguide.AutoLowRankMultivariateNormal,
 }
+
+
+# NumPyro keeps its effect-handler stack in one module-level list, so two programs traced at once
+# in threads of one process (bam.infer on a ThreadPoolExecutor) see each other's sample sites
+# ("all sites must have unique names"). Runs in one process take turns; processes and Dask
+# workers still run in parallel.
+TRACING = threading.Lock()
 
 
 def show_progress(progress_bar) -> bool:
@@ -73,8 +81,9 @@ def run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
     mcmc = MCMC(NUTS(program, target_accept_prob=target_accept_prob), num_warmup=num_warmup,
                 num_samples=num_samples, num_chains=num_chains, thinning=thinning,
                 chain_method=chain_method, progress_bar=show_progress(progress_bar))
-    mcmc.run(keys[0] if num_chains == 1 else keys, extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy",
-                                            "energy"))
+    with TRACING:
+        mcmc.run(keys[0] if num_chains == 1 else keys,
+                 extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy", "energy"))
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {
         "energy": (("chain", "draw"), np.asarray(extra["energy"], dtype=np.float64)),
@@ -108,9 +117,10 @@ def run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sample
     """Posterior draws from the fitted guide (one chain) and the loss trace."""
     q = guide_cls(program)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
-    result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
-        key_fit, num_steps, progress_bar=show_progress(progress_bar))
-    draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
+    with TRACING:
+        result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
+            key_fit, num_steps, progress_bar=show_progress(progress_bar))
+        draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
     draws = {k: np.asarray(v)[None] for k, v in draws.items()}
     return draws, {"loss": (("chain", "iteration"), np.asarray(result.losses)[None])}
 
