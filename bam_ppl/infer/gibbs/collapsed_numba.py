@@ -42,10 +42,24 @@ URN = 1  # add the token, drawn from the urn given the tokens placed so far (Cem
 UNIFORM = 2  # add the token with a configuration drawn uniformly among those its cell allows
 
 
-def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_cell, row_base,
-                  row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-                  log_space, has_valid):
-    """``num_sweeps`` passes over the tokens of one chain, in place.
+class UrnRows(NamedTuple):
+    """The tokens' cells and the rows of the urn weights, as :func:`_place_tokens` reads them."""
+
+    token_cell: np.ndarray  # (T,) int32
+    row_base: np.ndarray  # (R, U): first entry of row r at cell u
+    row_offset: np.ndarray  # (R, L): offset of configuration l in row r
+    valid: np.ndarray  # (U, L) bool: the configurations each cell allows
+    numerator_rows: np.ndarray  # rows whose entries multiply the weights
+    denominator_rows: np.ndarray  # rows whose entries divide them
+    tie_rows: np.ndarray  # tie_rows[k] reads the table of an earlier member tie_earlier[k]
+    tie_earlier: np.ndarray
+    moved: np.ndarray  # rows a token's configuration increments
+    log_space: bool  # weights summed as logs: products could leave the float64 range
+    has_valid: bool  # some cell restricts the configurations
+
+
+def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
+    """``num_sweeps`` passes over the tokens of one chain, in place; ``rows`` is an :class:`UrnRows`.
 
     The counts are carried as ``shifted`` = concentration + counts (float64), so that each
     factor of the urn weights costs one load; the caller recovers the integer counts by
@@ -55,6 +69,8 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, token_
     inverse CDF with one uniform from ``rng``. The weights are built one row at a time over all
     configurations, loops the compiler can vectorise.
     """
+    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
+     log_space, has_valid) = rows
     num_rows = row_base.shape[0]
     num_configs = row_offset.shape[1]
     num_tokens = order.shape[0]
@@ -148,8 +164,7 @@ def _constant_factor(shifted, numerator_starts, denominator_starts, c):
     return factor
 
 
-def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, num_configs,
-                      num_varying_numerators, numerator_starts, denominator_starts):
+def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     """``num_sweeps`` Gibbs sweeps of one chain, in place, when every row reads consecutive entries.
 
     The weight of configuration c (eq. 4.1 with the token removed, eq. 4.4) is factor[c] times
@@ -157,8 +172,11 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, num_conf
     over its varying denominator rows; factor[c] is the product over the rows every token reads
     at the same place (``numerator_starts``, ``denominator_starts``). Each record
     ``tokens[t] = (configuration, start of each varying row at t's cell)``. The draws consume
-    ``rng`` as :func:`_place_tokens` does: a shuffle, then one uniform per token.
+    ``rng`` as :func:`_place_tokens` does: a shuffle, then one uniform per token. ``rows`` is a
+    :class:`FactorisedRows`.
     """
+    num_configs, num_varying_numerators = rows.num_configs, rows.num_varying_numerators
+    numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
     num_tokens = order.shape[0]
     num_varying = tokens.shape[1] - 1
     factor = np.empty(num_configs)
@@ -211,6 +229,7 @@ class FactorisedRows(NamedTuple):
     """The rows of the urn weights in the form :func:`_sweep_factorised` reads."""
 
     token_starts: np.ndarray  # (T, V) int32: start of each varying row at each token's cell
+    num_configs: int
     num_varying_numerators: int
     numerator_starts: np.ndarray  # starts of the numerator rows every token reads at one place
     denominator_starts: np.ndarray
@@ -242,6 +261,7 @@ def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_t
     constant_starts = lambda group: np.array([starts[r, 0] for r in group if constant[r]], np.int64)  # noqa: E731
     return FactorisedRows(
         token_starts=np.ascontiguousarray(starts[varying][:, token_cell].T, dtype=np.int32),
+        num_configs=num_configs,
         num_varying_numerators=len(varying_numerators),
         numerator_starts=constant_starts(spec.numerator_rows),
         denominator_starts=constant_starts(spec.denominator_rows),
@@ -321,7 +341,7 @@ class NumbaChains:
         self.concentration = np.empty_like(concentration)
         self.concentration[self._new_of_old] = concentration
         as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
-        self.structure = (
+        self.rows = UrnRows(
             np.asarray(problem.token_cell, np.int32), row_base, row_offset, np.asarray(problem.valid, np.bool_),
             as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
             as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
@@ -333,7 +353,7 @@ class NumbaChains:
         self.config = np.zeros((num_chains, num_tokens), np.int32)
         self.orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         self.rngs = [_seeded(key) for key in sweep_keys]
-        self._factorised = factorised_rows(spec, self.structure[0], row_base, row_offset, self.concentration,
+        self._factorised = factorised_rows(spec, self.rows.token_cell, row_base, row_offset, self.concentration,
                                            num_tokens) if factorised else None
         self._pool = ThreadPoolExecutor(max_workers=min(num_chains, os.cpu_count() or 1) if parallel else 1)
         # The urn initialisation visits the tokens in random order, whatever the sweep order.
@@ -352,14 +372,11 @@ class NumbaChains:
         if rows is None:
             self._each_chain(self.rngs, SWEEP, num_sweeps, self.shuffle, self.orders)
             return
-        num_configs = self.structure[2].shape[1]
 
         def sweep(chain, shifted):
             tokens = np.empty((rows.token_starts.shape[0], 1 + rows.token_starts.shape[1]), np.int32)
             tokens[:, 0], tokens[:, 1:] = self.config[chain], rows.token_starts
-            _sweep_factorised(self.rngs[chain], num_sweeps, self.shuffle, shifted, tokens, self.orders[chain],
-                              num_configs, rows.num_varying_numerators, rows.numerator_starts,
-                              rows.denominator_starts)
+            _sweep_factorised(self.rngs[chain], num_sweeps, self.shuffle, shifted, tokens, self.orders[chain], rows)
             self.config[chain] = tokens[:, 0]
 
         self._on_each_chain(sweep)
@@ -370,7 +387,7 @@ class NumbaChains:
 
     def _each_chain(self, rngs, mode, num_sweeps, shuffle, orders):
         self._on_each_chain(lambda chain, shifted: _place_tokens(
-            rngs[chain], mode, num_sweeps, shuffle, shifted, self.config[chain], orders[chain], *self.structure))
+            rngs[chain], mode, num_sweeps, shuffle, shifted, self.config[chain], orders[chain], self.rows))
 
     def _on_each_chain(self, place):
         """Runs ``place(chain, shifted)`` on every chain, with shifted = concentration + counts."""

@@ -578,8 +578,8 @@ def _run_numba(bound, layout, cells, *, num_tokens, block, num_chains, num_parti
     if keep_particles:
         counts, column_counts = runs.final_particles(
             [numpy_generator(k) for k in final_keys])
-    ess = np.concatenate([t[0] for t in traces], axis=1)
-    resampled = np.concatenate([t[1] for t in traces], axis=1)
+    ess = np.concatenate([t.ess for t in traces], axis=1)
+    resampled = np.concatenate([t.resampled for t in traces], axis=1)
     return FilterOutput(runs.chain_log_evidence(), best_counts, best_log_prob, counts, column_counts, ess,
                         resampled)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,15 +141,56 @@ def _reindex(table, row_generation, lineage, scratch):
     return written
 
 
-def _run_tokens(rng, cells, counts, column_counts, count_generation, column_generation, lineage,
-                live, generation, log_weights, log_prob, log_evidence, ess_out, resampled_out,
-                cell_flat, config_flat, cell_col, config_col, alpha, alpha_col, tied_before, valid,
-                has_valid, rescale_every, threshold, scheme):
+class RunState(NamedTuple):
+    """The particles of one run (of every run, with a leading run axis, in :class:`NumbaRuns`)."""
+
+    counts: np.ndarray  # (entries, P): table rows, each in the particle order of its generation
+    column_counts: np.ndarray  # (columns, P)
+    count_generation: np.ndarray  # (entries,) generation of each row, −1 if never written
+    column_generation: np.ndarray  # (columns,)
+    lineage: np.ndarray  # (depth, P): slot of each current particle's ancestor in generation k
+    live: np.ndarray  # (depth,): written rows of each generation
+    generation: np.ndarray  # (1,): the current generation
+    log_weights: np.ndarray  # (P,) since the last resampling
+    log_prob: np.ndarray  # (P,) log urn probability of each particle's allocation
+    log_evidence: np.ndarray  # (1,) log of the product of the closed epochs' mean weights
+
+
+class HostUrn(NamedTuple):
+    """The urn tables of :class:`~bam_ppl.infer.smc.polya_urn.UrnTables` and the filter's settings."""
+
+    cell_flat: np.ndarray  # (M, U) int64
+    config_flat: np.ndarray  # (M, L) int64
+    cell_col: np.ndarray  # (M, U) int64
+    config_col: np.ndarray  # (M, L) int64
+    alpha: np.ndarray  # (entries,) concentration
+    alpha_col: np.ndarray  # (columns,) column concentration
+    tied_before: np.ndarray  # (M, M) bool: member k is an earlier member of m's table
+    valid: np.ndarray  # (U, L) bool, or (1, 1) when every configuration is allowed
+    has_valid: bool
+    rescale_every: int  # members between two rescalings of the products
+    threshold: float  # resample when ESS < threshold × P
+    scheme: int  # index in SCHEMES
+
+
+class TokenTrace(NamedTuple):
+    """Per-token diagnostics of one run: the ESS after the token, and whether it resampled."""
+
+    ess: np.ndarray
+    resampled: np.ndarray
+
+
+def _run_tokens(rng, cells, run, urn, trace):
     """Add the tokens ``cells`` to every particle of one run, in place (see :func:`smc.step`).
 
-    ``generation`` and ``log_evidence`` are one-element arrays; ``ess_out`` and
-    ``resampled_out`` receive the per-token diagnostics.
+    ``run`` is the run's :class:`RunState`, ``urn`` a :class:`HostUrn`; ``trace`` (a
+    :class:`TokenTrace`) receives the per-token diagnostics.
     """
+    (counts, column_counts, count_generation, column_generation, lineage, live, generation, log_weights,
+     log_prob, log_evidence) = run
+    (cell_flat, config_flat, cell_col, config_col, alpha, alpha_col, tied_before, valid, has_valid,
+     rescale_every, threshold, scheme) = urn
+    ess_out, resampled_out = trace
     num_members, num_configs = config_flat.shape
     num_particles = counts.shape[1]
     depth = lineage.shape[0]
@@ -304,95 +346,104 @@ class NumbaRuns:
     """``num_chains`` SMC runs of ``num_particles`` particles on the host, advanced block by block.
 
     ``urn`` is the :class:`~bam_ppl.infer.smc.polya_urn.UrnTables` content as NumPy arrays; ``rngs`` one
-    Generator per run. Runs go to threads (at most the number of CPUs).
+    Generator per run. Runs go to threads (at most the number of CPUs). ``state`` is every run's
+    :class:`RunState`, with a leading run axis.
     """
 
     def __init__(self, urn, same_table_before, num_particles: int, num_tokens: int, rngs, *, resampling: str,
                  ess_threshold: float, rescale_every: int, lineage_depth: int | None = None):
-        num_chains = len(rngs)
-        lineage_depth = LINEAGE_DEPTH if lineage_depth is None else lineage_depth
-        num_members = urn.cell_flat.shape[0]
         self.rngs = rngs
-        self.cell_flat = np.ascontiguousarray(urn.cell_flat, np.int64)
-        self.config_flat = np.ascontiguousarray(urn.config_flat, np.int64)
-        self.cell_col = np.ascontiguousarray(urn.cell_col, np.int64)
-        self.config_col = np.ascontiguousarray(urn.config_col, np.int64)
-        self.alpha = np.ascontiguousarray(urn.concentration, np.float64)
-        self.alpha_col = np.ascontiguousarray(urn.column_concentration, np.float64)
-        self.has_valid = urn.valid is not None
-        self.valid = (np.ascontiguousarray(urn.valid, np.bool_) if self.has_valid
-                      else np.ones((1, 1), np.bool_))
-        self.tied_before = np.zeros((num_members, num_members), np.bool_)
-        for m, earlier in enumerate(same_table_before):
-            self.tied_before[m, list(earlier)] = True
-        self.scheme = SCHEMES.index(resampling)
-        self.threshold = float(ess_threshold)
-        self.rescale_every = int(rescale_every)
-        entries, columns = self.alpha.shape[0], self.alpha_col.shape[0]
-        # Counts never exceed the number of tokens: 16 bits when they fit, so that twice as many
-        # rows stay in the CPU caches.
-        dtype = np.int16 if num_tokens <= np.iinfo(np.int16).max else np.int32
-        self.counts = np.zeros((num_chains, entries, num_particles), dtype)
-        self.column_counts = np.zeros((num_chains, columns, num_particles), dtype)
-        self.count_generation = np.full((num_chains, entries), -1, np.int64)  # −1: never written
-        self.column_generation = np.full((num_chains, columns), -1, np.int64)
-        self.live = np.zeros((num_chains, lineage_depth), np.int64)
-        self.lineage = np.ascontiguousarray(np.broadcast_to(
-            np.arange(num_particles, dtype=np.int64), (num_chains, lineage_depth, num_particles)))
-        self.generation = np.zeros((num_chains, 1), np.int64)
-        self.log_weights = np.zeros((num_chains, num_particles))
-        self.log_prob = np.zeros((num_chains, num_particles))
-        self.log_evidence = np.zeros((num_chains, 1))
-        workers = min(num_chains, os.cpu_count() or 1)
-        self._pool = ThreadPoolExecutor(max_workers=workers)
+        self.urn = _host_urn(urn, same_table_before, resampling, ess_threshold, rescale_every)
+        self.state = _initial_runs(len(rngs), self.urn, num_particles, num_tokens,
+                                   LINEAGE_DEPTH if lineage_depth is None else lineage_depth)
+        self._pool = ThreadPoolExecutor(max_workers=min(len(rngs), os.cpu_count() or 1))
 
     def close(self):
         self._pool.shutdown()
 
     def run(self, cells: np.ndarray):
-        """Add the tokens ``cells`` (tokens, chain) to every run; returns (ess, resampled),
-        each (chain, tokens)."""
+        """Add the tokens ``cells`` (tokens, chain) to every run; returns their :class:`TokenTrace`,
+        each field (chain, tokens)."""
         num_tokens, num_chains = cells.shape
-        ess = np.empty((num_chains, num_tokens))
-        resampled = np.empty((num_chains, num_tokens), np.bool_)
+        trace = TokenTrace(np.empty((num_chains, num_tokens)), np.empty((num_chains, num_tokens), np.bool_))
 
-        def one(c):
-            _run_tokens(self.rngs[c], np.ascontiguousarray(cells[:, c], np.int64), self.counts[c],
-                        self.column_counts[c], self.count_generation[c], self.column_generation[c],
-                        self.lineage[c], self.live[c], self.generation[c], self.log_weights[c], self.log_prob[c],
-                        self.log_evidence[c], ess[c], resampled[c], self.cell_flat, self.config_flat,
-                        self.cell_col, self.config_col, self.alpha, self.alpha_col, self.tied_before,
-                        self.valid, self.has_valid, self.rescale_every, self.threshold, self.scheme)
+        def run_chain(c):
+            _run_tokens(self.rngs[c], np.ascontiguousarray(cells[:, c], np.int64), self._chain(c), self.urn,
+                        TokenTrace(trace.ess[c], trace.resampled[c]))
 
-        list(self._pool.map(one, range(num_chains)))
-        return ess, resampled
+        list(self._pool.map(run_chain, range(num_chains)))
+        return trace
+
+    def _chain(self, c) -> RunState:
+        """Run ``c``'s :class:`RunState`: views into ``state``, updated in place."""
+        return RunState(*(x[c] for x in self.state))
 
     def chain_log_evidence(self) -> np.ndarray:
         """Per-run log of the product of epoch means, including the last, un-resampled epoch."""
-        peak = self.log_weights.max(axis=1, keepdims=True)
+        log_weights = self.state.log_weights
+        peak = log_weights.max(axis=1, keepdims=True)
         peak = np.where(np.isfinite(peak), peak, 0.0)
-        mean = np.mean(np.exp(self.log_weights - peak), axis=1)
-        return self.log_evidence[:, 0] + peak[:, 0] + np.log(mean)
+        mean = np.mean(np.exp(log_weights - peak), axis=1)
+        return self.state.log_evidence[:, 0] + peak[:, 0] + np.log(mean)
 
     def best_particles(self):
         """Each run's most probable final particle: its family counts and log urn probability."""
-        best = np.argmax(self.log_prob, axis=1)
-        counts = np.stack([
-            _current_rows(self.counts[c], self.count_generation[c], self.lineage[c], best[c:c + 1])[:, 0]
-            for c in range(best.shape[0])])
-        return counts, self.log_prob[np.arange(best.shape[0]), best]
+        best = np.argmax(self.state.log_prob, axis=1)
+        counts = np.stack([_current_rows(run.counts, run.count_generation, run.lineage, best[c:c + 1])[:, 0]
+                           for c, run in enumerate(map(self._chain, range(best.shape[0])))])
+        return counts, self.state.log_prob[np.arange(best.shape[0]), best]
 
     def final_particles(self, rngs):
         """Equally weighted particles by a final resampling: (chain, particle, entries) counts
         and column counts."""
         counts, column_counts = [], []
         for c, rng in enumerate(rngs):
-            peak = self.log_weights[c].max()
-            weights = np.exp(self.log_weights[c] - (peak if np.isfinite(peak) else 0.0))
+            run = self._chain(c)
+            peak = run.log_weights.max()
+            weights = np.exp(run.log_weights - (peak if np.isfinite(peak) else 0.0))
             ancestors = np.empty(weights.shape[0], np.int64)
-            _resample(rng, self.scheme, weights, ancestors, np.empty_like(weights))
+            _resample(rng, self.urn.scheme, weights, ancestors, np.empty_like(weights))
             # Rows gathered particle-contiguous, then one transposing copy to (particle, row).
-            counts.append(_current_rows(self.counts[c], self.count_generation[c], self.lineage[c], ancestors).T)
-            column_counts.append(_current_rows(self.column_counts[c], self.column_generation[c],
-                                               self.lineage[c], ancestors).T)
+            counts.append(_current_rows(run.counts, run.count_generation, run.lineage, ancestors).T)
+            column_counts.append(_current_rows(run.column_counts, run.column_generation, run.lineage, ancestors).T)
         return np.stack(counts), np.stack(column_counts)
+
+
+def _host_urn(urn, same_table_before, resampling: str, ess_threshold: float, rescale_every: int) -> HostUrn:
+    """The :class:`HostUrn` of :class:`~bam_ppl.infer.smc.polya_urn.UrnTables` ``urn``."""
+    num_members = urn.cell_flat.shape[0]
+    tied_before = np.zeros((num_members, num_members), np.bool_)
+    for m, earlier in enumerate(same_table_before):
+        tied_before[m, list(earlier)] = True
+    has_valid = urn.valid is not None
+    as_index = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
+    return HostUrn(
+        cell_flat=as_index(urn.cell_flat), config_flat=as_index(urn.config_flat),
+        cell_col=as_index(urn.cell_col), config_col=as_index(urn.config_col),
+        alpha=np.ascontiguousarray(urn.concentration, np.float64),
+        alpha_col=np.ascontiguousarray(urn.column_concentration, np.float64),
+        tied_before=tied_before,
+        valid=np.ascontiguousarray(urn.valid, np.bool_) if has_valid else np.ones((1, 1), np.bool_),
+        has_valid=has_valid, rescale_every=int(rescale_every), threshold=float(ess_threshold),
+        scheme=SCHEMES.index(resampling))
+
+
+def _initial_runs(num_chains: int, urn: HostUrn, num_particles: int, num_tokens: int, depth: int) -> RunState:
+    """Every run's :class:`RunState` before the first token: empty tables, generation 0."""
+    entries, columns = urn.alpha.shape[0], urn.alpha_col.shape[0]
+    # Counts never exceed the number of tokens: 16 bits when they fit, so that twice as many
+    # rows stay in the CPU caches.
+    dtype = np.int16 if num_tokens <= np.iinfo(np.int16).max else np.int32
+    return RunState(
+        counts=np.zeros((num_chains, entries, num_particles), dtype),
+        column_counts=np.zeros((num_chains, columns, num_particles), dtype),
+        count_generation=np.full((num_chains, entries), -1, np.int64),  # −1: never written
+        column_generation=np.full((num_chains, columns), -1, np.int64),
+        lineage=np.ascontiguousarray(np.broadcast_to(
+            np.arange(num_particles, dtype=np.int64), (num_chains, depth, num_particles))),
+        live=np.zeros((num_chains, depth), np.int64),
+        generation=np.zeros((num_chains, 1), np.int64),
+        log_weights=np.zeros((num_chains, num_particles)),
+        log_prob=np.zeros((num_chains, num_particles)),
+        log_evidence=np.zeros((num_chains, 1)),
+    )
