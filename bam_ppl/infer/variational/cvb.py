@@ -200,11 +200,6 @@ class CVBResult(NamedTuple):
     iterations: np.ndarray
     converged: np.ndarray
 
-    @property
-    def best(self) -> int:
-        return best_index(self.elbo)
-
-
 def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_iters: int, tol: float,
         init: str = "responsibilities", progress_bar: bool = False) -> CVBResult:
     """Run one vmapped CVB0 restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``)."""
@@ -266,7 +261,7 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         problem = build_cvb_problem(bound, data, layout)
         init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
         result = run(init_keys, problem, member_table, num_iters=num_iters, tol=tol, init=init, progress_bar=show)
-    best = result.best
+    best = best_index(result.elbo)
     if not bool(result.converged[best]):
         warnings.warn(
             f"cvb stopped after num_iters={num_iters} sweeps before the relative change of the "

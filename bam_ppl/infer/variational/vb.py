@@ -454,11 +454,6 @@ class VBResult(NamedTuple):
     iterations: np.ndarray
     converged: np.ndarray
 
-    @property
-    def best(self) -> int:
-        return best_index(self.elbo)
-
-
 def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "responsibilities",
         progress_bar: bool = False) -> VBResult:
     """Run one vmapped VB restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``)."""
@@ -557,7 +552,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     check_int(num_samples, "num_samples")
     bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters, tol, num_restarts,
                                                    init, progress_bar, first_restart)
-    best = result.best
+    best = best_index(result.elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
     theta, rate = posterior_draws(draw_keys[best], bound, result.alpha_hat[best], num_samples)
@@ -584,7 +579,7 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     evidence. ``details`` holds every restart's final ELBO and the best restart's index.
     """
     _, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar)
-    best = result.best
+    best = best_index(result.elbo)
     return EvidenceEstimate(
         value=float(result.elbo[best]), stderr=math.nan, method="vb", kind="lower_bound",
         details=dict(elbo_per_restart=result.elbo, best_restart=best, iterations=result.iterations,
