@@ -210,6 +210,29 @@ def test_progress_bar_does_not_change_draws():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("num_warmup, num_samples, progress_bar", [(13, 11, True), (0, 5, True), (7, 3, False)])
+def test_warmup_then_samples_visits_every_sweep_and_draw_once_in_order(num_warmup, num_samples, progress_bar):
+    """The chunked driver of both kernels: warmup sweeps, then kept draws, each once and in order,
+    also when a chunk of the bar spans the end of the warmup; without a bar one call of each."""
+    calls = []
+
+    def step(phase):
+        def advance(carry, first, count):
+            calls.append((phase, first, count))
+            return carry + count
+        return advance
+
+    done = gibbs_core._warmup_then_samples(step("warmup"), step("draw"), 0, num_warmup=num_warmup,
+                                           num_samples=num_samples, progress_bar=progress_bar)
+    assert done == num_warmup + num_samples
+    for phase, total in (("warmup", num_warmup), ("draw", num_samples)):
+        visited = [i for name, first, count in calls if name == phase for i in range(first, first + count)]
+        assert visited == list(range(total))
+    assert [name for name, _, _ in calls] == sorted((name for name, _, _ in calls), key="warmup draw".split().index)
+    if not progress_bar:
+        assert len(calls) == 2
+
+
 @pytest.mark.parametrize("options, error", [
     (dict(num_samples=0), ValueError),
     (dict(num_warmup=-1), ValueError),

@@ -37,7 +37,7 @@ from ...convert import allocation_inference_data
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel, CellLayout
 from ...models.sampling import dirichlet_log_draws
 from ...parallel import chain_keys, shard_axis
-from ...progress import progress, resolve_progress
+from ...progress import resolve_progress, run_in_chunks
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
 from ..kernels import KERNELS, resolve_kernel  # noqa: F401  (KERNELS: tempered SMC takes it from here)
@@ -378,9 +378,23 @@ def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num
     return jax.lax.scan(body, states, jnp.arange(num_draws))
 
 
-def _blocks(total: int, num_blocks: int) -> list[int]:
-    size = max(1, math.ceil(total / num_blocks))
-    return [min(size, total - start) for start in range(0, total, size)]
+def _warmup_then_samples(warm_up, keep, carry, *, num_warmup: int, num_samples: int, progress_bar: bool):
+    """``warm_up(carry, first_sweep, num_sweeps)`` over the warmup sweeps, then ``keep(carry,
+    first_draw, num_draws)`` over the kept samples, in the chunks of :func:`run_in_chunks`
+    under one bar: about ``PROGRESS_UPDATES`` chunks with a bar, one chunk without."""
+
+    def advance(carry, start, stop):
+        if start < num_warmup:
+            carry = warm_up(carry, start, min(stop, num_warmup) - start)
+        if stop > num_warmup:
+            first_draw = max(start, num_warmup) - num_warmup
+            carry = keep(carry, first_draw, stop - num_warmup - first_draw)
+        return carry
+
+    total = num_warmup + num_samples
+    chunk = math.ceil(total / PROGRESS_UPDATES) if progress_bar else total
+    return run_in_chunks(advance, carry, total, chunk=max(chunk, 1), show=progress_bar, description="gibbs",
+                         unit="draw")
 
 
 def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4, num_warmup: int = 500,
@@ -398,21 +412,20 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     states = _init_chains(spec, problem, init_keys, init_method)
     if chain_method == "vectorized":  # chains split across jax.devices()
         states, sweep_keys, draw_keys = shard_axis((states, sweep_keys, draw_keys), num_chains, 0, "chains")
-    num_blocks = PROGRESS_UPDATES if progress_bar else 1
-    sweep_done = 0
-    records, draws_done = [], 0
-    with progress(num_warmup + num_samples, "gibbs", progress_bar, unit="draw") as bar:
-        for size in _blocks(num_warmup, num_blocks):
-            states = _advance(spec, problem, sweep_keys, states, sweep_done, size, chain_method)
-            sweep_done += size
-            bar.update(size)
-        for size in _blocks(num_samples, num_blocks):
-            states, block = _sample(spec, problem, sweep_keys, draw_keys, states, sweep_done, draws_done,
-                                    size, thinning, record, chain_method)
-            records.append(block)
-            sweep_done += size * thinning
-            draws_done += size
-            bar.update(size)
+    records = []
+
+    def warm_up(states, first_sweep, num_sweeps):
+        return _advance(spec, problem, sweep_keys, states, first_sweep, num_sweeps, chain_method)
+
+    def keep(states, first_draw, num_draws):
+        first_sweep = num_warmup + first_draw * thinning
+        states, block = _sample(spec, problem, sweep_keys, draw_keys, states, first_sweep, first_draw, num_draws,
+                                thinning, record, chain_method)
+        records.append(block)
+        return states
+
+    states = _warmup_then_samples(warm_up, keep, states, num_warmup=num_warmup, num_samples=num_samples,
+                                  progress_bar=progress_bar)
     return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
 
 
@@ -447,47 +460,69 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
     call serves many samples.
     """
     init_keys, sweep_keys, draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=3)
-    init_keys, sweep_keys = np.asarray(init_keys), np.asarray(sweep_keys)
-    device_problem = jax.device_put(problem)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="draw", disable=not progress_bar)
-    chains = gibbs_numba.NumbaChains(spec, problem, init_keys, sweep_keys, init_method,
+    chains = gibbs_numba.NumbaChains(spec, problem, np.asarray(init_keys), np.asarray(sweep_keys), init_method,
                                      parallel=chain_method == "vectorized")
-    host_draws = HostDraws(spec, problem, np.asarray(draw_keys)) if record is draw else None
-    state_bytes = chains.config.nbytes + chains.counts.nbytes
-    block = int(np.clip(RECORD_BLOCK_BYTES // state_bytes, 1, num_samples))
-    records = []
+    kept = _KeptStates(spec, problem, draw_keys, record, num_samples, chains)
+
+    def warm_up(_, first_sweep, num_sweeps):  # the chains carry their own random streams
+        chains.advance(num_sweeps)
+
+    def keep(_, first_draw, num_draws):
+        for draw_index in range(first_draw, first_draw + num_draws):
+            chains.advance(thinning)
+            kept.add(draw_index, chains)
+
     try:
-        for size in _blocks(num_warmup, PROGRESS_UPDATES if progress_bar else 1):
-            chains.advance(size)
-            bar.update(size)
-        for first_draw in range(0, num_samples, block):
-            size = min(block, num_samples - first_draw)
-            configs = np.empty((block, *chains.config.shape), chains.config.dtype)
-            counts = np.empty((block, *chains.counts.shape), chains.counts.dtype)
-            host = []
-            for d in range(size):
-                chains.advance(thinning)
-                configs[d], counts[d] = chains.config, chains.counts
-                if host_draws is not None:
-                    host.append([host_draws(c, counts[d, c, :spec.num_table_entries]) for c in range(num_chains)])
-                bar.update(1)
-            # A short last block is padded to the fixed size (no recompilation) and trimmed.
-            configs[size:], counts[size:] = configs[size - 1], counts[size - 1]
-            recorded = _record_block(spec, device_problem, draw_keys, configs, counts, first_draw,
-                                     record if host_draws is None else _log_joint_record)
-            recorded = jax.tree.map(lambda x, kept=size: x[:kept], recorded)
-            if host_draws is not None:
-                theta = np.array([[theta for theta, _ in row] for row in host])
-                rate = np.array([[rate for _, rate in row] for row in host])
-                recorded = GibbsDraw(theta, rate, recorded)
-            records.append(recorded)
+        _warmup_then_samples(warm_up, keep, None, num_warmup=num_warmup, num_samples=num_samples,
+                             progress_bar=progress_bar)
     finally:
         chains.close()
-        bar.close()
     states = GibbsState(chains.config, chains.counts)
-    return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *records)
+    return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *kept.records)
+
+
+class _KeptStates:
+    """The kept states of the numba kernel, recorded in blocks of a fixed size.
+
+    The block size (about ``RECORD_BLOCK_BYTES`` of states) is fixed, so that one compiled
+    record call serves every block; a short last block is padded and trimmed. With the default
+    ``record`` the Θ and λ draws are made on the host (:class:`HostDraws`) as each state is kept.
+    """
+
+    def __init__(self, spec, problem, draw_keys, record, num_samples: int, chains):
+        self.spec, self.problem, self.draw_keys = spec, jax.device_put(problem), draw_keys
+        self.num_samples = num_samples
+        self.host_draws = HostDraws(spec, problem, np.asarray(draw_keys)) if record is draw else None
+        self.record = record if self.host_draws is None else _log_joint_record
+        state_bytes = chains.config.nbytes + chains.counts.nbytes
+        self.block = int(np.clip(RECORD_BLOCK_BYTES // state_bytes, 1, num_samples))
+        self.records = []
+        self.configs = self.counts = self.host = None  # the block being filled
+
+    def add(self, draw_index: int, chains) -> None:
+        """Keep the chains' current states as kept sample ``draw_index``."""
+        d = draw_index % self.block
+        if d == 0:  # fresh buffers: a recorded block may still be reading the last ones
+            self.configs = np.empty((self.block, *chains.config.shape), chains.config.dtype)
+            self.counts = np.empty((self.block, *chains.counts.shape), chains.counts.dtype)
+            self.host = []
+        self.configs[d], self.counts[d] = chains.config, chains.counts
+        if self.host_draws is not None:
+            table_counts = self.counts[d, :, :self.spec.num_table_entries]
+            self.host.append([self.host_draws(c, table_counts[c]) for c in range(chains.num_chains)])
+        if d + 1 == self.block or draw_index + 1 == self.num_samples:
+            self._record(draw_index - d, d + 1)
+
+    def _record(self, first_draw: int, size: int) -> None:
+        self.configs[size:], self.counts[size:] = self.configs[size - 1], self.counts[size - 1]
+        recorded = _record_block(self.spec, self.problem, self.draw_keys, self.configs, self.counts, first_draw,
+                                 self.record)
+        recorded = jax.tree.map(lambda x: x[:size], recorded)
+        if self.host_draws is not None:
+            theta = np.array([[theta for theta, _ in row] for row in self.host])
+            rate = np.array([[rate for _, rate in row] for row in self.host])
+            recorded = GibbsDraw(theta, rate, recorded)
+        self.records.append(recorded)
 
 
 # -- registry adapter ------------------------------------------------------------------------------
