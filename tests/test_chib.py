@@ -71,9 +71,9 @@ def state_of(problem, config):
 
 
 def all_labellings(problem):
-    valid = problem.structure[3]
-    cells = problem.structure[0]
-    choices = [np.flatnonzero(valid[cell]) if problem.structure[9] else range(problem.num_configs)
+    valid = problem.structure.valid
+    cells = problem.structure.token_cell
+    choices = [np.flatnonzero(valid[cell]) if problem.structure.has_valid else range(problem.num_configs)
                for cell in cells]
     return [np.array(z, np.int32) for z in itertools.product(*choices)]
 
@@ -99,7 +99,7 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
         before = shifted.copy()
         for j, target in enumerate(labellings):
             kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf,
-                                                           *problem.structure)[0])
+                                                           problem.structure)[0])
         np.testing.assert_allclose(shifted, before, atol=1e-9)  # the state is restored
     np.testing.assert_allclose(kernel.sum(axis=1), 1.0, atol=1e-12)  # a distribution over z*
     np.testing.assert_allclose(posterior @ kernel, posterior, atol=1e-12)  # p(z | X) is stationary
@@ -117,7 +117,7 @@ def test_log_joint_matches_the_gibbs_sampler_and_the_closed_form():
     # log π(S) with its multinomial coefficient is the Gibbs sampler's log joint ...
     assert problem.log_prob_allocation(shifted, config) == pytest.approx(gibbs_value, abs=1e-9)
     # ... and log p(X, z) = C + Σ_tables [log B(α + S) − log B(α)] differs by the coefficient.
-    groups = np.bincount(problem.structure[0] * problem.num_configs + config)
+    groups = np.bincount(problem.structure.token_cell * problem.num_configs + config)
     coefficient = gammaln(data.counts + 1.0).sum() - gammaln(groups + 1.0).sum()
     assert problem.log_joint(shifted) == pytest.approx(gibbs_value - coefficient, abs=1e-9)
     assert problem.constant == bound.log_data_constant(data)

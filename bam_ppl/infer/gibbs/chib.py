@@ -89,6 +89,7 @@ from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, sh
 from ..prepare import prepare
 from ..registry import register_evidence
 from .collapsed import build_problem
+from .collapsed_numba import UrnRows
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
@@ -163,8 +164,7 @@ def _log_ratio(weight, new, old, logs):
     return math.log(weight[new] / weight[old])
 
 
-def _pass(rng, mode, beta, shifted, config, order, token_cell, row_base, row_offset, valid,
-          numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid, logs):
+def _pass(rng, mode, beta, shifted, config, order, rows):
     """One pass over the tokens in ``order``, in place, with ``shifted`` = concentration + counts.
 
     DRAW draws from the conditional raised to the power ``beta`` (1: the Gibbs sweep; below 1:
@@ -172,6 +172,8 @@ def _pass(rng, mode, beta, shifted, config, order, token_cell, row_base, row_off
     (zero for ICM when no token moved); PLACE returns the log probability of the placed
     configurations.
     """
+    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
+     logs, has_valid) = rows
     num_rows, num_configs = row_base.shape[0], row_offset.shape[1]
     base, values, weight, prob = _scratch(num_rows, num_configs)
     result = 0.0
@@ -214,8 +216,7 @@ def _pass(rng, mode, beta, shifted, config, order, token_cell, row_base, row_off
     return result
 
 
-def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base, row_offset, valid,
-                    numerator_rows, denominator_rows, tie_rows, tie_earlier, moved, has_valid, logs):
+def _log_transition(shifted, config, star, relabel, cutoff, rows):
     """log T(z → relabel(z*)): the log probability that one sweep in token order from the state
     (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``.
 
@@ -224,6 +225,8 @@ def _log_transition(shifted, config, star, relabel, cutoff, token_cell, row_base
     and the number of tokens visited: (−inf, t) when the partial sum over the first t tokens
     falls below ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
+    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
+     logs, has_valid) = rows
     num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
     base, values, weight, prob = _scratch(num_rows, num_configs)
     result = 0.0
@@ -268,7 +271,7 @@ def _start(rng, shifted, config, concentration, num_entries, structure):
     log p(X, z) (see :func:`_table_log_joint`)."""
     order = np.arange(config.shape[0])
     shuffle(rng, order)
-    _pass(rng, PLACE, 1.0, shifted, config, order, *structure)
+    _pass(rng, PLACE, 1.0, shifted, config, order, structure)
     return _table_log_joint(shifted, concentration, num_entries)
 
 
@@ -279,7 +282,7 @@ def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, bes
     order = np.arange(config.shape[0])
     for beta in betas:
         shuffle(rng, order)
-        current += _pass(rng, DRAW, beta, shifted, config, order, *structure)
+        current += _pass(rng, DRAW, beta, shifted, config, order, structure)
         if current > best:
             best = current
             best_config[:] = config
@@ -294,7 +297,7 @@ def _modes(rng, shifted, config, structure):
     passes = 0
     while passes < MAX_ICM_PASSES:
         passes += 1
-        if _pass(rng, ICM, 1.0, shifted, config, fixed, *structure) <= 1e-12:
+        if _pass(rng, ICM, 1.0, shifted, config, fixed, structure) <= 1e-12:
             break
     return passes
 
@@ -314,7 +317,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     g = 0
     while g < num_relabellings:
         cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g], done = _log_transition(shifted, config, star, relabellings[g], cutoff, *structure)
+        terms[g], done = _log_transition(shifted, config, star, relabellings[g], cutoff, structure)
         if terms[g] > best:
             best = terms[g]
         following = g + 1
@@ -350,19 +353,19 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
     backward = forward[::-1].copy()
     star = config.copy()
     log_transition = np.empty(num_steps)
-    _pass(rng, DRAW, 1.0, shifted, config, backward, *structure)
+    _pass(rng, DRAW, 1.0, shifted, config, backward, structure)
     mid_shifted = shifted.copy()
     mid_config = config.copy()
     best = -np.inf
     for j in range(s, num_steps + 1):
         if j > s:
-            _pass(rng, DRAW, 1.0, shifted, config, forward, *structure)
+            _pass(rng, DRAW, 1.0, shifted, config, forward, structure)
         log_transition[j - 1], best = _transition_into_star(
             shifted, config, star, relabellings, images, log_sizes, distinct, best, structure)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
-        _pass(rng, DRAW, 1.0, shifted, config, backward, *structure)
+        _pass(rng, DRAW, 1.0, shifted, config, backward, structure)
         log_transition[j - 1], best = _transition_into_star(
             shifted, config, star, relabellings, images, log_sizes, distinct, best, structure)
     return log_transition
@@ -392,7 +395,8 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
     for every z: it must permute the count entries the tokens touch (a well-defined bijection
     that keeps tables and columns apart), preserve their concentrations and fixed counts, and
     keep every cell's allowed configurations."""
-    _, row_base, row_offset, valid, _, _, _, _, moved, has_valid, _ = structure
+    row_base, row_offset, valid, moved, has_valid = (structure.row_base, structure.row_offset, structure.valid,
+                                                     structure.moved, structure.has_valid)
     if has_valid and not np.array_equal(valid, valid[:, relabel]):
         return False
     if moved.size == 0:
@@ -465,19 +469,18 @@ class _Problem:
     def __init__(self, bound, data, layout, label_symmetry: bool, max_relabellings: int):
         spec, problem = build_problem(bound, data, layout, token_order="fixed")
         as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
-        self.structure = (
-            np.asarray(problem.token_cell, np.int64), np.asarray(problem.row_base, np.int64),
-            np.asarray(problem.row_offset, np.int64), np.asarray(problem.valid, np.bool_),
-            as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
-            as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
-            as_rows(spec.moved), bool(spec.has_valid), False,
-        )
         self.concentration = np.asarray(problem.concentration, np.float64)
         # Multiply the factors of the conditional directly unless a partial product could leave
         # the float64 range (each factor lies in [α_min, α_max + T + 1]).
         num_factors = len(spec.numerator_rows) + len(spec.denominator_rows)
         extremes = np.abs(np.log10([self.concentration.min(), self.concentration.max() + data.total + 1]))
-        self.structure = (*self.structure[:-1], bool(num_factors * extremes.max() > 280))
+        self.structure = UrnRows(
+            np.asarray(problem.token_cell, np.int64), np.asarray(problem.row_base, np.int64),
+            np.asarray(problem.row_offset, np.int64), np.asarray(problem.valid, np.bool_),
+            as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
+            as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
+            as_rows(spec.moved), log_space=bool(num_factors * extremes.max() > 280), has_valid=bool(spec.has_valid),
+        )
         self.fixed_counts = np.asarray(problem.fixed_counts, np.float64)
         self.num_entries = int(spec.num_table_entries)
         self.num_configs = int(spec.num_configs)
@@ -492,9 +495,9 @@ class _Problem:
 
     def shifted_counts(self, config) -> np.ndarray:
         """concentration + counts of the token configurations ``config`` (T,)."""
-        token_cell, row_base, row_offset = self.structure[:3]
+        token_cell, row_base, row_offset = self.structure.token_cell, self.structure.row_base, self.structure.row_offset
         shifted = self.concentration + self.fixed_counts
-        for m in self.structure[8]:  # the rows the tokens move
+        for m in self.structure.moved:
             np.add.at(shifted, row_base[m, token_cell] + row_offset[m, config], 1.0)
         return shifted
 
@@ -510,7 +513,7 @@ class _Problem:
             raise ValueError(f"start: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
                              f"{cells.shape} and {counts.shape}")
         where = {tuple(row): (u, l) for u, row_l in enumerate(full.tolist()) for l, row in enumerate(row_l)}
-        token_cell = self.structure[0]
+        token_cell = self.structure.token_cell
         slots = [list(np.flatnonzero(token_cell == u)[::-1]) for u in range(full.shape[0])]
         config = np.full(self.num_tokens, -1, np.int64)
         for row, count in zip(cells.tolist(), counts.tolist()):
@@ -532,7 +535,7 @@ class _Problem:
 
     def log_prob_allocation(self, shifted, config) -> float:
         """log π(S(z)) (eq. 3.11, multinomial coefficient included): a sure lower bound on log p(X)."""
-        cells = self.structure[0]
+        cells = self.structure.token_cell
         groups = np.bincount(cells * self.num_configs + config)
         return self.log_joint(shifted) + self.cell_factorials - float(gammaln(groups + 1.0).sum())
 
