@@ -76,6 +76,9 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
     num_tokens = order.shape[0]
     logs = log_space and mode != UNIFORM
     base = np.empty(num_rows, np.int64)
+    values = np.empty(num_configs)
+    denominator = np.empty(num_configs)
+    weight = np.empty(num_configs)
     tied = np.zeros(num_rows, np.bool_)
     for tie in range(tie_rows.shape[0]):
         tied[tie_rows[tie]] = True
@@ -84,9 +87,6 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
         for c in range(1, num_configs):
             if row_offset[r, c] != row_offset[r, 0] + c:
                 consecutive[r] = False
-    values = np.empty(num_configs)
-    denominator = np.empty(num_configs)
-    weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
             _shuffle(rng, order)
