@@ -99,7 +99,7 @@ def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
     cells, counts = tempered.details["best_cells"], tempered.details["best_counts"]
     assert counts.sum() == MEDIUM.sum()
     est = bam.log_evidence(model, MEDIUM, method="chib", rng_key=0, start=(cells, counts))
-    assert est.details["start_log_joint"] <= est.details["log_joint_star"] + 1e-9
+    assert est.details["start_log_joint"][0] <= min(est.details["log_joint_star"]) + 1e-9
     assert est.details["lower_bound"] >= tempered.details["lower_bound"] - 1e-9
     bad = counts.copy()
     bad[0] += 1

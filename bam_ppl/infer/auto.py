@@ -90,8 +90,9 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
 
 
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
-    """The tempered SMC, then the Chib-style estimator with the tempered SMC's best allocation as
-    a candidate for z*; the higher of the two estimates is reported.
+    """The tempered SMC, then the Chib-style estimator with tempered run r's best allocation as
+    a candidate for the z* of Chib run r (so that the Chib runs stay independent and their
+    spread honest); the higher of the two estimates is reported.
 
     Why both. Each is a stochastic lower bound of log p(X) — exp of either is an unbiased (the
     tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
@@ -112,7 +113,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     tempered_key, chib_key = jax.random.split(as_key(rng_key))
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
     tempered = tempered_fn(model, data, rng_key=tempered_key, **mine(tempered_fn))
-    start = tempered.details["best_cells"], tempered.details["best_counts"]
+    start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
     chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
     chib = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
     best, other = (chib, tempered) if chib.value >= tempered.value else (tempered, chib)

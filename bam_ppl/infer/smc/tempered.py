@@ -898,7 +898,8 @@ class TemperedResult(NamedTuple):
     evidence; ``best_config`` (T,) the free configuration of every token of that allocation,
     ``best_cells`` (n, nodes) and ``best_counts`` (n,) its (observed cell, configuration) groups
     as full cells and counts, so that ``bound.log_prob_cells(best_cells, best_counts)`` equals
-    ``lower_bound``; ``block_move_acceptance`` (2,) the share of cell moves and of pair moves
+    ``lower_bound``; ``run_best_cells``, ``run_best_counts`` every run's best allocation in the
+    same form; ``block_move_acceptance`` (2,) the share of cell moves and of pair moves
     accepted (nan where none ran); ``seconds`` the wall time.
     """
 
@@ -914,6 +915,8 @@ class TemperedResult(NamedTuple):
     best_config: np.ndarray
     best_cells: np.ndarray
     best_counts: np.ndarray
+    run_best_cells: list
+    run_best_counts: list
     block_move_acceptance: np.ndarray
     seconds: float
 
@@ -1143,6 +1146,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     value, stderr = pooled(values)
     best = max(runs, key=lambda r: r.lower_bound)
     cells, counts = best_allocation(bound, data, layout, tp, best.best_config)
+    run_best = [best_allocation(bound, data, layout, tp, r.best_config) for r in runs]
     lower_bound = bound.log_prob_cells(cells, counts)  # closed form, equal to the tracked value
     return TemperedResult(
         run_log_evidence=values, log_evidence=value, stderr=stderr,
@@ -1151,6 +1155,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         min_ess=np.array([r.min_ess for r in runs]), schedules=[r.schedule for r in runs],
         run_lower_bound=np.array([r.lower_bound for r in runs]), lower_bound=float(lower_bound),
         best_config=best.best_config, best_cells=cells, best_counts=counts,
+        run_best_cells=[c for c, _ in run_best], run_best_counts=[n for _, n in run_best],
         block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=time.perf_counter() - start,
     )
 
@@ -1180,8 +1185,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     Doucet & Jasra 2006; Neal 2001; Zhou, Johansen & Aston 2016) and collapsed-Gibbs moves;
     ``details`` holds the runs' values, the sure lower bound (largest log π(S) visited) and the
     allocation that attains it (``best_cells`` (n, nodes), ``best_counts`` (n,): its nonzero
-    cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound), the schedules
-    and diagnostics.
+    cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound) and every run's
+    best allocation (``run_best_cells``, ``run_best_counts``), the schedules and diagnostics.
     """
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_runs=num_runs, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, kernel=kernel, progress_bar=progress_bar,
@@ -1190,6 +1195,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
                      best_cells=result.best_cells, best_counts=result.best_counts,
+                     run_best_cells=result.run_best_cells, run_best_counts=result.run_best_counts,
                      num_temperatures=result.num_temperatures.tolist(),
                      num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
                      schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
