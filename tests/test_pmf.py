@@ -255,6 +255,9 @@ def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
     from bam_ppl.families.pmf.em import information_criteria
 
+    # The first 3,000 of the 10,000 samples: the same checks at under a third of the memory (the
+    # EM over five candidate ranks peaked at 8.8 GB RSS on all 10,000, 2.8 GB on 3,000).
+    samples = samples[:3000]
     # em_bic is em_rank_selection plus the BIC choice; its sample_stats carry the selection's
     # per-candidate log-likelihood, AIC and BIC, so one EM run checks both.
     idata = bam.infer(pmf_tensor(5), samples, method="em_bic", ranks=[1, 2, 3, 4, 5], num_categories=6)
