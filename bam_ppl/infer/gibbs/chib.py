@@ -520,17 +520,20 @@ class _Problem:
             raise ValueError(f"start: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
                              f"{cells.shape} and {counts.shape}")
         where = {tuple(row): (u, l) for u, row_l in enumerate(full.tolist()) for l, row in enumerate(row_l)}
+        placed = [where.get(tuple(row)) for row in cells.tolist()]
+        if None in placed or (counts < 0).any():
+            bad = placed.index(None) if None in placed else int(np.argmin(counts))
+            raise ValueError(f"start: the allocation is not consistent with X at cell {cells[bad].tolist()} "
+                             f"(count {counts[bad]})")
+        cell, value = np.array(placed, np.int64).reshape(-1, 2).T
         token_cell = self.structure.token_cell
-        slots = [list(np.flatnonzero(token_cell == u)[::-1]) for u in range(full.shape[0])]
-        config = np.full(self.num_tokens, -1, np.int64)
-        for row, count in zip(cells.tolist(), counts.tolist()):
-            u, l = where.get(tuple(row), (None, None))
-            if u is None or count < 0 or count > len(slots[u]):
-                raise ValueError(f"start: the allocation is not consistent with X at cell {row} (count {count})")
-            for _ in range(int(count)):
-                config[slots[u].pop()] = l
-        if (config < 0).any():
+        if not np.array_equal(np.bincount(cell, weights=counts, minlength=full.shape[0]),
+                              np.bincount(token_cell, minlength=full.shape[0])):
             raise ValueError("start: the allocation's counts do not add up to X in every cell")
+        # Tokens of a cell are exchangeable: give the cell's tokens its configurations in turn.
+        by_cell = np.argsort(cell, kind="stable")
+        config = np.empty(self.num_tokens, np.int64)
+        config[np.argsort(token_cell, kind="stable")] = np.repeat(value[by_cell], counts[by_cell].astype(np.int64))
         return config
 
     def log_joint(self, shifted) -> float:
