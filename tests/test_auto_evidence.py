@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import warnings
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.estimate import below_bound
-from bam_ppl.infer.auto import choose_method
+from bam_ppl.infer.auto import (AUTO_LONG_SCHEDULE_PARTICLES, AUTO_SHORT_SCHEDULE, AUTO_TEMPERED_PARTICLES,
+                                choose_method, tempered_stage_options)
 
 # High-effort references (benchmarks/README.md, "Choosing an evidence method"): the Pólya-urn SMC
 # with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style estimator with 16
@@ -109,3 +111,19 @@ def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
         bam.log_evidence(model, MEDIUM, method="chib", start=(cells[:, :2], counts))
     with pytest.raises(TypeError, match="start"):
         bam.log_evidence(model, MEDIUM, method="chib", start=5)
+
+
+def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estimates):
+    # A short schedule (MEDIUM: a few temperatures): the tempered SMC is the search for z*, 256 particles.
+    stage = medium_estimates[0].details["tempered_stage"]
+    assert stage["num_particles"] == AUTO_TEMPERED_PARTICLES
+    assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
+    # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 64.
+    _, X = bam.models.cp(3, a=10.0).sample(3000, shape=(20, 25, 30), total=1000)
+    options, stage = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
+    assert stage["pilot_temperatures"] > AUTO_SHORT_SCHEDULE
+    assert options == {"rho": 0.9, "num_particles": AUTO_LONG_SCHEDULE_PARTICLES}
+    # Told: no pilot; a fixed schedule: its length.
+    assert tempered_stage_options(None, None, None, {"num_particles": 8})[1]["pilot_temperatures"] is None
+    options, stage = tempered_stage_options(None, None, None, {"schedule": np.linspace(0.1, 1, 50)})
+    assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}

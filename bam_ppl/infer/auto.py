@@ -12,6 +12,7 @@ chosen automatically, with the reason.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import jax
@@ -40,6 +41,19 @@ AUTO_SMC_MAX_CELLS = 64
 # by up to 1.5 nats (dense 6 × 8 NMF(2), 600 tokens), with 10 000 by 0.5 at under a second each.
 AUTO_DENSE_SMC_PARTICLES = 10_000
 AUTO_CANDIDATES = ("exact", "smc", "tempered")
+# The tempered SMC's particles in tempered_then_chib, unless given, from the length of its
+# adaptive schedule in a cheap pilot run (AUTO_PILOT_PARTICLES particles, one run). A short
+# schedule (NMF(4) on 50 × 70 counts, T = 1000 to 16 000: 12-27 temperatures) is the regime where
+# its single-token moves carry the particles and its best allocations are Chib's best candidates
+# for z* (AUTO_TEMPERED_PARTICLES: with 64 instead at T = 16 000, Chib kept −8676.8 against
+# −8661.6). A long one (CP on the confusion tensors: 46-97; Abalone under CP(3): 106-147) is the
+# regime where it lands tens to hundreds of nats low and Chib's own search finds better z*; there
+# it is only the cross-check, run with AUTO_LONG_SCHEDULE_PARTICLES (Abalone CP(3): 76 CPU s in
+# all instead of 337, the estimate unchanged; benchmarks/README.md).
+AUTO_PILOT_PARTICLES = 16
+AUTO_SHORT_SCHEDULE = 40
+AUTO_TEMPERED_PARTICLES = 256
+AUTO_LONG_SCHEDULE_PARTICLES = 64
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -106,13 +120,19 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     (``max_configs`` to both, ``kernel`` to the tempered SMC only: Chib runs on the
     numba CPU kernel; the rest by name).
 
+    The tempered SMC runs with 256 particles where a pilot run's schedule is short and 64 where
+    it is long (:func:`tempered_stage_options`), unless ``num_particles`` is given.
+
     ``details`` are those of the reported estimate, with ``lower_bound`` the larger of the two
-    sure lower bounds and ``cross_check`` the other estimate's value, stderr and lower bound.
+    sure lower bounds, ``cross_check`` the other estimate's value, stderr and lower bound, and
+    ``tempered_stage`` the tempered SMC's particles and the pilot's number of temperatures.
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
     tempered_key, chib_key = jax.random.split(as_key(rng_key))
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
-    tempered = tempered_fn(model, data, rng_key=tempered_key, **mine(tempered_fn))
+    tempered_options, stage = tempered_stage_options(model, data, jax.random.fold_in(as_key(rng_key), 1),
+                                                     mine(tempered_fn))
+    tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
     start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
     chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
     chib = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
@@ -120,4 +140,24 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     cross_check = dict(method=other.method, value=other.value, stderr=other.stderr,
                        lower_bound=other.details["lower_bound"])
     lower_bound = max(tempered.details["lower_bound"], chib.details["lower_bound"])
-    return replace(best, details={**best.details, "lower_bound": lower_bound, "cross_check": cross_check})
+    return replace(best, details={**best.details, "lower_bound": lower_bound, "cross_check": cross_check,
+                                  "tempered_stage": stage})
+
+
+def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict]:
+    """The tempered SMC's options in :func:`tempered_then_chib`: ``num_particles``, unless given,
+    from the number of temperatures of a pilot run (see AUTO_SHORT_SCHEDULE); also returns what
+    was decided, for the estimate's details."""
+    if "num_particles" in options:
+        return options, dict(num_particles=options["num_particles"], pilot_temperatures=None)
+    if options.get("schedule") is not None:
+        temperatures = len(options["schedule"])
+    else:
+        pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_runs=1, progress_bar=False)
+        with warnings.catch_warnings():  # the pilot's own warnings say nothing about the estimate
+            warnings.simplefilter("ignore")
+            pilot = find_evidence("tempered", model)(model, data, rng_key=pilot_key, **pilot_options)
+        temperatures = int(pilot.details["num_temperatures"][0])
+    short = temperatures <= AUTO_SHORT_SCHEDULE
+    particles = AUTO_TEMPERED_PARTICLES if short else AUTO_LONG_SCHEDULE_PARTICLES
+    return dict(options, num_particles=particles), dict(num_particles=particles, pilot_temperatures=temperatures)
