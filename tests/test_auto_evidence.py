@@ -127,3 +127,12 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
     assert tempered_stage_options(None, None, None, {"num_particles": 8})[1]["pilot_temperatures"] is None
     options, stage = tempered_stage_options(None, None, None, {"schedule": np.linspace(0.1, 1, 50)})
     assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}
+
+
+def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
+    model = bam.models.nmf(2, a=1.0)
+    est = bam.log_evidence(model, MEDIUM, rng_key=0, num_warmup=200, num_steps=100, num_searches=2)
+    assert est.method == "chib"  # kept with this key
+    assert est.details["num_steps"] == 100 and est.details["num_warmup"] == 200
+    with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
+        bam.log_evidence(model, MEDIUM, start=None)

@@ -84,11 +84,13 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     the Pólya-urn SMC runs with AUTO_DENSE_SMC_PARTICLES particles unless ``num_particles`` is given.
     """
     candidates = {name: find_evidence(name, model) for name in AUTO_CANDIDATES}
-    known = set().union(*(option_names(fn) for fn in candidates.values())) | {"max_configs"}
+    # Chib runs after the tempered SMC (tempered_then_chib), which chooses its start allocations.
+    known = set().union(*(option_names(fn) for fn in [*candidates.values(), find_evidence("chib", model)]))
+    known = (known | {"max_configs"}) - {"start"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
-                        f"(of {', '.join(AUTO_CANDIDATES)}): {sorted(known)}")
+                        f"(of {', '.join(AUTO_CANDIDATES)} and chib): {sorted(known)}")
     method, reason = choose_method(model, data, max_configs)
     fn = candidates[method]
     dense_table = method == "smc" and model.as_data(data).total > AUTO_SMC_MAX_TOKENS
