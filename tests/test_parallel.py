@@ -215,6 +215,8 @@ def test_infer_on_an_executor_equals_serial(case):
 
 SHARDED_RUNS = """
 import sys
+from unittest import mock
+
 import jax
 import numpy as np
 import bam_ppl as bam
@@ -222,34 +224,43 @@ from bam_ppl.convert import group
 from bam_ppl.infer.smc.polya_urn import run_smc
 from bam_ppl.parallel import shard_axis
 
-if len(jax.devices()) > 1:  # on one device shard_axis leaves arrays as they are
-    split = shard_axis(np.zeros((2, 16)), 16, -1, "particles")
-    assert split.addressable_shards[0].data.shape == (2, 16 // len(jax.devices()))
-_, X = bam.models.cp(2).sample(0, shape=(5, 4, 3), total=60)
-smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, kernel="jax")
-gibbs = bam.infer(bam.models.cp(2), X, method="gibbs", rng_key=1, num_chains=2, num_warmup=10, num_samples=5,
-                  kernel="jax")
-tempered = bam.log_evidence(bam.models.cp(2), X, method="tempered", rng_key=1, num_particles=16, num_runs=1,
-                            kernel="jax")
-np.savez(sys.argv[1], devices=len(jax.devices()), smc_log_evidence=smc.chain_log_evidence, smc_counts=smc.counts,
-         smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values,
-         tempered=tempered.details["run_log_evidence"])
+
+def run(out):
+    _, X = bam.models.cp(2).sample(0, shape=(5, 4, 3), total=60)
+    smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, kernel="jax")
+    gibbs = bam.infer(bam.models.cp(2), X, method="gibbs", rng_key=1, num_chains=2, num_warmup=10, num_samples=5,
+                      kernel="jax")
+    tempered = bam.log_evidence(bam.models.cp(2), X, method="tempered", rng_key=1, num_particles=16, num_runs=1,
+                                kernel="jax")
+    np.savez(out, devices=len(jax.devices()), smc_log_evidence=smc.chain_log_evidence, smc_counts=smc.counts,
+             smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values,
+             tempered=tempered.details["run_log_evidence"])
+
+
+# One device first: jax.devices() narrowed to the first, as a one-device process sees it, so that
+# shard_axis leaves every array as it is.
+first = jax.devices()[:1]
+with mock.patch.object(jax, "devices", lambda *args, **kwargs: first):
+    zeros = np.zeros((2, 16))
+    assert shard_axis(zeros, 16, -1, "particles") is zeros
+    run(sys.argv[1])
+split = shard_axis(np.zeros((2, 16)), 16, -1, "particles")
+assert split.addressable_shards[0].data.shape == (2, 16 // len(jax.devices()))
+run(sys.argv[2])
 """
 
 
 def test_sharded_kernels_equal_one_device(tmp_path):
+    """The kernels on one device and on two forced host devices, in one interpreter (one import of JAX)."""
     import subprocess
 
-    results = {}
-    for devices in (1, 2):
-        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-               "JAX_PLATFORMS": "cpu"}
-        out = tmp_path / f"devices{devices}.npz"
-        run = subprocess.run([sys.executable, "-c", SHARDED_RUNS, str(out)], env=env, capture_output=True, text=True,
-                             timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
-        results[devices] = np.load(out)
-    one, two = results[1], results[2]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()}
+    paths = [tmp_path / "devices1.npz", tmp_path / "devices2.npz"]
+    run = subprocess.run([sys.executable, "-c", SHARDED_RUNS, *map(str, paths)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    one, two = (np.load(path) for path in paths)
     assert (int(one["devices"]), int(two["devices"])) == (1, 2)
     # Particles (Pólya-urn and tempered SMC) and chains (Gibbs) split over two devices: the same draws; sums over the
     # particles may round in another order, hence the float tolerance.
