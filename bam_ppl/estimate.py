@@ -81,7 +81,10 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
         return estimate
     details = estimate.details
     runs = np.asarray(details.get("run_log_evidence", []), dtype=np.float64)
-    bound = details.get("lower_bound")
+    bound, what = details.get("lower_bound"), "log p(X, S) of an allocation S the run visited"
+    vb_bound = details.get("vb_bound")
+    if vb_bound is not None and np.isfinite(vb_bound) and (bound is None or vb_bound > bound):
+        bound, what = vb_bound, "the VB bound, the best ELBO of its restarts"
     advice = ADVICE.get(estimate.method, ADVICE["default"])
     if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
         warnings.warn(
@@ -93,7 +96,7 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
         warnings.warn(
             f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
             f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
-            f"(log p(X, S) of an allocation S the run visited): the estimate is too low. {advice}",
+            f"({what}): the estimate is too low. {advice}",
             EvidenceWarning, stacklevel=stacklevel)
     return estimate
 
@@ -115,7 +118,8 @@ class EvidenceEstimate:
     details : dict
         Estimator-specific extras: ``run_log_evidence`` (each independent run's log estimate),
         ``lower_bound`` (a sure lower bound on log L_X: log p(X, S) of the best allocation S the
-        runs visited, since L_X = Σ_S p(X, S)), diagnostics and settings.
+        runs visited, since L_X = Σ_S p(X, S)), ``vb_bound`` (where computed: the VB lower bound),
+        diagnostics and settings.
     """
 
     value: float

@@ -83,6 +83,7 @@ def test_auto_beyond_enumeration_keeps_the_higher_of_tempered_and_chib(medium_es
         assert est.value >= other["value"]
         assert est.details["lower_bound"] >= other["lower_bound"]
         assert est.details["lower_bound"] <= MEDIUM_EXACT
+        assert est.details["vb_bound"] <= MEDIUM_EXACT
         # Both are stochastic lower bounds; a few hundredths of a nat low on the log scale (Jensen).
         assert abs(est.value - MEDIUM_EXACT) <= 0.06 + 3 * est.stderr, (est, other)
         assert abs(other["value"] - MEDIUM_EXACT) <= 0.06 + 3 * other["stderr"], (est, other)

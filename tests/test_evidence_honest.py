@@ -42,6 +42,10 @@ def test_warning_fires_when_it_should_and_not_otherwise():
         check_estimate(_estimate([-3300.0, -3400.0, -3350.0]))
     with pytest.warns(bam.EvidenceWarning, match="below the sure lower bound"):
         check_estimate(_estimate([-3300.0, -3300.5, -3300.2], bound=-2830.9))
+    below_vb = _estimate([-1891.2, -1891.6, -1891.4], bound=-1901.8)
+    below_vb.details["vb_bound"] = -1887.8
+    with pytest.warns(bam.EvidenceWarning, match=r"below the sure lower bound -1887\.8 \(the VB bound"):
+        check_estimate(below_vb)
     assert issubclass(bam.EvidenceWarning, UserWarning)
 
 
