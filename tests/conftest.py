@@ -32,8 +32,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # what remains; its elemental emitters compile the same programs about twice as fast, tiny eager
 # operations and scans alike (tests/test_numpyro.py and tests/test_named_dims.py in one process:
 # 67 instead of 112 CPU s; the whole suite about 25 % less). The programs compute the same thing;
-# only their machine code is less tuned. Set before JAX is imported; inherited by the tutorial subprocess; a choice
-# the user made in XLA_FLAGS is kept.
+# only their machine code is less tuned. Set before JAX is imported; inherited by the tutorial
+# subprocess; a choice the user made in XLA_FLAGS is kept.
 _XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
 for _flag, _value in (("xla_backend_optimization_level", "0"), ("xla_cpu_use_fusion_emitters", "false")):
     if _flag not in _XLA_FLAGS:
