@@ -84,6 +84,7 @@ def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(med
         if est.method == POOLED:  # the two agree: the runs of both, pooled
             parts = est.details["parts"]
             assert set(parts) == {"tempered", "chib"} and agree(*(SimpleNamespace(**p) for p in parts.values()))
+            assert est.stderr < max(parts.values(), key=lambda p: p["value"])["stderr"]  # pooling helped
             runs = parts["tempered"]["run_log_evidence"] + parts["chib"]["run_log_evidence"]
             assert est.details["run_log_evidence"] == runs and est.value == pytest.approx(pool_runs(runs)[0])
             assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
