@@ -50,8 +50,9 @@ def _xla_accepts(flags: str) -> bool:
 _XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
 if "xla_backend_optimization_level" not in _XLA_FLAGS:
     _XLA_FLAGS = f"{_XLA_FLAGS} --xla_backend_optimization_level=0".strip()
-if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_accepts(f"{_XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"):
-    _XLA_FLAGS = f"{_XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"
+_NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_accepts(f"{_XLA_FLAGS} {_NO_FUSION_EMITTERS}"):
+    _XLA_FLAGS = f"{_XLA_FLAGS} {_NO_FUSION_EMITTERS}"
 os.environ["XLA_FLAGS"] = _XLA_FLAGS
 
 # Reference matrices of papers/000 Example 3.3 and §5.1.1 (notes/bam_digest.md §14).

@@ -13,8 +13,15 @@ from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.estimate import below_bound, pool_runs
-from bam_ppl.infer.auto import (AUTO_LONG_SCHEDULE_PARTICLES, AUTO_SHORT_SCHEDULE, AUTO_TEMPERED_PARTICLES,
-                                POOLED, agree, choose_method, tempered_stage_options)
+from bam_ppl.infer.auto import (
+    AUTO_LONG_SCHEDULE_PARTICLES,
+    AUTO_SHORT_SCHEDULE,
+    AUTO_TEMPERED_PARTICLES,
+    POOLED,
+    agree,
+    choose_method,
+    tempered_stage_options,
+)
 
 # High-effort references (benchmarks/README.md, "Choosing an evidence method"): the Pólya-urn SMC
 # with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style estimator with 16

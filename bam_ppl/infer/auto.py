@@ -50,16 +50,17 @@ AUTO_CANDIDATES = ("exact", "smc", "tempered")
 # regime where it lands tens to hundreds of nats low and Chib's own search finds better z*; there
 # it is only the cross-check, run with AUTO_LONG_SCHEDULE_PARTICLES (Abalone CP(3): 76 CPU s in
 # all instead of 337, the estimate unchanged; benchmarks/README.md).
-# tempered_then_chib pools the runs of both estimators when they agree within this many combined
-# standard errors (the rule by which bam.compare calls two rows indistinguishable) and the pooled
-# error is the smaller, and keeps the higher one otherwise. NMF(4), T = 4000: the tempered SMC kept at −5239.80 ± 2.27 (its four runs
-# spread by 5 nats), the eight runs of both pooled −5240.28 ± 1.26 (benchmarks/README.md).
-AGREE_STDERRS = 2.0
-POOLED = "tempered+chib"
 AUTO_PILOT_PARTICLES = 16
 AUTO_SHORT_SCHEDULE = 40
 AUTO_TEMPERED_PARTICLES = 256
 AUTO_LONG_SCHEDULE_PARTICLES = 64
+# tempered_then_chib pools the runs of both estimators when they agree within this many combined
+# standard errors (the rule by which bam.compare calls two rows indistinguishable) and the pooled
+# error is the smaller, and keeps the higher one otherwise. NMF(4), T = 4000: the tempered SMC
+# kept alone gave −5239.80 ± 2.27 (its four runs spread by 5 nats), the eight runs of both pooled
+# −5240.28 ± 1.26 (benchmarks/README.md).
+AGREE_STDERRS = 2.0
+POOLED = "tempered+chib"
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -135,17 +136,18 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     it is long (:func:`tempered_stage_options`), unless ``num_particles`` is given.
 
     ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of both and
-    ``parts``, each one's value, stderr, lower bound, runs and own details), with ``lower_bound`` the larger
-    of the two sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default
+    ``parts``, each one's value, stderr, lower bound, runs and own details), with ``lower_bound``
+    the larger of the two sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default
     restarts), ``cross_check`` (when one is kept) the other estimate's value, stderr and lower
     bound, and ``tempered_stage`` the tempered SMC's particles and the pilot's number of
     temperatures.
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
-    tempered_key, chib_key = jax.random.split(as_key(rng_key))
+    key = as_key(rng_key)
+    tempered_key, chib_key = jax.random.split(key)
+    pilot_key, vb_key = jax.random.fold_in(key, 1), jax.random.fold_in(key, 2)
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
-    tempered_options, stage = tempered_stage_options(model, data, jax.random.fold_in(as_key(rng_key), 1),
-                                                     mine(tempered_fn))
+    tempered_options, stage = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
     tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
     start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
     chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
@@ -154,7 +156,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     # A third, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
     # below it; benchmarks/README.md).
-    vb_bound = find_evidence("vb", model)(model, data, rng_key=jax.random.fold_in(as_key(rng_key), 2)).value
+    vb_bound = find_evidence("vb", model)(model, data, rng_key=vb_key).value
     common = {"lower_bound": lower_bound, "vb_bound": vb_bound, "tempered_stage": stage}
     best, other = (chib, tempered) if chib.value >= tempered.value else (tempered, chib)
     both = pooled(tempered, chib, common)
