@@ -17,7 +17,6 @@ from bam_ppl.infer.auto import (
     AUTO_LONG_SCHEDULE_PARTICLES,
     AUTO_SHORT_SCHEDULE,
     AUTO_TEMPERED_PARTICLES,
-    POOLED,
     agree,
     choose_method,
     tempered_stage_options,
@@ -88,13 +87,14 @@ def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(med
     for est in medium_estimates:
         assert est.details["lower_bound"] <= MEDIUM_EXACT
         assert est.details["vb_bound"] <= MEDIUM_EXACT
-        if est.method == POOLED:  # the two agree: the runs of both, pooled
-            parts = est.details["parts"]
-            assert set(parts) == {"tempered", "chib"} and agree(*(SimpleNamespace(**p) for p in parts.values()))
+        parts = est.details["parts"]
+        assert set(parts) == {"tempered", "chib"}  # below AUTO_REFERENCE_MIN_TOKENS: no reference part
+        assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
+        if est.method == "tempered+chib":  # the two agree: the runs of both, pooled
+            assert agree(*(SimpleNamespace(**p) for p in parts.values()))
             assert est.stderr < max(parts.values(), key=lambda p: p["value"])["stderr"]  # pooling helped
             runs = parts["tempered"]["run_log_evidence"] + parts["chib"]["run_log_evidence"]
             assert est.details["run_log_evidence"] == runs and est.value == pytest.approx(pool_runs(runs)[0])
-            assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
             others = list(parts.values())
         else:  # they disagree: the higher one
             other = est.details["cross_check"]

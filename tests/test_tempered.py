@@ -92,11 +92,14 @@ def test_fixed_schedule_is_unbiased_precisely():
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
 
-def _enumerate_tempered(model, X, beta, start_scale=1.0):
+def _enumerate_tempered(model, X, beta, start_scale=1.0, reference_seed=None):
     """Every token-level allocation z of a tiny case and π_β(z) ∝ π₀(z) L(z)^β, by enumeration
-    (with a tilted start q: π_β ∝ q^(1−β) (π₀ L)^β)."""
+    (with a tilted start q: π_β ∝ q^(1−β) (π₀ L)^β; a random per-cell reference q when
+    ``reference_seed`` is given)."""
     data, bound, layout, _ = prepare(model, X)
     tp = tempered.build_tempered_problem(bound, data, layout, start_scale)
+    if reference_seed is not None:
+        tp = tempered.with_reference(tp, _random_reference(tp, reference_seed))
     T, L = tp.token_cell.size, tp.num_configs
     zs = np.array(list(itertools.product(range(L), repeat=T)))
     ok = tp.valid[tp.token_cell[None, :], zs].all(1) if tp.has_valid else np.ones(len(zs), bool)
@@ -105,9 +108,17 @@ def _enumerate_tempered(model, X, beta, start_scale=1.0):
     terms = np.array([tempered.exact_log_terms(tp, c) for c in counts])
     log_p = terms[:, 0] + beta * terms[:, 1]
     if tp.tilted:
-        start = np.array([tempered.exact_log_start(tp, c) for c in counts])
+        start = np.array([tempered.exact_log_start(tp, c, z) for c, z in zip(counts, zs)])
         log_p = (1 - beta) * start + beta * (terms[:, 0] + terms[:, 1])
     return tp, zs, np.exp(log_p - logsumexp(log_p)), terms
+
+
+def _random_reference(tp, seed):
+    """log q (U, L) of a random per-cell reference over the configurations each cell allows."""
+    q = np.random.default_rng(seed).dirichlet(np.ones(tp.num_configs), size=tp.cell_start.size - 1)
+    allowed = tp.valid if tp.has_valid else np.ones_like(q, bool)
+    q = np.where(allowed, q, 0.0)
+    return np.where(allowed, np.log(np.where(allowed, q / q.sum(1, keepdims=True), 1.0)), 0.0)
 
 
 def _particles(kernel, tp, num, seed):
@@ -134,15 +145,17 @@ TINY = {
 START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
+@pytest.mark.parametrize("referenced", [False, True])
 @pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), ("jax", 0.0), ("jax", 0.5)])
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_moves_leave_the_tempered_target_invariant(name, beta, kernel):
+def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, referenced):
     # β = 0: the urn initialisation draws π₀ exactly. β > 0: exact draws from π_β, one sweep
     # at β, and the histogram is still π_β (chi-square test over every allocation).
-    # "missing" and "tied" start from a tilted urn (larger latent concentrations).
+    # "missing" and "tied" start from a tilted urn (larger latent concentrations); ``referenced``
+    # from a random per-cell reference q instead.
     model, X = TINY[name]
-    tp, zs, probs, terms = _enumerate_tempered(model, X, beta, START_SCALES[name])
-    assert tp.tilted == (START_SCALES[name] != 1.0)
+    tp, zs, probs, terms = _enumerate_tempered(model, X, beta, START_SCALES[name], 11 if referenced else None)
+    assert tp.tilted == (START_SCALES[name] != 1.0 or referenced)
     num = 20_000
     with jax.enable_x64(True):
         particles = _particles(kernel, tp, num, seed=3)
@@ -157,7 +170,8 @@ def test_moves_leave_the_tempered_target_invariant(name, beta, kernel):
         # the carried log π₀ and log L differ from the closed forms by a constant (the rows that
         # no configuration changes); after set_configs they are the closed forms.
         exact = np.array([(*tempered.exact_log_terms(tp, particles.counts(p)),
-                           tempered.exact_log_start(tp, particles.counts(p))) for p in range(50)])
+                           tempered.exact_log_start(tp, particles.counts(p), np.asarray(particles.config[p])))
+                          for p in range(50)])
         carried = np.stack([np.asarray(particles.log_prior)[:50], np.asarray(particles.log_like)[:50],
                             np.asarray(particles.log_start)[:50]], 1)
         if not tp.tilted:
@@ -336,7 +350,7 @@ def _log_target_partial_uncached(tp, config, placed, beta):
         np.add.at(counts, tp.row_base[m, tp.token_cell[placed]] + tp.row_offset[m, config[placed]], 1)
     prior, like = tempered.exact_log_terms(tp, counts)
     if tp.tilted:
-        return (1 - beta) * tempered.exact_log_start(tp, counts) + beta * (prior + like)
+        return (1 - beta) * tempered.exact_log_start(tp, counts, config) + beta * (prior + like)
     return prior + beta * like
 
 
@@ -441,3 +455,50 @@ def test_numba_block_moves_follow_the_exact_kernel(moves):
     assert statistic < chi2.ppf(0.999, keep.sum() - 1), (statistic, keep.sum())
     accepted, proposed = particles.block_moves[0 if moves == "cell" else 1, ::-1]
     assert 0 < accepted <= proposed
+
+
+# -- the reference-started path -------------------------------------------------------------------
+def test_label_symmetry_weights_share_every_orbit_exactly_once():
+    # Σ_h w(h(z)) = 1 over the relabellings h, for every z: what makes Σ_z p(X, z) |G| w(z) = p(X).
+    model, X = bam.models.nmf(3, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])
+    data, bound, layout, _ = prepare(model, X)
+    tp = tempered.with_reference(tempered.build_tempered_problem(bound, data, layout), _random_reference(
+        tempered.build_tempered_problem(bound, data, layout), 5))
+    relabellings = tempered._label_symmetries(bound, data, layout)
+    assert relabellings.shape[0] == 6 and np.array_equal(relabellings[0], np.arange(tp.num_configs))
+    z = np.random.default_rng(2).integers(0, tp.num_configs, (40, tp.token_cell.size))
+    z[0] = 0  # a state that a relabelling maps to itself (ties shared)
+    orbits = np.stack([relabellings[h][z] for h in range(6)], 1)  # (40, G, T)
+    log_w = tempered.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), relabellings).reshape(40, 6)
+    np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["numba", "jax"])
+def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
+    # Each run's exp(estimate) is unbiased for p(X), relabelled copies of the modes included.
+    model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
+    exact = exact_log_evidence(model, X)
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    runs = 400 if kernel == "numba" else 100
+    result = tempered.run_tempered(model, X, 5, num_particles=32, num_runs=runs, schedule=[0.3, 0.6, 1.0],
+                                   kernel=kernel, reference=(best.best_cells, best.best_counts), reference_sweeps=2)
+    ratios = np.exp(result.run_log_evidence - exact)
+    assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
+
+
+@pytest.mark.parametrize("name", ["nmf_X1", "cp", "missing_entries", "symmetric_nmf_tied"])
+def test_reference_start_matches_exact(name):
+    model, X = CASES[name]
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    result = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+                                   schedule=np.linspace(0.05, 1.0, 20), reference=(best.best_cells, best.best_counts))
+    assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
+
+
+@pytest.mark.parametrize("reference, error", [
+    ("vb", TypeError), ((np.zeros((2, 2)), np.ones(2)), ValueError), (([[0, 0, 0]], [99]), ValueError)])
+def test_bad_reference_raises(reference, error):
+    with pytest.raises(error, match="reference"):
+        bam.log_evidence(bam.models.nmf(2, a=1.0), X1, method="tempered", reference=reference)
+    with pytest.raises(ValueError, match="reference_sweeps"):
+        bam.log_evidence(bam.models.nmf(2, a=1.0), X1, method="tempered", reference_sweeps=-1)

@@ -60,7 +60,16 @@ AUTO_LONG_SCHEDULE_PARTICLES = 64
 # kept alone gave −5239.80 ± 2.27 (its four runs spread by 5 nats), the eight runs of both pooled
 # −5240.28 ± 1.26 (benchmarks/README.md).
 AGREE_STDERRS = 2.0
-POOLED = "tempered+chib"
+# From this many tokens on, a third estimate: the tempered SMC from a reference built around the
+# best allocation the first two found (run_tempered's ``reference``), whose path from a product
+# distribution near the posterior is short whatever T. NMF(4), 50 × 70, at T = 16 000 it lands
+# nats above the other two, which fall behind as T grows (benchmarks/README.md); on tiny data
+# (26 tokens) it misses minor modes the prior-started SMC finds (0.1 nats low), so it starts here.
+AUTO_REFERENCE_MIN_TOKENS = 1000
+# Its options: more sweeps per temperature and a slower schedule than the prior-started SMC
+# (its estimate still rose with effort beyond these at T = 4000: −5242.3 with 3 sweeps, −5241.8
+# with 10; benchmarks/README.md).
+AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=3)
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -115,77 +124,94 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     """The tempered SMC, then the Chib-style estimator with tempered run r's best allocation as
     a candidate for the z* of Chib run r (so that the Chib runs stay independent and their
-    spread honest); the higher of the two estimates is reported.
+    spread honest), then from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered SMC from a
+    reference around the best allocation either found; the highest estimate is reported, or the
+    runs of those that agree with it pooled.
 
-    Why both. Each is a stochastic lower bound of log p(X) — exp of either is an unbiased (the
+    Why several. Each is a stochastic lower bound of log p(X) — exp of each is an unbiased (the
     tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
     log p(X) + b with probability at most e^(−b) — and each fails low in its own way: the
-    tempered SMC when its single-token moves lag behind the tempered targets (tens to hundreds
-    of nats at T = 1000 on CP tensors, benchmarks/README.md), Chib when its z* lies in a poorer
-    mode than the posterior's bulk. The higher of the two exceeds log p(X) + b with probability
-    at most 2e^(−b), so keeping it costs at most log 2 of that guarantee and gains the better
-    estimator's accuracy. The tempered SMC's best allocation is often better than what Chib's
-    own search finds, hence the order. When the two agree (within AGREE_STDERRS combined
-    standard errors) and pooling lowers the error, the runs of both are pooled instead
-    (:func:`pooled`, method ``"tempered+chib"``): a mean of unbiased estimates, with the
-    guarantee e^(−b). ``options`` go to the estimator that takes them
-    (``max_configs`` to both, ``kernel`` to the tempered SMC only: Chib runs on the
-    numba CPU kernel; the rest by name).
+    tempered SMC from the prior when its single-token moves lag behind the tempered targets
+    (tens to hundreds of nats at T = 1000 on CP tensors, benchmarks/README.md), Chib when its z*
+    lies in a poorer mode than the posterior's bulk or its transition probabilities spread over
+    many orders of magnitude (large T), the reference-started SMC when the posterior has modes
+    away from its reference. The highest of k exceeds log p(X) + b with probability at most
+    k e^(−b), so keeping it costs at most log k of that guarantee and gains the best estimator's
+    accuracy. The tempered SMC's best allocation is often better than what Chib's own search
+    finds, hence the order. When others agree with the highest (within AGREE_STDERRS combined
+    standard errors) and pooling lowers the error, the runs of all of them are pooled (method
+    ``"tempered+chib"``, ``"chib+reference"``, …): a mean of unbiased estimates, with the
+    guarantee e^(−b). ``options`` go to the estimator that takes them (``max_configs`` to all,
+    ``kernel`` to the tempered SMC only: Chib runs on the numba CPU kernel; the rest by name;
+    the reference-started SMC runs with AUTO_REFERENCE_OPTIONS).
 
     The tempered SMC runs with 256 particles where a pilot run's schedule is short and 64 where
     it is long (:func:`tempered_stage_options`), unless ``num_particles`` is given.
 
-    ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of both and
-    ``parts``, each one's value, stderr, lower bound, runs and own details), with ``lower_bound``
-    the larger of the two sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default
-    restarts), ``cross_check`` (when one is kept) the other estimate's value, stderr and lower
-    bound, and ``tempered_stage`` the tempered SMC's particles and the pilot's number of
-    temperatures.
+    ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of the pooled
+    parts), with ``parts`` (each part's method, value, stderr, lower bound, runs and own details,
+    by name: ``"tempered"``, ``"chib"``, ``"reference"``), ``lower_bound`` the largest of their
+    sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default restarts),
+    ``kept`` and ``cross_check`` (when one part is kept) its name and the next highest part's
+    value, stderr and lower bound, and ``tempered_stage`` the tempered SMC's particles and the
+    pilot's number of temperatures.
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
     key = as_key(rng_key)
     tempered_key, chib_key = jax.random.split(key)
-    pilot_key, vb_key = jax.random.fold_in(key, 1), jax.random.fold_in(key, 2)
+    pilot_key, vb_key, reference_key = (jax.random.fold_in(key, i) for i in (1, 2, 3))
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
     tempered_options, stage = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
     tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
     start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
     chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
     chib = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
-    lower_bound = max(tempered.details["lower_bound"], chib.details["lower_bound"])
-    # A third, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
+    parts = {"tempered": tempered, "chib": chib}
+    if model.as_data(data).total >= AUTO_REFERENCE_MIN_TOKENS:
+        found = max(parts.values(), key=lambda est: est.details["lower_bound"])
+        reference_options = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
+        parts["reference"] = tempered_fn(model, data, rng_key=reference_key, **AUTO_REFERENCE_OPTIONS,
+                                         **reference_options,
+                                         reference=(found.details["best_cells"], found.details["best_counts"]))
+    # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
     # below it; benchmarks/README.md).
     vb_bound = find_evidence("vb", model)(model, data, rng_key=vb_key).value
-    common = {"lower_bound": lower_bound, "vb_bound": vb_bound, "tempered_stage": stage}
-    best, other = (chib, tempered) if chib.value >= tempered.value else (tempered, chib)
-    both = pooled(tempered, chib, common)
+    common = {"lower_bound": max(est.details["lower_bound"] for est in parts.values()), "vb_bound": vb_bound,
+              "tempered_stage": stage, "parts": {name: summary(est) for name, est in parts.items()}}
+    return combine(parts, common)
+
+
+def summary(est: EvidenceEstimate) -> dict:
+    """One part of :func:`tempered_then_chib`: value, stderr, lower bound, runs and own details."""
+    return dict(method=est.method, value=est.value, stderr=est.stderr, lower_bound=est.details["lower_bound"],
+                run_log_evidence=list(est.details["run_log_evidence"]), details=est.details)
+
+
+def combine(parts: dict, common: dict) -> EvidenceEstimate:
+    """The highest of the ``parts``' estimates, or the runs of every part that agrees with it
+    pooled (:func:`agree`) where that lowers the standard error; ``common`` joins the details,
+    with ``cross_check`` the highest of the others when one part is kept."""
+    ranked = sorted(parts, key=lambda name: parts[name].value, reverse=True)
+    best = parts[ranked[0]]
     # Pooled only where it helps: a much noisier estimate "agrees" with anything, and pooling with
     # it would only widen the error (CP on the confusion tensors: tempered −1565.7 ± 68.2, Chib
     # −1529.93 ± 0.08).
-    if agree(tempered, chib) and both.stderr < best.stderr:
-        return both
-    cross_check = dict(method=other.method, value=other.value, stderr=other.stderr,
-                       lower_bound=other.details["lower_bound"])
-    return replace(best, details={**best.details, **common, "cross_check": cross_check})
+    group = [name for name in ranked if agree(parts[name], best)]
+    if len(group) > 1:
+        runs = [run for name in group for run in parts[name].details["run_log_evidence"]]
+        value, stderr = pool_runs(runs)
+        if stderr < best.stderr:
+            return EvidenceEstimate(value=value, stderr=stderr, method="+".join(sorted(group, key=list(parts).index)),
+                                    kind="estimate", details=dict(run_log_evidence=runs, **common))
+    other = common["parts"][ranked[1]]
+    cross_check = {k: other[k] for k in ("method", "value", "stderr", "lower_bound")}
+    return replace(best, details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
 
 
 def agree(a: EvidenceEstimate, b: EvidenceEstimate) -> bool:
     """Whether two estimates lie within AGREE_STDERRS combined standard errors of each other."""
     return bool(abs(a.value - b.value) <= AGREE_STDERRS * np.hypot(a.stderr, b.stderr))
-
-
-def pooled(tempered: EvidenceEstimate, chib: EvidenceEstimate, common: dict) -> EvidenceEstimate:
-    """One estimate from the runs of both: each run's exp is an (all but) unbiased estimate of
-    p(X), so their mean is too, and its log exceeds log p(X) + b with probability at most e^(−b);
-    twice the runs give a smaller standard error, again from their spread (:func:`pool_runs`)."""
-    runs = [*tempered.details["run_log_evidence"], *chib.details["run_log_evidence"]]
-    value, stderr = pool_runs(runs)
-    parts = {est.method: dict(value=est.value, stderr=est.stderr, lower_bound=est.details["lower_bound"],
-                              run_log_evidence=list(est.details["run_log_evidence"]), details=est.details)
-             for est in (tempered, chib)}
-    return EvidenceEstimate(value=value, stderr=stderr, method=POOLED, kind="estimate",
-                            details=dict(run_log_evidence=runs, parts=parts, **common))
 
 
 def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict]:

@@ -470,6 +470,49 @@ def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_
     return np.array(out, np.int64)
 
 
+def configs_of_allocation(bound, data, layout, token_cell, allocation, name: str) -> np.ndarray:
+    """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,)),
+    for tokens in the cells ``token_cell`` (T,); ``name`` is the argument's name in errors."""
+    try:
+        if isinstance(allocation, (str, bytes)):
+            raise TypeError
+        cells, counts = (np.asarray(part) for part in allocation)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an allocation (cells, counts): full cells (n, nodes) and their "
+                        "counts (n,), e.g. (result.best_cells, result.best_counts) of run_tempered") from None
+    full = bound.full_cells(data, layout)  # (U, L, nodes)
+    if cells.ndim != 2 or cells.shape[1] != full.shape[2] or counts.shape != cells.shape[:1]:
+        raise ValueError(f"{name}: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
+                         f"{cells.shape} and {counts.shape}")
+    # A full cell can complete several observed cells with missing entries: its tokens fill them in turn.
+    where = {}
+    for u, row_l in enumerate(full.tolist()):
+        for l, row in enumerate(row_l):
+            if layout.valid is None or layout.valid[u, l]:
+                where.setdefault(tuple(row), []).append((u, l))
+    room = np.bincount(token_cell, minlength=full.shape[0])
+    cell, value, placed_counts = [], [], []
+    for row, count in zip(cells.tolist(), counts.tolist()):
+        if tuple(row) not in where or count < 0:
+            raise ValueError(f"{name}: the allocation is not consistent with X at cell {row} (count {count})")
+        for u, l in where[tuple(row)]:
+            take = min(count, room[u])
+            if take > 0:
+                cell.append(u), value.append(l), placed_counts.append(take)
+                room[u] -= take
+                count -= take
+        if count > 0:
+            raise ValueError(f"{name}: the allocation's counts do not add up to X in every cell")
+    cell, value, counts = np.array(cell, np.int64), np.array(value, np.int64), np.array(placed_counts, np.int64)
+    if room.any():
+        raise ValueError(f"{name}: the allocation's counts do not add up to X in every cell")
+    # Tokens of a cell are exchangeable: give the cell's tokens its configurations in turn.
+    by_cell = np.argsort(cell, kind="stable")
+    config = np.empty(token_cell.shape[0], np.int64)
+    config[np.argsort(token_cell, kind="stable")] = np.repeat(value[by_cell], counts[by_cell].astype(np.int64))
+    return config
+
+
 class _Problem:
     """The host arrays one run needs, from :func:`bam_ppl.infer.gibbs.collapsed.build_problem`."""
 
@@ -510,31 +553,7 @@ class _Problem:
 
     def configs_of_allocation(self, bound, data, layout, start) -> np.ndarray:
         """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,))."""
-        try:
-            cells, counts = (np.asarray(part) for part in start)
-        except (TypeError, ValueError):
-            raise TypeError("start must be an allocation (cells, counts): full cells (n, nodes) and their "
-                            "counts (n,), e.g. (result.best_cells, result.best_counts) of run_tempered") from None
-        full = bound.full_cells(data, layout)  # (U, L, nodes)
-        if cells.ndim != 2 or cells.shape[1] != full.shape[2] or counts.shape != cells.shape[:1]:
-            raise ValueError(f"start: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
-                             f"{cells.shape} and {counts.shape}")
-        where = {tuple(row): (u, l) for u, row_l in enumerate(full.tolist()) for l, row in enumerate(row_l)}
-        placed = [where.get(tuple(row)) for row in cells.tolist()]
-        if None in placed or (counts < 0).any():
-            bad = placed.index(None) if None in placed else int(np.argmin(counts))
-            raise ValueError(f"start: the allocation is not consistent with X at cell {cells[bad].tolist()} "
-                             f"(count {counts[bad]})")
-        cell, value = np.array(placed, np.int64).reshape(-1, 2).T
-        token_cell = self.structure.token_cell
-        if not np.array_equal(np.bincount(cell, weights=counts, minlength=full.shape[0]),
-                              np.bincount(token_cell, minlength=full.shape[0])):
-            raise ValueError("start: the allocation's counts do not add up to X in every cell")
-        # Tokens of a cell are exchangeable: give the cell's tokens its configurations in turn.
-        by_cell = np.argsort(cell, kind="stable")
-        config = np.empty(self.num_tokens, np.int64)
-        config[np.argsort(token_cell, kind="stable")] = np.repeat(value[by_cell], counts[by_cell].astype(np.int64))
-        return config
+        return configs_of_allocation(bound, data, layout, self.structure.token_cell, start, "start")
 
     def log_joint(self, shifted) -> float:
         """log p(X, z) of token-labelled z, from its shifted counts (exact, NumPy)."""
@@ -745,7 +764,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         ``kind="estimate"``; stderr from the spread of the runs (:func:`bam_ppl.evidence.pool_runs`;
         nan for one run). ``details``: ``run_log_evidence`` (each chain's log estimate),
         ``lower_bound`` (max over the searches and starts of log π(S), eq. 3.11 with its multinomial
-        coefficient: a sure lower bound on log p(X)), ``log_joint_star`` (each run's log p(X, z*),
+        coefficient: a sure lower bound on log p(X)), ``best_cells`` (n, nodes) and ``best_counts``
+        (n,) the allocation that attains it, ``log_joint_star`` (each run's log p(X, z*),
         token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
         ``start_log_joint`` (log p(X, z) of each ``start`` after refinement),
         ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
@@ -790,11 +810,15 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     values = np.array([star["log_joint"] for star in stars]) - np.array(log_posterior)
     value, stderr = pool_runs(values)
     searched = [found for group in searches for found in group]
+    best = max(searched + starts, key=lambda found: found["log_prob"])
+    keys, best_counts = np.unique(problem.structure.token_cell * problem.num_configs + best["config"],
+                                  return_counts=True)
+    best_cells = bound.full_cells(data, layout)[keys // problem.num_configs, keys % problem.num_configs]
     return EvidenceEstimate(
         value=value, stderr=stderr, method="chib", kind="estimate",
         details=dict(
             run_log_evidence=values.tolist(),
-            lower_bound=max(found["log_prob"] for found in searched + starts),
+            lower_bound=best["log_prob"], best_cells=best_cells, best_counts=best_counts,
             log_joint_star=[float(star["log_joint"]) for star in stars],
             search_log_joint=[found["log_joint"] for found in searched],
             start_log_joint=[found["log_joint"] for found in starts],

@@ -72,6 +72,7 @@ from ...progress import resolve_progress
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs import collapsed_numba as gibbs_numba
+from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
 from ..kernels import compile_numba, inverse_cdf, shuffle
 from ..prepare import prepare
@@ -125,7 +126,9 @@ class TemperedProblem(NamedTuple):
     column_table: np.ndarray  # (C,) table of every column
     table_is_latent: np.ndarray  # (num tables,) bool
     shift: np.ndarray  # (F + C,) start concentrations minus α on the latent tables (kernel numbering)
-    tilted: bool  # whether the start differs from π₀ (any nonzero shift)
+    tilted: bool  # whether the start differs from π₀ (a nonzero shift, or a reference)
+    log_reference: np.ndarray  # (U, L) log q of the per-cell reference start ((1, 1) unused without one)
+    referenced: bool  # whether the start is the per-cell reference q instead of an urn
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
@@ -161,7 +164,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     """The tempered sampler's arrays for ``data`` under ``bound`` (no compilation).
 
     ``start_scale`` multiplies the latent tables' concentrations in the start distribution (1: the
-    latent prior π₀ itself).
+    latent prior π₀ itself); :func:`with_reference` makes it a per-cell reference instead.
     """
     spec, problem = build_problem(bound, data, layout, "random")
     F = spec.num_table_entries
@@ -207,7 +210,16 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         entry_table=entry_table, column_table=column_table, table_is_latent=is_latent,
         shift=_start_shift(bound, is_latent, concentration, new_of_old, start_scale),
         tilted=bool(start_scale != 1.0 and is_latent.any()),
+        log_reference=np.zeros((1, 1)), referenced=False,
     )
+
+
+def with_reference(tp: TemperedProblem, log_reference: np.ndarray) -> TemperedProblem:
+    """``tp`` starting from the product q(z) = Π_τ q(cell of τ, z_τ) on the geometric path
+    q^(1−β) (π₀ L)^β: ``log_reference`` (U, L) holds log q, normalised over the configurations
+    each cell allows (:func:`reference_from_counts`). q is normalised, so log Z₀ = 0."""
+    return tp._replace(log_reference=np.ascontiguousarray(log_reference, np.float64), referenced=True, tilted=True,
+                       log_z0=0.0)
 
 
 def _start_shift(bound, is_latent, concentration, new_of_old, start_scale) -> np.ndarray:
@@ -234,8 +246,11 @@ def exact_log_terms(tp: TemperedProblem, counts_kernel: np.ndarray) -> tuple[flo
     return float(per_table[tp.table_is_latent].sum()), float(per_table[~tp.table_is_latent].sum())
 
 
-def exact_log_start(tp: TemperedProblem, counts_kernel: np.ndarray) -> float:
-    """Closed-form log of the start distribution's latent-table product (π₀ with α + shift)."""
+def exact_log_start(tp: TemperedProblem, counts_kernel: np.ndarray, config: np.ndarray) -> float:
+    """Closed-form log of the start distribution at a particle: its latent-table product (π₀ with
+    α + shift), or Σ_τ log q(cell of τ, z_τ) with a reference."""
+    if tp.referenced:
+        return float(tp.log_reference[tp.token_cell, np.asarray(config)].sum())
     counts = np.asarray(counts_kernel, np.float64)[tp.new_of_old]
     alpha = (tp.concentration + tp.shift)[tp.new_of_old]
     F = tp.num_table_entries
@@ -257,6 +272,90 @@ def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
     """Σ_(cell, configuration) lnΓ(S + 1) of one allocation."""
     keys = tp.token_cell.astype(np.int64) * tp.num_configs + config
     return float(gammaln(np.bincount(keys) + 1.0).sum())
+
+
+REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
+
+
+def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
+    """The arrays the numba kernel reads, in its order (``tilted`` False: weights of π₀ L^β)."""
+    tied = np.zeros(tp.row_base.shape[0], np.bool_)
+    tied[tp.tie_rows] = True
+    return (tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators, tp.latent_denominators,
+            tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows, tp.tie_earlier, tp.moved,
+            tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference, tp.referenced and tilted)
+
+
+def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seeds, pool,
+                          floor: float = REFERENCE_FLOOR) -> np.ndarray:
+    """A per-cell reference q for :func:`with_reference`, from the allocation with token
+    configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1), averaged over
+    ``num_sweeps`` collapsed-Gibbs sweeps of the posterior by one chain per seed started there
+    (the allocation's own conditionals when 0), then mixed with ``floor`` of the uniform
+    distribution over the configurations the cell allows so that none is out of reach. The
+    average over a chain spreads q like the posterior's marginals rather than one allocation's.
+    Returns log q (U, L), 0 where a configuration is not allowed (the kernel masks those)."""
+    particles = NumbaParticles(tp._replace(tilted=False, referenced=False), len(seeds), seeds, pool)
+    particles.set_configs(np.tile(np.asarray(config), (len(seeds), 1)))
+    structure = _structure(tp, False)
+    num_cells = tp.cell_start.shape[0] - 1
+    out, total = np.empty((num_cells, tp.num_configs)), np.zeros((num_cells, tp.num_configs))
+    for _ in range(max(num_sweeps, 1)):
+        if num_sweeps > 0:
+            particles.move(1.0, 1)
+        for p in range(len(seeds)):
+            _cell_conditionals(particles.shifted[p], structure, out)
+            total += np.exp(out)
+    allowed = np.isfinite(out)
+    q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
+    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
+
+
+def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
+    """Counts in kernel numbering (F + C) from counts of the table entries (F,) in the model's
+    numbering (``BoundModel.flat_concentration``; the columns get their sums)."""
+    entry_counts = np.asarray(entry_counts, np.float64)
+    columns = np.bincount(column_of, weights=entry_counts, minlength=tp.concentration.size - entry_counts.size)
+    out = np.empty(tp.concentration.size)
+    out[tp.new_of_old] = np.concatenate([entry_counts, columns])
+    return out
+
+
+def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.ndarray:
+    """Token configurations (T,) of an allocation near expected counts (kernel numbering, e.g. a
+    VB fit's): each cell's X_u tokens shared among its configurations in proportion to its urn
+    conditional given those counts, by largest remainders."""
+    num_cells = tp.cell_start.shape[0] - 1
+    log_q = np.empty((num_cells, tp.num_configs))
+    _cell_conditionals(np.asarray(tp.concentration + counts_kernel, np.float64), _structure(tp, False), log_q)
+    sizes = np.diff(tp.cell_start)
+    share = np.exp(log_q) * sizes[:, None]
+    whole = np.floor(share).astype(np.int64)
+    missing = sizes - whole.sum(1)
+    ranks = np.argsort(np.argsort(-(share - whole), axis=1), axis=1)
+    whole += ranks < missing[:, None]
+    return np.repeat(np.tile(np.arange(tp.num_configs), num_cells), whole.reshape(-1)).astype(np.int64)
+
+
+def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, relabellings: np.ndarray) -> np.ndarray:
+    """log(|G| · w(z)) of every particle (P, T), w(z) the share of the label symmetries g in G
+    (``relabellings`` (G, L), identity first) under which the identity maximises
+    Σ_τ log q(cell of τ, g(z_τ)): the indicator of the reference's own copy of a relabelled mode,
+    ties shared. For every z, Σ_h w(h(z)) = 1 over the relabellings h, and p(X, z) is invariant
+    under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of π₁ by |G| w counts
+    the copies of the posterior that a reference in one of them never visits."""
+    num_configs = tp.num_configs
+    log_ref = tp.log_reference
+    out = np.empty(config.shape[0])
+    rows = np.arange(num_configs)
+    for p in range(config.shape[0]):
+        groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
+                             minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
+        scores = (groups.T @ log_ref)[rows[None, :], relabellings].sum(1)
+        top = scores.max()
+        ties = scores >= top - 1e-9 * max(1.0, abs(top))
+        out[p] = math.log(relabellings.shape[0] * ties[0] / ties.sum()) if ties[0] else -np.inf
+    return out
 
 
 # -- numba kernel ----------------------------------------------------------------------------------
@@ -321,14 +420,17 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
     ratio of π_β after and before placing them (what the cell moves rely on).
     """
     (row_base, row_offset, valid, has_valid, lat_num, lat_den, vis_num, vis_den, tied, tie_rows, tie_earlier,
-     moved, log_space, shift, tilted) = st
+     moved, log_space, shift, tilted, log_reference, referenced) = st
     num_configs = weight.shape[0]
     _set_base(base, row_base, cell)
     _group_factor(counts, shift, False, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, lat,
                   log_space)
     _group_factor(counts, shift, False, base, row_offset, vis_num, vis_den, tied, tie_rows, tie_earlier, vis,
                   log_space)
-    if tilted:
+    if referenced:
+        for c in range(num_configs):
+            start[c] = log_reference[cell, c] if log_space else math.exp(log_reference[cell, c])
+    elif tilted:
         _group_factor(counts, shift, True, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, start,
                       log_space)
     if log_space:
@@ -562,10 +664,30 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
         out[p] = total
 
 
+def _cell_conditionals(shifted, st, out):
+    """out[u, c] = the log urn conditional (β = 1) of a token of cell u at configuration c, given
+    the counts ``shifted`` (concentration + counts, kernel numbering); −inf where not allowed."""
+    row_base, row_offset = st[0], st[1]
+    num_configs = row_offset.shape[1]
+    base = np.empty(row_base.shape[0], np.int64)
+    lat = np.empty(num_configs)
+    vis = np.empty(num_configs)
+    start = np.ones(num_configs)
+    weight = np.empty(num_configs)
+    for cell in range(out.shape[0]):
+        _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
+        total = 0.0
+        for c in range(num_configs):
+            total += weight[c]
+        for c in range(num_configs):
+            out[cell, c] = math.log(weight[c] / total) if weight[c] > 0.0 else -np.inf
+
+
 if numba is not None:
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_token_weights", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block"))
+                  nogil=("_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block",
+                         "_cell_conditionals"))
 
 
 class NumbaParticles:
@@ -587,11 +709,7 @@ class NumbaParticles:
         self.blocks = [(b, int(edges[b]), int(edges[b + 1])) for b in range(len(keys)) if edges[b + 1] > edges[b]]
         self.rngs = [np.random.default_rng(np.asarray(k, np.uint32)) for k in keys]
         self.pool = pool
-        tied = np.zeros(tp.row_base.shape[0], np.bool_)
-        tied[tp.tie_rows] = True
-        self.structure = (tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators,
-                          tp.latent_denominators, tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows,
-                          tp.tie_earlier, tp.moved, tp.log_space, tp.shift, tp.tilted)
+        self.structure = _structure(tp, True)
         self.accepted = np.zeros((num_particles, 2), np.int64)
         self.block_moves = np.zeros((2, 2), np.int64)  # (cell, pair) moves: proposed, accepted
 
@@ -631,7 +749,7 @@ class NumbaParticles:
             counts = counts_of_configs(self.tp, config[p])
             self.shifted[p] = self.tp.concentration + counts
             self.log_prior[p], self.log_like[p] = exact_log_terms(self.tp, counts)
-            self.log_start[p] = exact_log_start(self.tp, counts)
+            self.log_start[p] = exact_log_start(self.tp, counts, config[p])
 
     def counts(self, p: int) -> np.ndarray:
         return np.rint(self.shifted[p] - self.tp.concentration).astype(np.int64)
@@ -668,6 +786,7 @@ class _JaxRows(NamedTuple):
     moved: tuple
     has_valid: bool
     tilted: bool
+    referenced: bool
 
 
 def _jax_token(rows: _JaxRows, arrays, counts, cell, old, uniform, beta, remove: bool):
@@ -675,7 +794,7 @@ def _jax_token(rows: _JaxRows, arrays, counts, cell, old, uniform, beta, remove:
 
     Returns the counts, the new configuration and the changes of (log π₀, log L, log start).
     """
-    row_base, row_offset, valid, concentration, shift = arrays
+    row_base, row_offset, valid, concentration, shift, log_reference = arrays
     index = row_base[:, cell][:, None] + row_offset  # (R, L)
     moved = jnp.asarray(rows.moved, jnp.int32)
     value = counts[index]
@@ -694,7 +813,10 @@ def _jax_token(rows: _JaxRows, arrays, counts, cell, old, uniform, beta, remove:
     logs = jnp.log(value)
     log_lat = total(logs, rows.latent_numerators) - total(logs, rows.latent_denominators)
     log_vis = total(logs, rows.visible_numerators) - total(logs, rows.visible_denominators)
-    if rows.tilted:
+    if rows.referenced:
+        log_start = log_reference[cell]
+        logit = log_start + beta * (log_lat + log_vis - log_start)
+    elif rows.tilted:
         logs_start = jnp.log(value + shift[index])
         log_start = total(logs_start, rows.latent_numerators) - total(logs_start, rows.latent_denominators)
         logit = log_start + beta * (log_lat + log_vis - log_start)
@@ -776,10 +898,11 @@ class JaxParticles:
         self.rows = _JaxRows(*(tuple(int(r) for r in g) for g in (
             tp.latent_numerators, tp.latent_denominators, tp.visible_numerators, tp.visible_denominators)),
             ties=tuple(zip(tp.tie_rows.tolist(), tp.tie_earlier.tolist())),
-            moved=tuple(int(m) for m in tp.moved), has_valid=tp.has_valid, tilted=tp.tilted)
+            moved=tuple(int(m) for m in tp.moved), has_valid=tp.has_valid, tilted=tp.tilted,
+            referenced=tp.referenced)
         self.arrays = (jnp.asarray(tp.row_base, jnp.int32), jnp.asarray(tp.row_offset, jnp.int32),
                        jnp.asarray(tp.valid), jnp.asarray(tp.concentration, jnp.float64),
-                       jnp.asarray(tp.shift, jnp.float64))
+                       jnp.asarray(tp.shift, jnp.float64), jnp.asarray(tp.log_reference, jnp.float64))
         self.token_cell = jnp.asarray(tp.token_cell)
         self.key = key
         self.calls = 0
@@ -815,7 +938,7 @@ class JaxParticles:
     def set_configs(self, config: np.ndarray) -> None:
         config = np.asarray(config, np.int32)
         counts = np.stack([counts_of_configs(self.tp, c) for c in config])
-        logs = np.array([(*exact_log_terms(self.tp, c), exact_log_start(self.tp, c)) for c in counts])
+        logs = np.array([(*exact_log_terms(self.tp, c), exact_log_start(self.tp, c, z)) for c, z in zip(counts, config)])
         self.config, self.counts_ = jnp.asarray(config), jnp.asarray(counts, jnp.int32)
         self.logs = jnp.asarray(logs.reshape(-1, 3))
 
@@ -922,13 +1045,13 @@ class TemperedResult(NamedTuple):
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
-             cell_moves=0, pair_moves=0):
+             cell_moves=0, pair_moves=0, relabellings=None):
     """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`."""
     num = particles.num_particles
     particles.initialise()
     # Constant factors the rows leave out (equal for every allocation): fixed from one particle.
     exact_prior, exact_like = exact_log_terms(tp, particles.counts(0))
-    exact_start = exact_log_start(tp, particles.counts(0)) if tp.tilted else 0.0
+    exact_start = exact_log_start(tp, particles.counts(0), np.asarray(particles.config[0])) if tp.tilted else 0.0
     particles.add_offsets(exact_prior - float(np.asarray(particles.log_prior)[0]),
                           exact_like - float(np.asarray(particles.log_like)[0]),
                           exact_start - float(np.asarray(particles.log_start)[0]) if tp.tilted else 0.0)
@@ -980,6 +1103,8 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
+    if relabellings is not None and relabellings.shape[0] > 1:
+        log_z += _log_sum_exp(log_w + symmetric_log_weights(tp, np.asarray(particles.config), relabellings))
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,
                        particles.block_moves.copy())
 
@@ -1005,7 +1130,7 @@ def _check_schedule(schedule):
 
 
 def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar, max_configs,
-                   start_a=None, cell_moves=0, pair_moves=0):
+                   start_a=None, cell_moves=0, pair_moves=0, reference_sweeps=0):
     check_int(num_particles, "num_particles", minimum=2)
     check_int(num_runs, "num_runs", minimum=1)
     check_positive(rho, "rho", upper=1.0)
@@ -1022,6 +1147,7 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
         check_positive(start_a, "start_a")
     check_int(cell_moves, "cell_moves", minimum=0)
     check_int(pair_moves, "pair_moves", minimum=0)
+    check_int(reference_sweeps, "reference_sweeps", minimum=0)
     return schedule
 
 
@@ -1035,7 +1161,8 @@ def pooled(run_log_evidence) -> tuple[float, float]:
 def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: int = 4, rho: float = 0.9,
                  num_sweeps: int = 1, schedule=None, kernel: str = "auto", progress_bar: bool | None = None,
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
-                 cell_moves: int = 0, pair_moves: int = 0) -> TemperedResult:
+                 cell_moves: int = 0, pair_moves: int = 0, reference=None,
+                 reference_sweeps: int = 10) -> TemperedResult:
     """Run ``num_runs`` independent tempered SMC samplers over the token allocations.
 
     Parameters
@@ -1083,6 +1210,22 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         Pair moves per temperature: two configurations drawn at random, and every token in either
         re-placed between them, cell by cell in random cell order, by the same sequential proposal.
         numba kernel only.
+    reference : (cells, counts), optional
+        An allocation (full cells (n, nodes) and counts (n,) adding up to X, e.g. the
+        ``best_cells``, ``best_counts`` of an earlier run) around which to build the start: the
+        product q(z) = Π_τ q(cell of τ, z_τ) of every cell's urn conditional averaged over
+        ``reference_sweeps`` Gibbs sweeps of the posterior from it (:func:`reference_from_chains`),
+        on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then unused). Such a q is near one
+        copy of the posterior's bulk, so the path is short whatever the number of tokens, where
+        the path from π₀ grows with it. The relabellings of the latent values that leave p(X, z)
+        unchanged make copies of every mode that a reference in one of them never visits; the
+        last step reweights the particles by |G| w(z) (:func:`symmetric_log_weights`), which
+        counts them. Modes of other shapes away from the reference are found only as far as the
+        moves reach them: on tiny data the estimate can be tenths of a nat low where the
+        prior-started sampler is exact (``method="auto"`` uses it from 1000 tokens on).
+    reference_sweeps : int
+        Posterior sweeps from ``reference`` whose conditionals are averaged into q (0: the
+        reference allocation's own conditionals).
 
     Notes
     -----
@@ -1100,7 +1243,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     pair moves); ``method="auto"`` uses the Pólya-urn SMC there (benchmarks/README.md).
     """
     schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
-                              max_configs, start_a, cell_moves, pair_moves)
+                              max_configs, start_a, cell_moves, pair_moves, reference_sweeps)
+    if reference is not None and numba is None:
+        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
     kernel = resolve_kernel(kernel)
     if kernel == "jax" and cell_moves + pair_moves > 0:
         warnings.warn("tempered SMC: the JAX kernel has no cell or pair moves; it runs the Gibbs sweeps only "
@@ -1109,27 +1254,37 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         cell_moves = pair_moves = 0
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
-    start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
-    tp = build_tempered_problem(bound, data, layout, start_scale)
+    if reference is None:
+        start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
+        tp = build_tempered_problem(bound, data, layout, start_scale)
+    else:
+        tp = build_tempered_problem(bound, data, layout)
+        reference_config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
     runs = []
     from tqdm.auto import tqdm
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if kernel == "numba" \
-        else None
+    pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
+        if kernel == "numba" or reference is not None else None
+    relabellings = None
     try:
         with jax.enable_x64(True):
             # Seeds of every run: one Generator per particle block and one for resampling.
             seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
+            if reference is not None:
+                chains = np.asarray(jax.random.split(jax.random.fold_in(key, num_runs), NUM_BLOCKS)).astype(np.uint32)
+                tp = with_reference(tp, reference_from_chains(tp, reference_config, reference_sweeps, chains, pool))
+                relabellings = _label_symmetries(bound, data, layout)
             for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
                 if kernel == "numba":
                     particles = NumbaParticles(tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
                 else:
                     particles = JaxParticles(tp, num_particles, jax.random.fold_in(key, r))
                 resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
-                runs.append(_one_run(particles, tp, resample_rng, rho, num_sweeps, schedule, cell_moves, pair_moves))
+                runs.append(_one_run(particles, tp, resample_rng, rho, num_sweeps, schedule, cell_moves, pair_moves,
+                                     relabellings))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -1160,6 +1315,13 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     )
 
 
+def _label_symmetries(bound, data, layout) -> np.ndarray:
+    """The relabellings of the free configurations that leave p(X, z) unchanged (G, L), identity first."""
+    from ..gibbs.chib import MAX_RELABELLINGS, _Problem
+
+    return _Problem(bound, data, layout, True, MAX_RELABELLINGS).relabellings
+
+
 def _acceptance(block_moves: np.ndarray) -> np.ndarray:
     """Accepted share of the (cell, pair) moves from their (proposed, accepted) counts; nan where none ran."""
     proposed, accepted = block_moves[:, 0], block_moves[:, 1]
@@ -1178,7 +1340,8 @@ def best_allocation(bound, data, layout, tp: TemperedProblem, config) -> tuple[n
 def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, num_runs: int = 4,
                           rho: float = 0.9, num_sweeps: int = 1, schedule=None, kernel: str = "auto",
                           progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS,
-                          start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0):
+                          start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0,
+                          reference=None, reference_sweeps: int = 10):
     """Tempered SMC estimate of log p(X) over the token allocations (see :func:`run_tempered`).
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
@@ -1190,7 +1353,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     """
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_runs=num_runs, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, kernel=kernel, progress_bar=progress_bar,
-                          max_configs=max_configs, start_a=start_a, cell_moves=cell_moves, pair_moves=pair_moves)
+                          max_configs=max_configs, start_a=start_a, cell_moves=cell_moves, pair_moves=pair_moves,
+                          reference=reference, reference_sweeps=reference_sweeps)
     return EvidenceEstimate(
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
@@ -1201,7 +1365,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                      schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
                      num_runs=num_runs, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
                      kernel=resolve_kernel(kernel), start_a=start_a, seconds=result.seconds,
-                     cell_moves=cell_moves, pair_moves=pair_moves,
+                     cell_moves=cell_moves, pair_moves=pair_moves, referenced=reference is not None,
+                     reference_sweeps=reference_sweeps if reference is not None else None,
                      cell_move_acceptance=float(result.block_move_acceptance[0]),
                      pair_move_acceptance=float(result.block_move_acceptance[1])),
     )

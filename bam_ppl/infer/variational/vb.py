@@ -576,12 +576,15 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     """The best ELBO over ``num_restarts`` VB runs: a lower bound on log L_X (Cemgil et al. 2019 §5.1).
 
     ``stderr`` is nan: the bound is deterministic given ``rng_key``, not a noisy estimate of the
-    evidence. ``details`` holds every restart's final ELBO and the best restart's index.
+    evidence. ``details`` holds every restart's final ELBO, the best restart's index and its
+    expected table counts ``expected_counts`` (α̂ − α per table entry, in the order of
+    ``BoundModel.flat_concentration``).
     """
-    _, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar)
+    bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar)
     best = best_index(result.elbo)
     return EvidenceEstimate(
         value=float(result.elbo[best]), stderr=math.nan, method="vb", kind="lower_bound",
         details=dict(elbo_per_restart=result.elbo, best_restart=best, iterations=result.iterations,
-                     converged=result.converged),
+                     converged=result.converged,
+                     expected_counts=result.alpha_hat[best] - bound.flat_concentration),
     )
