@@ -13,6 +13,7 @@ from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.estimate import below_bound, pool_runs
+from bam_ppl.infer import auto
 from bam_ppl.infer.auto import (
     AUTO_LONG_SCHEDULE_PARTICLES,
     AUTO_SHORT_SCHEDULE,
@@ -155,3 +156,28 @@ def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
     assert chib["num_steps"] == 100 and chib["num_warmup"] == 200
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
         bam.log_evidence(model, MEDIUM, start=None)
+
+
+def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
+    # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
+    # tempered SMC from a reference around the better (by pilot runs) of the samplers' best
+    # allocation and the rounded VB fit; the highest estimate kept, or those agreeing pooled.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=3)
+    parts = est.details["parts"]
+    assert set(parts) == {"tempered", "chib", "reference"}
+    stage = est.details["reference_stage"]
+    assert set(stage["pilots"]) == {"sampled", "vb"} and stage["chosen"] == max(stage["pilots"], key=stage["pilots"].get)
+    reference = parts["reference"]["details"]
+    assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
+    assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03
+    highest = max(parts, key=lambda name: parts[name]["value"])
+    if "+" in est.method:
+        pooled_parts = est.method.split("+")
+        assert highest in pooled_parts and len(est.details["run_log_evidence"]) == sum(
+            len(parts[name]["run_log_evidence"]) for name in pooled_parts)
+    else:
+        assert est.details["kept"] == highest and est.value == parts[highest]["value"]
+    assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr

@@ -467,7 +467,7 @@ def test_label_symmetry_weights_share_every_orbit_exactly_once():
     relabellings = tempered._label_symmetries(bound, data, layout)
     assert relabellings.shape[0] == 6 and np.array_equal(relabellings[0], np.arange(tp.num_configs))
     z = np.random.default_rng(2).integers(0, tp.num_configs, (40, tp.token_cell.size))
-    z[0] = 0  # a state that a relabelling maps to itself (ties shared)
+    z[0] = 0  # a state that relabellings map to itself
     orbits = np.stack([relabellings[h][z] for h in range(6)], 1)  # (40, G, T)
     log_w = tempered.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), relabellings).reshape(40, 6)
     np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)

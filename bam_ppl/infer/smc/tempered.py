@@ -338,12 +338,13 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
 
 
 def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, relabellings: np.ndarray) -> np.ndarray:
-    """log(|G| · w(z)) of every particle (P, T), w(z) the share of the label symmetries g in G
-    (``relabellings`` (G, L), identity first) under which the identity maximises
-    Σ_τ log q(cell of τ, g(z_τ)): the indicator of the reference's own copy of a relabelled mode,
-    ties shared. For every z, Σ_h w(h(z)) = 1 over the relabellings h, and p(X, z) is invariant
-    under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of π₁ by |G| w counts
-    the copies of the posterior that a reference in one of them never visits."""
+    """log(|G| · w(z)) of every particle (P, T), with w(z) = q(z) / Σ_g q(g(z)) over the label
+    symmetries g in G (``relabellings`` (G, L), identity first): the share of z's orbit that
+    the reference q puts on z itself. For every z, Σ_h w(h(z)) = 1 over the relabellings h, and
+    p(X, z) is invariant under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of
+    π₁ by |G| w counts the copies of the posterior that a reference in one of them never visits
+    (w = 1 for a particle in q's own copy when the copies lie far apart; ½ where q cannot tell
+    two relabellings apart)."""
     num_configs = tp.num_configs
     log_ref = tp.log_reference
     out = np.empty(config.shape[0])
@@ -351,10 +352,9 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, relabellings:
     for p in range(config.shape[0]):
         groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
                              minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
+        # log q(g(z)) = Σ_(u, l) S[u, l] log q[u, g(l)] for every g, up to a constant of z
         scores = (groups.T @ log_ref)[rows[None, :], relabellings].sum(1)
-        top = scores.max()
-        ties = scores >= top - 1e-9 * max(1.0, abs(top))
-        out[p] = math.log(relabellings.shape[0] * ties[0] / ties.sum()) if ties[0] else -np.inf
+        out[p] = math.log(relabellings.shape[0]) + scores[0] - _log_sum_exp(scores)
     return out
 
 
@@ -1313,6 +1313,15 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         run_best_cells=[c for c, _ in run_best], run_best_counts=[n for _, n in run_best],
         block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=time.perf_counter() - start,
     )
+
+
+def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFAULT_MAX_CONFIGS):
+    """An allocation (full cells (n, nodes), counts (n,)) near expected table counts (F,) in the
+    model's numbering, e.g. a VB fit's ``details["expected_counts"]`` (:func:`configs_from_counts`)."""
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    config = configs_from_counts(tp, kernel_counts(tp, expected_counts, bound.column_of))
+    return best_allocation(bound, data, layout, tp, config)
 
 
 def _label_symmetries(bound, data, layout) -> np.ndarray:
