@@ -145,7 +145,7 @@ TINY = {
 START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
-@pytest.mark.parametrize("referenced", [False, True])
+@pytest.mark.parametrize("referenced", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), ("jax", 0.0), ("jax", 0.5)])
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, referenced):
@@ -457,6 +457,11 @@ def test_numba_block_moves_follow_the_exact_kernel(moves):
     assert 0 < accepted <= proposed
 
 
+def test_moves_leave_the_reference_tempered_target_invariant():
+    # The fast suite's case of the above with a per-cell reference (all of them: make test-all).
+    test_moves_leave_the_tempered_target_invariant("missing", 0.5, "numba", True)
+
+
 # -- the reference-started path -------------------------------------------------------------------
 def test_label_symmetry_weights_share_every_orbit_exactly_once():
     # Σ_h w(h(z)) = 1 over the relabellings h, for every z: what makes Σ_z p(X, z) |G| w(z) = p(X).
@@ -473,7 +478,7 @@ def test_label_symmetry_weights_share_every_orbit_exactly_once():
     np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kernel", ["numba", "jax"])
+@pytest.mark.parametrize("kernel", ["numba", pytest.param("jax", marks=pytest.mark.slow)])
 def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
     # Each run's exp(estimate) is unbiased for p(X), relabelled copies of the modes included.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
@@ -486,7 +491,8 @@ def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
 
-@pytest.mark.parametrize("name", ["nmf_X1", "cp", "missing_entries", "symmetric_nmf_tied"])
+@pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", pytest.param("cp", marks=pytest.mark.slow),
+                                  pytest.param("symmetric_nmf_tied", marks=pytest.mark.slow)])
 def test_reference_start_matches_exact(name):
     model, X = CASES[name]
     best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
