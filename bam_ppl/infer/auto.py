@@ -2,9 +2,10 @@
 
 Exact where enumeration is cheap (no free nodes, or few allocation tensors), the Pólya-urn SMC
 of Cemgil et al. 2019 §4.2 where it is accurate — small token counts, and small tables whose few
-nonzero cells hold many tokens each — and otherwise two estimators of different kinds: the
-tempered SMC over allocations, then the Chib-style estimator with the tempered SMC's best
-allocation as a candidate for its z* (:func:`tempered_then_chib`). The thresholds come from
+nonzero cells hold many tokens each — and otherwise estimators of different kinds: the
+tempered SMC over allocations, the Chib-style estimator with the tempered SMC's best
+allocation as a candidate for its z*, and from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered
+SMC from a reference around the best allocation found (:func:`tempered_then_chib`). The thresholds come from
 measurements recorded in benchmarks/README.md ("Choosing an evidence method"); the estimate's
 ``method`` names the estimator whose value is reported and ``details["selected_by"]`` says it was
 chosen automatically, with the reason.
@@ -90,8 +91,9 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[
     if data.nnz <= AUTO_SMC_MAX_CELLS and per_cell >= AUTO_SMC_MIN_TOKENS_PER_CELL:
         return "smc", (f"{data.nnz} nonzero cells ≤ {AUTO_SMC_MAX_CELLS} with {per_cell:.1f} ≥ "
                        f"{AUTO_SMC_MIN_TOKENS_PER_CELL:g} tokens each: Pólya-urn SMC")
+    reference = ", the tempered SMC from a reference" if data.total >= AUTO_REFERENCE_MIN_TOKENS else ""
     return "tempered", (f"T = {data.total} tokens, about 10^{log_count / np.log(10):.0f} allocations: tempered "
-                        "SMC and Chib from its best allocation, the higher kept")
+                        f"SMC, Chib from its best allocation{reference}; the highest kept, or those that agree pooled")
 
 
 @register_evidence("auto", models=(AllocationModel,))

@@ -38,6 +38,13 @@ posterior's allocations are rare under it. The sampler then starts instead from 
 with larger concentrations (option ``start_a``) on the geometric path π_β ∝ q^(1−β) (π₀ L)^β;
 the incremental weights become (π₀ L / q)^{Δβ} and the moves use q's factors to the power 1 − β.
 
+From an allocation S* (option ``reference``) the start is instead a product over tokens,
+q(z) = Π_τ q(cell of τ, z_τ), each cell's urn conditional averaged over posterior Gibbs sweeps
+from S*, on the path q^(1−β) (π₀ L)^β: q lies near one relabelled copy of the posterior's bulk,
+so the path stays short however many tokens there are, and a last reweighting by
+|G| q(z) / Σ_g q(g(z)) over the label symmetries G counts the copies it never visits
+(:func:`symmetric_log_weights`).
+
 log π₀(z) and log L(z) of every particle are carried along (each move changes them by the log
 ratio of the token's factors), so that every visited allocation gives log π(S) (eq. 3.11 of
 Cemgil et al. 2020, "Bayesian allocation model: marginal likelihood-based model selection for
