@@ -511,13 +511,15 @@ def test_bad_reference_raises(reference, error):
 
 
 def test_allocation_near_expected_counts_adds_up_to_the_data():
-    # The rounded VB fit that method="auto" may build a reference around: a valid allocation of X
-    # whose tokens follow each cell's conditional given the expected counts.
+    # What method="auto" builds a reference around from a VB fit: a valid allocation of X whose
+    # tokens follow each cell's conditional given the (non-integer) expected table counts.
     model, X = CASES["missing_entries"]
-    vb = bam.log_evidence(model, X, method="vb", rng_key=0)
-    cells, counts = tempered.allocation_near_counts(model, X, vb.details["expected_counts"])
-    assert counts.sum() == model.as_data(X).total and (counts > 0).all()
     bound = model.bind(X)
-    assert np.isfinite(bound.log_prob_cells(cells, counts)) and bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
+    visited = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    entries = np.concatenate([np.ravel(c) for c in bound.table_counts(visited.best_cells, visited.best_counts)])
+    expected = 0.7 * entries + 0.3 * np.random.default_rng(1).random(entries.size)
+    cells, counts = tempered.allocation_near_counts(model, X, expected)
+    assert counts.sum() == model.as_data(X).total and (counts > 0).all()
+    assert bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
     result = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=2, reference=(cells, counts))
     assert np.isfinite(result.run_log_evidence).all()
