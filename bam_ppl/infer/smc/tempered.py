@@ -470,6 +470,12 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
     return 0.0
 
 
+def _weight_scratch(num_rows, num_configs):
+    """Work arrays of :func:`_token_weights`: row bases, latent, visible and start factors, weights."""
+    return (np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.ones(num_configs),
+            np.empty(num_configs))
+
+
 def _log_total(weight, scale, pair):
     """log W: the log of the sum of the token's weights (``scale`` their log factor), over the two
     configurations ``pair`` only when pair[0] ≥ 0."""
@@ -597,11 +603,7 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
     row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
     num_configs = row_offset.shape[1]
     num_tokens = token_cell.shape[0]
-    base = np.empty(row_base.shape[0], np.int64)
-    lat = np.empty(num_configs)
-    vis = np.empty(num_configs)
-    start = np.ones(num_configs)
-    weight = np.empty(num_configs)
+    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
     logs = np.zeros(3)
     order = np.arange(num_tokens)
     cells = np.flatnonzero(np.diff(cell_start) >= 2)
@@ -676,11 +678,7 @@ def _cell_conditionals(shifted, st, out):
     the counts ``shifted`` (concentration + counts, kernel numbering); −inf where not allowed."""
     row_base, row_offset = st[0], st[1]
     num_configs = row_offset.shape[1]
-    base = np.empty(row_base.shape[0], np.int64)
-    lat = np.empty(num_configs)
-    vis = np.empty(num_configs)
-    start = np.ones(num_configs)
-    weight = np.empty(num_configs)
+    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
     for cell in range(out.shape[0]):
         _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
         total = 0.0
@@ -691,7 +689,7 @@ def _cell_conditionals(shifted, st, out):
 
 
 if numba is not None:
-    compile_numba(globals(), inline=("_row_value", "_group_factor", "_token_weights", "_draw", "_log_factor",
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_token_weights", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
                   nogil=("_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
