@@ -140,12 +140,14 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
     assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
     # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 64.
     _, X = bam.models.cp(3, a=10.0).sample(3000, shape=(20, 25, 30), total=1000)
-    options, stage = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
+    options, stage, pilot = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
     assert stage["pilot_temperatures"] > AUTO_SHORT_SCHEDULE
     assert options == {"rho": 0.9, "num_particles": AUTO_LONG_SCHEDULE_PARTICLES}
-    # Told: no pilot; a fixed schedule: its length.
-    assert tempered_stage_options(None, None, None, {"num_particles": 8})[1]["pilot_temperatures"] is None
-    options, stage = tempered_stage_options(None, None, None, {"schedule": np.linspace(0.1, 1, 50)})
+    assert pilot.details["num_runs"] == 1 and pilot.details["num_temperatures"] == [stage["pilot_temperatures"]]
+    # Told: the given particles; a fixed schedule: the pilot runs on it.
+    model = bam.models.nmf(2, a=1.0)
+    assert tempered_stage_options(model, MEDIUM, 0, {"num_particles": 8})[1]["num_particles"] == 8
+    _, stage, _ = tempered_stage_options(model, MEDIUM, 0, {"schedule": np.linspace(0.02, 1, 50)})
     assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}
 
 
@@ -160,8 +162,9 @@ def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
 
 def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
     # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
-    # tempered SMC from a reference around the better (by pilot runs) of the samplers' best
-    # allocation and the rounded VB fit; the highest estimate kept, or those agreeing pooled.
+    # tempered SMC from the best (by pilot runs) of references built by chains from the samplers'
+    # best allocation (and the rounded VB fit where VB's bound lies above it); the highest
+    # estimate kept, or those agreeing pooled.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
@@ -169,9 +172,10 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     parts = est.details["parts"]
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
-    assert "sampled" in stage["pilots"] and stage["chosen"] == max(stage["pilots"], key=stage["pilots"].get)
-    sampled = max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
-    assert ("vb" in stage["pilots"]) == (est.details["vb_bound"] > sampled)
+    assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES
+    assert stage["chosen"] == int(np.argmax(stage["pilots"])) and "sampled" in stage["starts"]
+    assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
+    assert ("vb" in stage["starts"]) == (est.details["vb_bound"] > stage["start_lower_bound"])
     reference = parts["reference"]["details"]
     assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
     assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03

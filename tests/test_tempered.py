@@ -501,6 +501,24 @@ def test_reference_start_matches_exact(name):
     assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
 
 
+def test_a_shared_reference_matches_exact_and_is_checked():
+    # A Reference built once (what method="auto" picks by pilot runs) and shared by every run.
+    model, X = CASES["nmf_X1"]
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    refs = tempered.build_references(model, X, (best.best_cells, best.best_counts), 2, num=2, reference_sweeps=20)
+    assert len(refs) == 2 and not np.allclose(refs[0].log_q, refs[1].log_q)  # chains of their own
+    result = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+                                   schedule=np.linspace(0.05, 1.0, 20), reference=refs[0])
+    assert result.reference_sweeps == 20
+    assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
+    with pytest.raises(ValueError, match="reference: a Reference"):
+        tempered.run_tempered(model, X, 1, reference=tempered.Reference(refs[0].log_q[:, :1], 20))
+    with pytest.raises(ValueError, match="num"):
+        tempered.build_references(model, X, (best.best_cells, best.best_counts), num=0)
+    assert tempered.default_reference_sweeps(16_000) == 6400
+    assert tempered.default_reference_sweeps(10) == tempered.REFERENCE_MIN_SWEEPS
+
+
 @pytest.mark.parametrize("reference, error", [
     ("vb", TypeError), ((np.zeros((2, 2)), np.ones(2)), ValueError), (([[0, 0, 0]], [99]), ValueError)])
 def test_bad_reference_raises(reference, error):

@@ -25,7 +25,7 @@ from ..types import as_key
 from .exact import log_count_allocations
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
-from .smc.tempered import allocation_near_counts
+from .smc.tempered import allocation_near_counts, build_references
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
 AUTO_MAX_TENSORS = 20_000
@@ -62,19 +62,24 @@ AUTO_LONG_SCHEDULE_PARTICLES = 64
 # kept alone gave −5239.80 ± 2.27 (its four runs spread by 5 nats), the eight runs of both pooled
 # −5240.28 ± 1.26 (benchmarks/README.md).
 AGREE_STDERRS = 2.0
-# From this many tokens on, a third estimate: the tempered SMC from a reference built around the
-# best allocation the first two found (run_tempered's ``reference``), whose path from a product
-# distribution near the posterior is short whatever T. NMF(4), 50 × 70, at T = 16 000 it lands
-# nats above the other two, which fall behind as T grows (benchmarks/README.md); on tiny data
-# (26 tokens) it misses minor modes the prior-started SMC finds (0.1 nats low), so it starts here.
+# From this many tokens on, a third estimate: the tempered SMC from a reference built by long
+# posterior chains from the best allocation the first two found (run_tempered's ``reference``),
+# whose path from a product distribution near the posterior stays short as T grows. NMF(4),
+# 50 × 70, at T = 16 000 it lands 150 nats above the other two, which fall behind as T grows
+# (benchmarks/README.md); on tiny data (26 tokens) it misses minor modes the prior-started SMC
+# finds (0.1 nats low), so it starts here.
 AUTO_REFERENCE_MIN_TOKENS = 1000
-# Its options: more sweeps per temperature and a slower schedule than the prior-started SMC
-# (its estimate still rose with effort beyond these at T = 4000: −5242.3 with 3 sweeps, −5241.8
-# with 10; benchmarks/README.md).
-AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=3)
+# From this many tokens on only the reference part runs, from the best allocation of a pilot of
+# the prior-started SMC: at T = 4000 the three parts agree, at T = 16 000 the prior-started SMC
+# and Chib were 150 nats below it and took half of the time (benchmarks/README.md).
+AUTO_SAMPLERS_MAX_TOKENS = 8000
+# References built (independent chains from the start allocations), each tried by a pilot run;
+# the main run starts from the one whose pilot is highest. Chains wander between the posterior's
+# modes, so references differ: NMF(4), T = 16 000, three from one allocation gave −8528.5,
+# −8541.5, −8577.1 (one run of 16 particles each).
+AUTO_REFERENCE_CANDIDATES = 4
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
-AUTO_REFERENCE_ROUNDS = 3
-AUTO_REFERENCE_GAIN = 1.0
+AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=1)
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -167,68 +172,62 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     tempered_key, chib_key = jax.random.split(key)
     pilot_key, vb_key, reference_key = (jax.random.fold_in(key, i) for i in (1, 2, 3))
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
-    tempered_options, stage = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
-    tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
-    start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
-    chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
-    chib = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
-    parts = {"tempered": tempered, "chib": chib}
+    tokens = model.as_data(data).total
+    tempered_options, stage, pilot = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
+    parts = {}
+    if tokens < AUTO_SAMPLERS_MAX_TOKENS:
+        parts["tempered"] = tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
+        start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
+        chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
+        parts["chib"] = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
     # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
     # below it; benchmarks/README.md).
     vb = find_evidence("vb", model)(model, data, rng_key=vb_key)
     references = {}
-    if model.as_data(data).total >= AUTO_REFERENCE_MIN_TOKENS:
-        parts["reference"], references = reference_stage(model, data, reference_key, parts, vb, tempered_options)
-    common = {"lower_bound": max(est.details["lower_bound"] for est in parts.values()), "vb_bound": vb.value,
-              "tempered_stage": stage, "reference_stage": references,
+    if tokens >= AUTO_REFERENCE_MIN_TOKENS:
+        found = max(list(parts.values()) + [pilot], key=lambda est: est.details["lower_bound"])
+        parts["reference"], references = reference_stage(model, data, reference_key, found, vb, tempered_options)
+    common = {"lower_bound": max(est.details["lower_bound"] for est in list(parts.values()) + [pilot]),
+              "vb_bound": vb.value, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     return combine(parts, common)
 
 
-def reference_stage(model, data, key, parts, vb, tempered_options):
-    """The tempered SMC from a reference (:func:`bam_ppl.infer.smc.tempered.run_tempered`) around
-    the best allocation that pilot runs find, and the pilots' values.
+def reference_stage(model, data, key, found, vb, tempered_options):
+    """The tempered SMC from a reference (:func:`bam_ppl.infer.smc.tempered.run_tempered`) built
+    by posterior chains from the best allocation found, and what was tried on the way.
 
-    The candidates: the best allocation the samplers in ``parts`` visited, and, when the VB bound
-    lies above its log π(S) (the samplers never reached VB's region: NMF(4) at T = 64 000, where
-    VB's mode was far better than any they found), the VB fit's expected counts rounded. A pilot
-    run (AUTO_REFERENCE_PILOT) from each gives a value; then, up to
-    AUTO_REFERENCE_ROUNDS times, a pilot from the best allocation the best pilot visited, as long
-    as the value rises by more than AUTO_REFERENCE_GAIN nats: a reference in a poorer mode lets
-    the particles climb into better ones along the path, but not every run does, and their
-    spread is then tens of nats (NMF(4), T = 16 000). The pilots have keys of their own, so the
-    final run, from the allocation of the best pilot, stays unbiased.
+    The start allocations: the one of ``found`` (the estimate whose sure lower bound is highest),
+    and, when the VB bound lies above its log π(S) (the samplers never reached VB's region:
+    NMF(4) at T = 64 000, where VB's mode was far better than any they found), the VB fit's
+    expected counts rounded. AUTO_REFERENCE_CANDIDATES references are built from them by
+    independent chains (:func:`bam_ppl.infer.smc.tempered.build_references`), each is tried by a
+    pilot run (AUTO_REFERENCE_PILOT), and the main run (AUTO_REFERENCE_OPTIONS) starts from the
+    one whose pilot is highest. The pilots have keys of their own, so the main run stays unbiased.
     """
     tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
-    found = max(parts.values(), key=lambda est: est.details["lower_bound"])
-    candidates = {"sampled": (found.details["best_cells"], found.details["best_counts"])}
+    max_configs = shared.get("max_configs", DEFAULT_MAX_CONFIGS)
+    starts = {"sampled": (found.details["best_cells"], found.details["best_counts"])}
     if vb.value > found.details["lower_bound"]:  # the samplers never reached VB's region
-        candidates["vb"] = allocation_near_counts(model, data, vb.details["expected_counts"],
-                                                  shared.get("max_configs", DEFAULT_MAX_CONFIGS))
-    pilot_keys = iter(jax.random.split(jax.random.fold_in(key, 1), 2 + AUTO_REFERENCE_ROUNDS))
-
-    def pilot(allocation):
-        with warnings.catch_warnings():  # the pilots' own warnings say nothing about the estimate
-            warnings.simplefilter("ignore")
-            return tempered_fn(model, data, rng_key=next(pilot_keys), reference=allocation, **AUTO_REFERENCE_PILOT,
-                               **shared)
-
-    pilots = {name: pilot(allocation) for name, allocation in candidates.items()}
-    chosen = max(pilots, key=lambda name: pilots[name].value)
-    allocation, best = candidates[chosen], pilots[chosen]
-    values = [best.value]
-    for _ in range(AUTO_REFERENCE_ROUNDS):
-        following = (best.details["best_cells"], best.details["best_counts"])
-        again = pilot(following)
-        values.append(again.value)
-        if again.value <= best.value + AUTO_REFERENCE_GAIN:
-            break
-        allocation, best = following, again
-    estimate = tempered_fn(model, data, rng_key=key, reference=allocation, **AUTO_REFERENCE_OPTIONS, **shared)
-    return estimate, dict(pilots={name: est.value for name, est in pilots.items()}, chosen=chosen,
-                          rounds=values)
+        starts["vb"] = allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)
+    build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
+    per_start = max(1, AUTO_REFERENCE_CANDIDATES // len(starts))
+    candidates = [(name, ref) for i, (name, allocation) in enumerate(starts.items())
+                  for ref in build_references(model, data, allocation, jax.random.fold_in(build_key, i), per_start,
+                                              max_configs=max_configs)]
+    pilots = []
+    with warnings.catch_warnings():  # the pilots' own warnings say nothing about the estimate
+        warnings.simplefilter("ignore")
+        for i, (_, ref) in enumerate(candidates):
+            pilots.append(tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
+                                      **AUTO_REFERENCE_PILOT, **shared).value)
+    chosen = int(np.argmax(pilots))
+    estimate = tempered_fn(model, data, rng_key=key, reference=candidates[chosen][1], **AUTO_REFERENCE_OPTIONS,
+                           **shared)
+    return estimate, dict(start_lower_bound=found.details["lower_bound"], starts=[name for name, _ in candidates],
+                          pilots=pilots, chosen=chosen, reference_sweeps=candidates[chosen][1].num_sweeps)
 
 
 def summary(est: EvidenceEstimate) -> dict:
@@ -253,8 +252,10 @@ def combine(parts: dict, common: dict) -> EvidenceEstimate:
         if stderr < best.stderr:
             return EvidenceEstimate(value=value, stderr=stderr, method="+".join(sorted(group, key=list(parts).index)),
                                     kind="estimate", details=dict(run_log_evidence=runs, **common))
-    other = common["parts"][ranked[1]]
-    cross_check = {k: other[k] for k in ("method", "value", "stderr", "lower_bound")}
+    cross_check = None
+    if len(ranked) > 1:
+        other = common["parts"][ranked[1]]
+        cross_check = {k: other[k] for k in ("method", "value", "stderr", "lower_bound")}
     return replace(best, details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
 
 
@@ -263,20 +264,18 @@ def agree(a: EvidenceEstimate, b: EvidenceEstimate) -> bool:
     return bool(abs(a.value - b.value) <= AGREE_STDERRS * np.hypot(a.stderr, b.stderr))
 
 
-def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict]:
-    """The tempered SMC's options in :func:`tempered_then_chib`: ``num_particles``, unless given,
-    from the number of temperatures of a pilot run (see AUTO_SHORT_SCHEDULE); also returns what
-    was decided, for the estimate's details."""
+def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict, EvidenceEstimate]:
+    """A pilot run of the tempered SMC (AUTO_PILOT_PARTICLES particles, one run) and its options in
+    :func:`tempered_then_chib`: ``num_particles``, unless given, from the pilot's number of
+    temperatures (see AUTO_SHORT_SCHEDULE). Returns the options, what was decided (for the
+    estimate's details) and the pilot, whose best allocation can start the reference part."""
+    pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_runs=1, progress_bar=False)
+    with warnings.catch_warnings():  # the pilot's own warnings say nothing about the estimate
+        warnings.simplefilter("ignore")
+        pilot = find_evidence("tempered", model)(model, data, rng_key=pilot_key, **pilot_options)
+    temperatures = int(pilot.details["num_temperatures"][0])
     if "num_particles" in options:
-        return options, dict(num_particles=options["num_particles"], pilot_temperatures=None)
-    if options.get("schedule") is not None:
-        temperatures = len(options["schedule"])
+        particles = options["num_particles"]
     else:
-        pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_runs=1, progress_bar=False)
-        with warnings.catch_warnings():  # the pilot's own warnings say nothing about the estimate
-            warnings.simplefilter("ignore")
-            pilot = find_evidence("tempered", model)(model, data, rng_key=pilot_key, **pilot_options)
-        temperatures = int(pilot.details["num_temperatures"][0])
-    short = temperatures <= AUTO_SHORT_SCHEDULE
-    particles = AUTO_TEMPERED_PARTICLES if short else AUTO_LONG_SCHEDULE_PARTICLES
-    return dict(options, num_particles=particles), dict(num_particles=particles, pilot_temperatures=temperatures)
+        particles = AUTO_TEMPERED_PARTICLES if temperatures <= AUTO_SHORT_SCHEDULE else AUTO_LONG_SCHEDULE_PARTICLES
+    return dict(options, num_particles=particles), dict(num_particles=particles, pilot_temperatures=temperatures), pilot

@@ -40,7 +40,8 @@ the incremental weights become (π₀ L / q)^{Δβ} and the moves use q's factor
 
 From an allocation S* (option ``reference``) the start is instead a product over tokens,
 q(z) = Π_τ q(cell of τ, z_τ), each cell's urn conditional averaged over posterior Gibbs sweeps
-from S*, on the path q^(1−β) (π₀ L)^β: q lies near one relabelled copy of the posterior's bulk,
+from S* (an estimate of the posterior's marginals, whose product is the product distribution
+closest to the posterior), on the path q^(1−β) (π₀ L)^β: q lies near one relabelled copy of the posterior's bulk,
 so the path stays short however many tokens there are, and a last reweighting by
 |G| q(z) / Σ_g q(g(z)) over the label symmetries G counts the copies it never visits
 (:func:`symmetric_log_weights`).
@@ -282,6 +283,29 @@ def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
 
 
 REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
+# Chains per reference: one per core of a 2-core machine. Length matters more than their number:
+# NMF(4), T = 16 000, 12 800 sweeps in all: 8 chains of 1600 gave −8523 and −8547 (two keys), 2
+# chains of 6400 −8499 (tempered SMC with 16 particles, 4 runs, from each reference).
+REFERENCE_CHAINS = 2
+# Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS.
+# The chains must travel through the posterior's bulk for q to cover it: NMF(4), T = 16 000, from
+# the same allocation (tempered SMC with 16 particles, 2 runs per q): 10 sweeps −8677.9, 100
+# −8651.0, 400 −8593.9, 1600 −8523.0, 6400 −8511.1; at T = 1000 400 sweeps were as good as 1600.
+REFERENCE_SWEEPS_PER_TOKEN = 0.4
+REFERENCE_MIN_SWEEPS = 100
+
+
+class Reference(NamedTuple):
+    """A reference distribution q for the tempered SMC, built once (:func:`build_references`) and
+    shared by the runs it is passed to: ``log_q`` (U, L) per nonzero cell and free configuration."""
+
+    log_q: np.ndarray
+    num_sweeps: int
+
+
+def default_reference_sweeps(num_tokens: int) -> int:
+    """Chain length of a reference when ``reference_sweeps`` is not given."""
+    return max(REFERENCE_MIN_SWEEPS, int(round(REFERENCE_SWEEPS_PER_TOKEN * num_tokens)))
 
 
 def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
@@ -297,23 +321,31 @@ def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: i
                           floor: float = REFERENCE_FLOOR) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1), averaged over
-    ``num_sweeps`` collapsed-Gibbs sweeps of the posterior by one chain per seed started there
-    (the allocation's own conditionals when 0), then mixed with ``floor`` of the uniform
-    distribution over the configurations the cell allows so that none is out of reach. The
-    average over a chain spreads q like the posterior's marginals rather than one allocation's.
-    Returns log q (U, L), 0 where a configuration is not allowed (the kernel masks those)."""
+    the second half of ``num_sweeps`` collapsed-Gibbs sweeps of the posterior by one chain per
+    seed started there (the allocation's own conditionals when 0), then mixed with ``floor`` of
+    the uniform distribution over the configurations the cell allows so that none is out of
+    reach. The average over a long chain estimates the posterior's marginals, the product over
+    tokens of which is the closest product distribution to the posterior (KL(π ‖ q)); the first
+    half is left out as burn-in: a chain started at a high-probability allocation spends it
+    falling into the posterior's bulk (NMF(4), T = 16 000: log π(S) from −8685 to about −9600
+    over some 3000 sweeps). Returns log q (U, L), 0 where a configuration is not allowed (the
+    kernel masks those)."""
     particles = NumbaParticles(tp._replace(tilted=False, referenced=False), len(seeds), seeds, pool)
     particles.set_configs(np.tile(np.asarray(config), (len(seeds), 1)))
     structure = _structure(tp, False)
     num_cells = tp.cell_start.shape[0] - 1
-    out, total = np.empty((num_cells, tp.num_configs)), np.zeros((num_cells, tp.num_configs))
+    out = np.empty((len(seeds), num_cells, tp.num_configs))
+    total = np.zeros((num_cells, tp.num_configs))
+
+    def conditionals(p):  # the kernel releases the GIL: one thread per chain
+        _cell_conditionals(particles.shifted[p], structure, out[p])
+
     for _ in range(max(num_sweeps, 1)):
         if num_sweeps > 0:
             particles.move(1.0, 1)
-        for p in range(len(seeds)):
-            _cell_conditionals(particles.shifted[p], structure, out)
-            total += np.exp(out)
-    allowed = np.isfinite(out)
+        list(pool.map(conditionals, range(len(seeds))))
+        total += np.exp(out).sum(0)
+    allowed = np.isfinite(out[0])
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
@@ -1047,6 +1079,7 @@ class TemperedResult(NamedTuple):
     run_best_counts: list
     block_move_acceptance: np.ndarray
     seconds: float
+    reference_sweeps: int | None = None
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
@@ -1152,7 +1185,8 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
         check_positive(start_a, "start_a")
     check_int(cell_moves, "cell_moves", minimum=0)
     check_int(pair_moves, "pair_moves", minimum=0)
-    check_int(reference_sweeps, "reference_sweeps", minimum=0)
+    if reference_sweeps is not None:
+        check_int(reference_sweeps, "reference_sweeps", minimum=0)
     return schedule
 
 
@@ -1167,7 +1201,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                  num_sweeps: int = 1, schedule=None, kernel: str = "auto", progress_bar: bool | None = None,
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
                  cell_moves: int = 0, pair_moves: int = 0, reference=None,
-                 reference_sweeps: int = 10) -> TemperedResult:
+                 reference_sweeps: int | None = None) -> TemperedResult:
     """Run ``num_runs`` independent tempered SMC samplers over the token allocations.
 
     Parameters
@@ -1219,18 +1253,24 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         An allocation (full cells (n, nodes) and counts (n,) adding up to X, e.g. the
         ``best_cells``, ``best_counts`` of an earlier run) around which to build the start: the
         product q(z) = Π_τ q(cell of τ, z_τ) of every cell's urn conditional averaged over
-        ``reference_sweeps`` Gibbs sweeps of the posterior from it (:func:`reference_from_chains`),
-        on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then unused). Such a q is near one
-        copy of the posterior's bulk, so the path is short whatever the number of tokens, where
-        the path from π₀ grows with it. The relabellings of the latent values that leave p(X, z)
-        unchanged make copies of every mode that a reference in one of them never visits; the
-        last step reweights the particles by |G| w(z) (:func:`symmetric_log_weights`), which
-        counts them. Modes of other shapes away from the reference are found only as far as the
-        moves reach them: on tiny data the estimate can be tenths of a nat low where the
-        prior-started sampler is exact (``method="auto"`` uses it from 1000 tokens on).
-    reference_sweeps : int
-        Posterior sweeps from ``reference`` whose conditionals are averaged into q (0: the
-        reference allocation's own conditionals).
+        ``reference_sweeps`` Gibbs sweeps of the posterior by REFERENCE_CHAINS chains from it
+        (:func:`reference_from_chains`; each run its own chains, so that the spread of the runs
+        includes that of q), on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then
+        unused). Or a :class:`Reference` from :func:`build_references`, shared by every run.
+        Such a q approximates the posterior's marginals in one copy of its bulk, so the path is
+        short whatever the number of tokens, where the path from π₀ grows with it. The
+        relabellings of the latent values that leave p(X, z) unchanged make copies of every mode
+        that a reference in one of them never visits; the last step reweights the particles by
+        |G| w(z) (:func:`symmetric_log_weights`), which counts them. Modes of other shapes away
+        from the reference are found only as far as the moves reach them: on tiny data the
+        estimate can be tenths of a nat low where the prior-started sampler is exact, and at
+        T = 16 000 references from different chains gave values tens of nats apart
+        (``method="auto"`` uses it from 1000 tokens on, from the best of several references).
+    reference_sweeps : int, optional
+        Sweeps of each chain from ``reference`` whose conditionals are averaged into q (0: the
+        reference allocation's own conditionals). Default: REFERENCE_SWEEPS_PER_TOKEN (0.4) × T,
+        at least REFERENCE_MIN_SWEEPS (100): the chains must travel through the posterior's bulk,
+        which takes longer as T grows.
 
     Notes
     -----
@@ -1264,7 +1304,13 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         tp = build_tempered_problem(bound, data, layout, start_scale)
     else:
         tp = build_tempered_problem(bound, data, layout)
-        reference_config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
+        if isinstance(reference, Reference):
+            shared_tp = with_reference(tp, _checked_reference(tp, reference))
+            reference_sweeps = reference.num_sweeps
+        else:
+            reference_config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
+            if reference_sweeps is None:
+                reference_sweeps = default_reference_sweeps(data.total)
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
     runs = []
@@ -1279,17 +1325,22 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
             seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
             if reference is not None:
-                chains = np.asarray(jax.random.split(jax.random.fold_in(key, num_runs), NUM_BLOCKS)).astype(np.uint32)
-                tp = with_reference(tp, reference_from_chains(tp, reference_config, reference_sweeps, chains, pool))
                 relabellings = _label_symmetries(bound, data, layout)
             for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
+                run_tp = tp
+                if isinstance(reference, Reference):
+                    run_tp = shared_tp
+                elif reference is not None:  # every run its own q, so that their spread includes q's
+                    chains = jax.random.split(jax.random.fold_in(key, num_runs + r), REFERENCE_CHAINS)
+                    run_tp = with_reference(tp, reference_from_chains(
+                        tp, reference_config, reference_sweeps, np.asarray(chains).astype(np.uint32), pool))
                 if kernel == "numba":
-                    particles = NumbaParticles(tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
+                    particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
                 else:
-                    particles = JaxParticles(tp, num_particles, jax.random.fold_in(key, r))
+                    particles = JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
                 resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
-                runs.append(_one_run(particles, tp, resample_rng, rho, num_sweeps, schedule, cell_moves, pair_moves,
-                                     relabellings))
+                runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule, cell_moves,
+                                     pair_moves, relabellings))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -1317,7 +1368,41 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         best_config=best.best_config, best_cells=cells, best_counts=counts,
         run_best_cells=[c for c, _ in run_best], run_best_counts=[n for _, n in run_best],
         block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=time.perf_counter() - start,
+        reference_sweeps=reference_sweeps if reference is not None else None,
     )
+
+
+def build_references(model, data, allocation, rng_key=0, num: int = 1, reference_sweeps: int | None = None,
+                     max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
+    """``num`` references built from the allocation ``(cells, counts)`` by independent chains
+    (:func:`reference_from_chains`, REFERENCE_CHAINS each), to pass to :func:`run_tempered` as
+    ``reference``; their runs then share one q. Chains of the posterior wander between its
+    modes, so references from different chains differ (NMF(4), T = 16 000, 6400 sweeps: the
+    tempered SMC from three of them gave −8528.5, −8541.5, −8577.1): ``method="auto"`` builds
+    several and keeps the one whose pilot run gives the highest value."""
+    check_int(num, "num", minimum=1)
+    if reference_sweeps is not None:
+        check_int(reference_sweeps, "reference_sweeps", minimum=0)
+    if numba is None:
+        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    config = configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "allocation")
+    sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
+    keys = jax.random.split(as_key(rng_key), num)
+    with ThreadPoolExecutor(max_workers=max(1, min(REFERENCE_CHAINS, os.cpu_count() or 1))) as pool:
+        return [Reference(reference_from_chains(tp, config, sweeps, np.asarray(
+            jax.random.split(k, REFERENCE_CHAINS)).astype(np.uint32), pool), sweeps) for k in keys]
+
+
+def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
+    shape = (tp.cell_start.shape[0] - 1, tp.num_configs)
+    log_q = np.asarray(reference.log_q, np.float64)
+    if log_q.shape != shape or not np.all(np.isfinite(log_q)):
+        raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape {shape} "
+                         f"(nonzero cells, free configurations), got shape {log_q.shape}; build it with "
+                         "build_references(model, data, allocation)")
+    return log_q
 
 
 def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFAULT_MAX_CONFIGS):
@@ -1355,7 +1440,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                           rho: float = 0.9, num_sweeps: int = 1, schedule=None, kernel: str = "auto",
                           progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS,
                           start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0,
-                          reference=None, reference_sweeps: int = 10):
+                          reference=None, reference_sweeps: int | None = None):
     """Tempered SMC estimate of log p(X) over the token allocations (see :func:`run_tempered`).
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
@@ -1380,7 +1465,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                      num_runs=num_runs, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
                      kernel=resolve_kernel(kernel), start_a=start_a, seconds=result.seconds,
                      cell_moves=cell_moves, pair_moves=pair_moves, referenced=reference is not None,
-                     reference_sweeps=reference_sweeps if reference is not None else None,
+                     reference_sweeps=result.reference_sweeps,
                      cell_move_acceptance=float(result.block_move_acceptance[0]),
                      pair_move_acceptance=float(result.block_move_acceptance[1])),
     )
