@@ -256,7 +256,9 @@ def combine(parts: dict, common: dict) -> EvidenceEstimate:
     if len(ranked) > 1:
         other = common["parts"][ranked[1]]
         cross_check = {k: other[k] for k in ("method", "value", "stderr", "lower_bound")}
-    return replace(best, details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
+    # Named by its part: "reference" for the tempered SMC from a reference.
+    return replace(best, method=ranked[0],
+                   details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
 
 
 def agree(a: EvidenceEstimate, b: EvidenceEstimate) -> bool:
