@@ -187,3 +187,21 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     else:
         assert est.details["kept"] == highest and est.value == parts[highest]["value"]
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
+
+
+def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
+    # From AUTO_SAMPLERS_MAX_TOKENS tokens on (lowered here): only the tempered SMC from the best of
+    # several references, built by chains from the pilot's best allocation.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(auto, "AUTO_SAMPLERS_MAX_TOKENS", 20)
+    model = bam.models.nmf(2, a=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        est = bam.log_evidence(model, MEDIUM, rng_key=4)
+    assert set(est.details["parts"]) == {"reference"} and est.method == "reference"
+    assert est.details["kept"] == "reference" and est.details["cross_check"] is None
+    assert "references" in est.details["reason"]
+    stage = est.details["reference_stage"]
+    assert est.details["lower_bound"] >= stage["start_lower_bound"]
+    assert stage["reference_sweeps"] == max(100, round(0.4 * MEDIUM.sum()))
+    assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr

@@ -96,9 +96,12 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[
     if data.nnz <= AUTO_SMC_MAX_CELLS and per_cell >= AUTO_SMC_MIN_TOKENS_PER_CELL:
         return "smc", (f"{data.nnz} nonzero cells ≤ {AUTO_SMC_MAX_CELLS} with {per_cell:.1f} ≥ "
                        f"{AUTO_SMC_MIN_TOKENS_PER_CELL:g} tokens each: Pólya-urn SMC")
+    size = f"T = {data.total} tokens, about 10^{log_count / np.log(10):.0f} allocations: "
+    if data.total >= AUTO_SAMPLERS_MAX_TOKENS:
+        return "tempered", size + "the tempered SMC from the best of several references built by posterior chains"
     reference = ", the tempered SMC from a reference" if data.total >= AUTO_REFERENCE_MIN_TOKENS else ""
-    return "tempered", (f"T = {data.total} tokens, about 10^{log_count / np.log(10):.0f} allocations: tempered "
-                        f"SMC, Chib from its best allocation{reference}; the highest kept, or those that agree pooled")
+    return "tempered", (size + f"tempered SMC, Chib from its best allocation{reference}; the highest kept, or "
+                        "those that agree pooled")
 
 
 @register_evidence("auto", models=(AllocationModel,))
@@ -136,8 +139,10 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     """The tempered SMC, then the Chib-style estimator with tempered run r's best allocation as
     a candidate for the z* of Chib run r (so that the Chib runs stay independent and their
     spread honest), then from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered SMC from a
-    reference around the best allocation either found; the highest estimate is reported, or the
-    runs of those that agree with it pooled.
+    reference built by posterior chains from the best allocation either found
+    (:func:`reference_stage`); the highest estimate is reported, or the runs of those that agree
+    with it pooled. From AUTO_SAMPLERS_MAX_TOKENS tokens on only the last runs, from the best
+    allocation of the pilot run that sizes the tempered SMC.
 
     Why several. Each is a stochastic lower bound of log p(X) — exp of each is an unbiased (the
     tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
@@ -162,7 +167,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of the pooled
     parts), with ``parts`` (each part's method, value, stderr, lower bound, runs and own details,
     by name: ``"tempered"``, ``"chib"``, ``"reference"``), ``lower_bound`` the largest of their
-    sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default restarts),
+    and the pilot's sure lower bounds, ``vb_bound`` the VB lower bound (best ELBO of the default restarts),
     ``kept`` and ``cross_check`` (when one part is kept) its name and the next highest part's
     value, stderr and lower bound, and ``tempered_stage`` the tempered SMC's particles and the
     pilot's number of temperatures.
