@@ -132,7 +132,7 @@ def test_auto_picks_exact_smc_or_tempered(x1):
 
 
 def test_auto_passes_each_estimator_only_its_options():
-    _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=400)
+    _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(8, 10), total=60)
     table = bam.compare({"1": bam.models.nmf(1), "2": bam.models.nmf(2)}, X, num_particles=32, num_runs=2)
     assert table.loc["1", "method"] == "exact" and table.loc["2", "method"] in ("tempered", "chib", "tempered+chib")
     with pytest.raises(TypeError, match="valid options"):
