@@ -513,6 +513,8 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
     with pytest.raises(ValueError, match="reference: a Reference"):
         tempered.run_tempered(model, X, 1, reference=tempered.Reference(refs[0].log_q[:, :1], 20))
+    with pytest.raises(ValueError, match="reference_sweeps"):
+        tempered.run_tempered(model, X, 1, reference=refs[0], reference_sweeps=5)
     with pytest.raises(ValueError, match="num"):
         tempered.build_references(model, X, (best.best_cells, best.best_counts), num=0)
     assert tempered.default_reference_sweeps(16_000) == 6400

@@ -190,10 +190,11 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     # below it; benchmarks/README.md).
     vb = find_evidence("vb", model)(model, data, rng_key=vb_key)
     references = {}
+    best_visited = lambda: max([*parts.values(), pilot], key=lambda est: est.details["lower_bound"])  # noqa: E731
     if tokens >= AUTO_REFERENCE_MIN_TOKENS:
-        found = max(list(parts.values()) + [pilot], key=lambda est: est.details["lower_bound"])
-        parts["reference"], references = reference_stage(model, data, reference_key, found, vb, tempered_options)
-    common = {"lower_bound": max(est.details["lower_bound"] for est in list(parts.values()) + [pilot]),
+        parts["reference"], references = reference_stage(model, data, reference_key, best_visited(), vb,
+                                                         tempered_options)
+    common = {"lower_bound": best_visited().details["lower_bound"],
               "vb_bound": vb.value, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     return combine(parts, common)

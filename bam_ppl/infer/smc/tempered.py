@@ -361,6 +361,12 @@ def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: i
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
+def chain_reference(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, key, pool) -> np.ndarray:
+    """log q of :func:`reference_from_chains` with REFERENCE_CHAINS chains seeded from one key."""
+    seeds = np.asarray(jax.random.split(key, REFERENCE_CHAINS)).astype(np.uint32)
+    return reference_from_chains(tp, config, num_sweeps, seeds, pool)
+
+
 def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
     """Counts in kernel numbering (F + C) from counts of the table entries (F,) in the model's
     numbering (``BoundModel.flat_concentration``; the columns get their sums)."""
@@ -1316,6 +1322,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     else:
         tp = build_tempered_problem(bound, data, layout)
         if isinstance(reference, Reference):
+            if reference_sweeps is not None and reference_sweeps != reference.num_sweeps:
+                raise ValueError(f"reference_sweeps: a Reference was built with {reference.num_sweeps} sweeps; "
+                                 "leave reference_sweeps out, or pass an allocation as reference")
             shared_tp = with_reference(tp, _checked_reference(tp, reference))
             reference_sweeps = reference.num_sweeps
         else:
@@ -1342,9 +1351,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                 if isinstance(reference, Reference):
                     run_tp = shared_tp
                 elif reference is not None:  # every run its own q, so that their spread includes q's
-                    chains = jax.random.split(jax.random.fold_in(key, num_runs + r), REFERENCE_CHAINS)
-                    run_tp = with_reference(tp, reference_from_chains(
-                        tp, reference_config, reference_sweeps, np.asarray(chains).astype(np.uint32), pool))
+                    run_tp = with_reference(tp, chain_reference(tp, reference_config, reference_sweeps,
+                                                                jax.random.fold_in(key, num_runs + r), pool))
                 if kernel == "numba":
                     particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
                 else:
@@ -1402,8 +1410,7 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
     sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
     keys = jax.random.split(as_key(rng_key), num)
     with ThreadPoolExecutor(max_workers=max(1, min(REFERENCE_CHAINS, os.cpu_count() or 1))) as pool:
-        return [Reference(reference_from_chains(tp, config, sweeps, np.asarray(
-            jax.random.split(k, REFERENCE_CHAINS)).astype(np.uint32), pool), sweeps) for k in keys]
+        return [Reference(chain_reference(tp, config, sweeps, k, pool), sweeps) for k in keys]
 
 
 def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
@@ -1411,7 +1418,8 @@ def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
     log_q = np.asarray(reference.log_q, np.float64)
     if log_q.shape != shape or not np.all(np.isfinite(log_q)):
         raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape {shape} "
-                         f"(nonzero cells, free configurations), got shape {log_q.shape}; build it with "
+                         f"(nonzero cells, free configurations), got shape {log_q.shape}"
+                         f"{'' if log_q.shape != shape else ' with non-finite values'}; build it with "
                          "build_references(model, data, allocation)")
     return log_q
 
