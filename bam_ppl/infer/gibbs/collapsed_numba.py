@@ -235,37 +235,54 @@ class FactorisedRows(NamedTuple):
     denominator_starts: np.ndarray
 
 
-def factorised_rows(spec, token_cell, row_base, row_offset, concentration, num_tokens):
+def factorised_rows(rows: UrnRows, concentration, num_tokens):
     """:class:`FactorisedRows` of a problem, or None when :func:`_sweep_factorised` does not apply.
 
     It applies when no members are tied, no cell restricts the configurations, every row reads
     consecutive entries (after :func:`contiguous_relabelling`) and no partial product of the
     weights can leave the float64 range.
     """
+    token_cell, row_base, row_offset = rows.token_cell, rows.row_base, rows.row_offset
     num_configs = row_offset.shape[1]
     consecutive = np.all(row_offset == row_offset[:, :1] + np.arange(num_configs))
-    rows = list(spec.numerator_rows) + list(spec.denominator_rows)
-    if not rows or spec.ties or spec.has_valid or not consecutive or sorted(spec.moved) != sorted(rows):
+    numerator_rows, denominator_rows = list(rows.numerator_rows), list(rows.denominator_rows)
+    every = numerator_rows + denominator_rows
+    if (not every or rows.tie_rows.size or rows.has_valid or not consecutive
+            or sorted(rows.moved) != sorted(every)):
         return None  # no rows: nothing is free (a latent-free model), the general sweep is a no-op
     # Every factor lies in [α_min, α_max + T]; a partial product of all of them stays within
     # 10**±300 when each does within 10**±(300 / number of factors).
     exponents = np.abs(np.log10([concentration.min(), concentration.max() + num_tokens]))
-    if len(rows) * exponents.max() + np.log10(num_configs) > 300:
+    if len(every) * exponents.max() + np.log10(num_configs) > 300:
         return None
     starts = row_base + row_offset[:, :1]  # (R, U)
     if starts.max() + num_configs >= 2**31:  # the token records are int32
         return None
     constant = np.all(starts == starts[:, :1], axis=1)
-    varying_numerators = [r for r in spec.numerator_rows if not constant[r]]
-    varying = varying_numerators + [r for r in spec.denominator_rows if not constant[r]]
+    varying_numerators = [r for r in numerator_rows if not constant[r]]
+    varying = varying_numerators + [r for r in denominator_rows if not constant[r]]
     constant_starts = lambda group: np.array([starts[r, 0] for r in group if constant[r]], np.int64)  # noqa: E731
     return FactorisedRows(
         token_starts=np.ascontiguousarray(starts[varying][:, token_cell].T, dtype=np.int32),
         num_configs=num_configs,
         num_varying_numerators=len(varying_numerators),
-        numerator_starts=constant_starts(spec.numerator_rows),
-        denominator_starts=constant_starts(spec.denominator_rows),
+        numerator_starts=constant_starts(numerator_rows),
+        denominator_starts=constant_starts(denominator_rows),
     )
+
+
+def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, rows: UrnRows,
+                 factorised: FactorisedRows | None) -> None:
+    """``num_sweeps`` collapsed-Gibbs sweeps of one chain in place (``shifted`` = concentration +
+    counts, ``config`` the tokens' configurations): :func:`_sweep_factorised` where ``factorised``
+    (from :func:`factorised_rows`) applies, else :func:`_place_tokens`."""
+    if factorised is None:
+        _place_tokens(rng, SWEEP, num_sweeps, shuffle, shifted, config, order, rows)
+        return
+    tokens = np.empty((factorised.token_starts.shape[0], 1 + factorised.token_starts.shape[1]), np.int32)
+    tokens[:, 0], tokens[:, 1:] = config, factorised.token_starts
+    _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, factorised)
+    config[:] = tokens[:, 0]
 
 
 if HAVE_NUMBA:
@@ -353,8 +370,7 @@ class NumbaChains:
         self.config = np.zeros((num_chains, num_tokens), np.int32)
         self.orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
         self.rngs = [_seeded(key) for key in sweep_keys]
-        self._factorised = factorised_rows(spec, self.rows.token_cell, row_base, row_offset, self.concentration,
-                                           num_tokens) if factorised else None
+        self._factorised = factorised_rows(self.rows, self.concentration, num_tokens) if factorised else None
         self._pool = ThreadPoolExecutor(max_workers=min(num_chains, os.cpu_count() or 1) if parallel else 1)
         # The urn initialisation visits the tokens in random order, whatever the sweep order.
         init_orders = np.tile(np.arange(num_tokens, dtype=np.int32), (num_chains, 1))
@@ -368,18 +384,9 @@ class NumbaChains:
 
     def advance(self, num_sweeps: int) -> None:
         """``num_sweeps`` Gibbs sweeps of every chain."""
-        rows = self._factorised
-        if rows is None:
-            self._each_chain(self.rngs, SWEEP, num_sweeps, self.shuffle, self.orders)
-            return
-
-        def sweep(chain, shifted):
-            tokens = np.empty((rows.token_starts.shape[0], 1 + rows.token_starts.shape[1]), np.int32)
-            tokens[:, 0], tokens[:, 1:] = self.config[chain], rows.token_starts
-            _sweep_factorised(self.rngs[chain], num_sweeps, self.shuffle, shifted, tokens, self.orders[chain], rows)
-            self.config[chain] = tokens[:, 0]
-
-        self._on_each_chain(sweep)
+        self._on_each_chain(lambda chain, shifted: gibbs_sweeps(
+            self.rngs[chain], num_sweeps, self.shuffle, shifted, self.config[chain], self.orders[chain], self.rows,
+            self._factorised))
 
     def close(self) -> None:
         """Stop the worker threads."""

@@ -322,6 +322,16 @@ def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
 REFERENCE_THIN = 4
 
 
+def urn_rows(tp: TemperedProblem) -> gibbs_numba.UrnRows:
+    """The rows of the urn conditional at β = 1 (latent and visible tables together), as the
+    collapsed-Gibbs kernel reads them."""
+    return gibbs_numba.UrnRows(
+        tp.token_cell, tp.row_base, tp.row_offset, tp.valid,
+        np.concatenate([tp.latent_numerators, tp.visible_numerators]),
+        np.concatenate([tp.latent_denominators, tp.visible_denominators]),
+        tp.tie_rows, tp.tie_earlier, tp.moved, tp.log_space, tp.has_valid)
+
+
 def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seeds, pool,
                           floor: float = REFERENCE_FLOOR) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
@@ -335,28 +345,37 @@ def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: i
     allocation falls from it into the posterior's bulk (NMF(4), T = 16 000: log π(S) from −8685
     to about −9600 over some 3000 sweeps), yet 400 sweeps averaged after 4000 of burn-in gave a
     reference 50 nats worse than the first 400 (tempered SMC from each: −8651 against −8597, two
-    runs of 16 particles). Returns log q (U, L), 0 where a configuration is
-    not allowed (the kernel masks those)."""
-    particles = NumbaParticles(tp._replace(tilted=False, referenced=False), len(seeds), seeds, pool)
-    particles.set_configs(np.tile(np.asarray(config), (len(seeds), 1)))
+    runs of 16 particles). The chains are the collapsed-Gibbs backend's sweeps
+    (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`: 17 M token updates per second
+    on one core for NMF(4), T = 16 000, against 4.7 M for the tempered kernel at β = 1, which
+    also tracks the log terms). Returns log q (U, L), 0 where a configuration is not allowed
+    (the kernel masks those)."""
+    rows = urn_rows(tp)
+    factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
     structure = _structure(tp, False)
     num_cells = tp.cell_start.shape[0] - 1
-    out = np.empty((len(seeds), num_cells, tp.num_configs))
-    total = np.zeros((num_cells, tp.num_configs))
+    totals = np.zeros((len(seeds), num_cells, tp.num_configs))
+    outs = np.empty_like(totals)
 
-    def conditionals(p):  # the kernel releases the GIL: one thread per chain
-        _cell_conditionals(particles.shifted[p], structure, out[p])
+    def chain(c):  # the kernels release the GIL: one thread per chain
+        rng = np.random.default_rng(np.asarray(seeds[c], np.uint32))
+        shifted = tp.concentration + counts_of_configs(tp, config)
+        state = np.array(config, np.int32)
+        order = np.arange(state.shape[0], dtype=np.int32)
+        out = outs[c]
+        done = 0
+        while True:
+            _cell_conditionals(shifted, structure, out)
+            totals[c] += np.exp(out)
+            if done >= num_sweeps:
+                return
+            step = min(REFERENCE_THIN, num_sweeps - done)
+            gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
+            done += step
 
-    done = 0
-    while True:
-        list(pool.map(conditionals, range(len(seeds))))
-        total += np.exp(out).sum(0)
-        if done >= num_sweeps:
-            break
-        step = min(REFERENCE_THIN, num_sweeps - done)
-        particles.move(1.0, step)
-        done += step
-    allowed = np.isfinite(out[0])
+    list(pool.map(chain, range(len(seeds))))
+    total = totals.sum(0)
+    allowed = np.isfinite(outs[0])
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
