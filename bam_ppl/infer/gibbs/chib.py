@@ -96,7 +96,7 @@ from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, sh
 from ..prepare import prepare
 from ..registry import register_evidence
 from .collapsed import build_problem
-from .collapsed_numba import UrnRows
+from .collapsed_numba import urn_rows
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
@@ -518,19 +518,14 @@ class _Problem:
 
     def __init__(self, bound, data, layout, label_symmetry: bool, max_relabellings: int):
         spec, problem = build_problem(bound, data, layout, token_order="fixed")
-        as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
         self.concentration = np.asarray(problem.concentration, np.float64)
         # Multiply the factors of the conditional directly unless a partial product could leave
         # the float64 range (each factor lies in [α_min, α_max + T + 1]).
         num_factors = len(spec.numerator_rows) + len(spec.denominator_rows)
         extremes = np.abs(np.log10([self.concentration.min(), self.concentration.max() + data.total + 1]))
-        self.structure = UrnRows(
-            np.asarray(problem.token_cell, np.int64), np.asarray(problem.row_base, np.int64),
-            np.asarray(problem.row_offset, np.int64), np.asarray(problem.valid, np.bool_),
-            as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
-            as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
-            as_rows(spec.moved), log_space=bool(num_factors * extremes.max() > 280), has_valid=bool(spec.has_valid),
-        )
+        self.structure = urn_rows(
+            spec, np.asarray(problem.token_cell, np.int64), np.asarray(problem.row_base, np.int64),
+            np.asarray(problem.row_offset, np.int64), problem.valid, num_factors * extremes.max() > 280)
         self.fixed_counts = np.asarray(problem.fixed_counts, np.float64)
         self.num_entries = int(spec.num_table_entries)
         self.num_configs = int(spec.num_configs)

@@ -58,6 +58,18 @@ class UrnRows(NamedTuple):
     has_valid: bool  # some cell restricts the configurations
 
 
+def urn_rows(spec, token_cell, row_base, row_offset, valid, log_space: bool) -> UrnRows:
+    """The :class:`UrnRows` of a :class:`~bam_ppl.infer.gibbs.collapsed.GibbsSpec` with its arrays
+    (``row_base`` and ``row_offset`` in the numbering of the count vector the kernel reads)."""
+    as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
+    return UrnRows(
+        np.asarray(token_cell), np.asarray(row_base), np.asarray(row_offset), np.asarray(valid, np.bool_),
+        as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
+        as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
+        as_rows(spec.moved), bool(log_space), bool(spec.has_valid),
+    )
+
+
 def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
     """``num_sweeps`` passes over the tokens of one chain, in place; ``rows`` is an :class:`UrnRows`.
 
@@ -357,13 +369,8 @@ class NumbaChains:
             np.asarray(problem.row_base, np.int64), np.asarray(problem.row_offset, np.int64), concentration.size)
         self.concentration = np.empty_like(concentration)
         self.concentration[self._new_of_old] = concentration
-        as_rows = lambda rows: np.asarray(rows, np.int64).reshape(-1)  # noqa: E731
-        self.rows = UrnRows(
-            np.asarray(problem.token_cell, np.int32), row_base, row_offset, np.asarray(problem.valid, np.bool_),
-            as_rows(spec.numerator_rows), as_rows(spec.denominator_rows),
-            as_rows([row for row, _ in spec.ties]), as_rows([earlier for _, earlier in spec.ties]),
-            as_rows(spec.moved), bool(spec.log_space), bool(spec.has_valid),
-        )
+        self.rows = urn_rows(spec, np.asarray(problem.token_cell, np.int32), row_base, row_offset, problem.valid,
+                             spec.log_space)
         fixed_counts = np.empty(concentration.size, np.int32)
         fixed_counts[self._new_of_old] = problem.fixed_counts
         self._counts = np.tile(fixed_counts, (num_chains, 1))  # in the kernel's numbering

@@ -137,6 +137,7 @@ class TemperedProblem(NamedTuple):
     tilted: bool  # whether the start differs from π₀ (a nonzero shift, or a reference)
     log_reference: np.ndarray  # (U, L) log q of the per-cell reference start ((1, 1) unused without one)
     referenced: bool  # whether the start is the per-cell reference q instead of an urn
+    gibbs_rows: gibbs_numba.UrnRows  # the urn conditional at β = 1 as the collapsed-Gibbs kernel reads it
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
@@ -194,12 +195,14 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     # log space when a product of a token's factors could leave the float64 range
     num_rows = len(spec.numerator_rows) + len(spec.denominator_rows)
     extremes = np.abs(np.log10([concentration.min(), concentration.max() + data.total]))
+    log_space = bool(num_rows * extremes.max() > 250)
+    token_cell = np.asarray(problem.token_cell, np.int32)
     constant = bound.log_data_constant(data)
     column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
     return TemperedProblem(
-        token_cell=np.asarray(problem.token_cell, np.int32),
+        token_cell=token_cell,
         cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         row_base=row_base, row_offset=row_offset, valid=valid, has_valid=bool(spec.has_valid),
         latent_numerators=rows(spec.numerator_rows, True), latent_denominators=rows(spec.denominator_rows, True),
@@ -208,7 +211,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         tie_rows=np.array([r for r, _ in spec.ties], np.int64).reshape(-1),
         tie_earlier=np.array([e for _, e in spec.ties], np.int64).reshape(-1),
         moved=np.array(spec.moved, np.int64).reshape(-1),
-        log_space=bool(num_rows * extremes.max() > 250),
+        log_space=log_space,
         concentration=conc, fixed_counts=fixed, new_of_old=new_of_old,
         log_int=np.log(np.maximum(np.arange(int(counts.max()) + 1), 1)).astype(np.float64),
         num_configs=int(spec.num_configs), num_table_entries=F,
@@ -219,6 +222,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         shift=_start_shift(bound, is_latent, concentration, new_of_old, start_scale),
         tilted=bool(start_scale != 1.0 and is_latent.any()),
         log_reference=np.zeros((1, 1)), referenced=False,
+        gibbs_rows=gibbs_numba.urn_rows(spec, token_cell, row_base, row_offset, valid, log_space),
     )
 
 
@@ -322,16 +326,6 @@ def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
 REFERENCE_THIN = 4
 
 
-def urn_rows(tp: TemperedProblem) -> gibbs_numba.UrnRows:
-    """The rows of the urn conditional at β = 1 (latent and visible tables together), as the
-    collapsed-Gibbs kernel reads them."""
-    return gibbs_numba.UrnRows(
-        tp.token_cell, tp.row_base, tp.row_offset, tp.valid,
-        np.concatenate([tp.latent_numerators, tp.visible_numerators]),
-        np.concatenate([tp.latent_denominators, tp.visible_denominators]),
-        tp.tie_rows, tp.tie_earlier, tp.moved, tp.log_space, tp.has_valid)
-
-
 def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seeds, pool,
                           floor: float = REFERENCE_FLOOR) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
@@ -350,7 +344,7 @@ def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: i
     on one core for NMF(4), T = 16 000, against 4.7 M for the tempered kernel at β = 1, which
     also tracks the log terms). Returns log q (U, L), 0 where a configuration is not allowed
     (the kernel masks those)."""
-    rows = urn_rows(tp)
+    rows = tp.gibbs_rows
     factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
     structure = _structure(tp, False)
     num_cells = tp.cell_start.shape[0] - 1
