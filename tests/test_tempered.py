@@ -511,6 +511,12 @@ def test_a_shared_reference_matches_exact_and_is_checked():
                                    schedule=np.linspace(0.05, 1.0, 20), reference=refs[0])
     assert result.reference_sweeps == 20
     assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
+    # One Reference per run: still unbiased, each run from its own q.
+    per_run = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+                                    schedule=np.linspace(0.05, 1.0, 20), reference=refs * 4)
+    assert abs(per_run.log_evidence - exact_log_evidence(model, X)) <= 4 * per_run.stderr + 0.02, per_run
+    with pytest.raises(ValueError, match="one Reference per run"):
+        tempered.run_tempered(model, X, 1, num_runs=3, reference=refs)
     with pytest.raises(ValueError, match="reference: a Reference"):
         tempered.run_tempered(model, X, 1, reference=tempered.Reference(refs[0].log_q[:, :1], 20))
     with pytest.raises(ValueError, match="reference_sweeps"):

@@ -1286,7 +1286,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         ``reference_sweeps`` Gibbs sweeps of the posterior by REFERENCE_CHAINS chains from it
         (:func:`reference_from_chains`; each run its own chains, so that the spread of the runs
         includes that of q), on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then
-        unused). Or a :class:`Reference` from :func:`build_references`, shared by every run.
+        unused). Or a :class:`Reference` from :func:`build_references`, shared by every run, or
+        a list of ``num_runs`` of them, one per run (so that the runs' spread includes the
+        references').
         Such a q approximates the posterior's marginals in one copy of its bulk, so the path is
         short whatever the number of tokens, where the path from π₀ grows with it. The
         relabellings of the latent values that leave p(X, z) unchanged make copies of every mode
@@ -1329,17 +1331,20 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         cell_moves = pair_moves = 0
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    references = None
     if reference is None:
         start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
         tp = build_tempered_problem(bound, data, layout, start_scale)
     else:
         tp = build_tempered_problem(bound, data, layout)
-        if isinstance(reference, Reference):
-            if reference_sweeps is not None and reference_sweeps != reference.num_sweeps:
-                raise ValueError(f"reference_sweeps: a Reference was built with {reference.num_sweeps} sweeps; "
+        references = _references_per_run(reference, num_runs)
+        if references is not None:
+            built = sorted({ref.num_sweeps for ref in references})
+            if reference_sweeps is not None and built != [reference_sweeps]:
+                raise ValueError(f"reference_sweeps: the references were built with {built} sweeps; "
                                  "leave reference_sweeps out, or pass an allocation as reference")
-            shared_tp = with_reference(tp, _checked_reference(tp, reference))
-            reference_sweeps = reference.num_sweeps
+            run_tps = [with_reference(tp, _checked_reference(tp, ref)) for ref in references]
+            reference_sweeps = built[-1]
         else:
             reference_config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
             if reference_sweeps is None:
@@ -1361,8 +1366,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                 relabellings = _label_symmetries(bound, data, layout)
             for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
                 run_tp = tp
-                if isinstance(reference, Reference):
-                    run_tp = shared_tp
+                if references is not None:
+                    run_tp = run_tps[r]
                 elif reference is not None:  # every run its own q, so that their spread includes q's
                     run_tp = with_reference(tp, chain_reference(tp, reference_config, reference_sweeps,
                                                                 jax.random.fold_in(key, num_runs + r), pool))
@@ -1424,6 +1429,19 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
     keys = jax.random.split(as_key(rng_key), num)
     with ThreadPoolExecutor(max_workers=max(1, min(REFERENCE_CHAINS, os.cpu_count() or 1))) as pool:
         return [Reference(chain_reference(tp, config, sweeps, k, pool), sweeps) for k in keys]
+
+
+def _references_per_run(reference, num_runs: int) -> list[Reference] | None:
+    """The :class:`Reference` of every run when ``reference`` is one (shared) or a sequence of
+    them (one per run); None when it is an allocation."""
+    if isinstance(reference, Reference):
+        return [reference] * num_runs
+    if (isinstance(reference, (list, tuple)) and len(reference) > 0
+            and all(isinstance(ref, Reference) for ref in reference)):
+        if len(reference) != num_runs:
+            raise ValueError(f"reference: one Reference per run, got {len(reference)} for num_runs={num_runs}")
+        return list(reference)
+    return None
 
 
 def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
