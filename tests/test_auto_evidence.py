@@ -173,8 +173,8 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
     assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES
-    runs = auto.AUTO_REFERENCE_OPTIONS["num_runs"]
-    assert stage["chosen"] == list(np.argsort(stage["pilots"], kind="stable")[::-1][:runs])
+    pilots, groups = np.asarray(stage["pilots"]), auto.AUTO_REFERENCE_GROUPS
+    assert stage["chosen"] == [g + groups * int(np.argmax(pilots[g::groups])) for g in range(groups)]
     assert "sampled" in stage["starts"]
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
     assert ("vb" in stage["starts"]) == (est.details["vb_bound"] > stage["start_lower_bound"])
