@@ -287,15 +287,20 @@ def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
 
 
 REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
-# Chains per reference: one per core of a 2-core machine. Length matters more than their number:
-# NMF(4), T = 16 000, 12 800 sweeps in all: 8 chains of 1600 gave −8523 and −8547 (two keys), 2
-# chains of 6400 −8499 (tempered SMC with 16 particles, 4 runs, from each reference).
-REFERENCE_CHAINS = 2
+# One chain per reference. Chains of the posterior settle in modes of different mass, and an
+# average over chains in different modes is a blend that fits none of them: NMF(4), T = 16 000,
+# from one allocation, the tempered SMC (16 particles, one run) from each of 8 references of two
+# chains × 6400 sweeps gave −8499.6 to −8633.9 (median −8555), from 16 references of one chain
+# × 6400 sweeps (the same work) −8499.2 to −8545.5 (median −8527), and from 8 of one chain ×
+# 12 800 sweeps −8497.4 to −8545.9 (median −8526), 21 of 40 within 8 nats of the best over five
+# keys. The chains of several references run at once, one per core.
 # Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS.
-# The chains must travel through the posterior's bulk for q to cover it: NMF(4), T = 16 000, from
-# the same allocation (tempered SMC with 16 particles, 2 runs per q): 10 sweeps −8677.9, 100
-# −8651.0, 400 −8593.9, 1600 −8523.0, 6400 −8511.1; at T = 1000 400 sweeps were as good as 1600.
-REFERENCE_SWEEPS_PER_TOKEN = 0.4
+# The chain must travel through the posterior's bulk for q to cover it: NMF(4), T = 16 000, from
+# the same allocation (tempered SMC with 16 particles, 2 runs per q, two chains per q): 10
+# sweeps −8677.9, 100 −8651.0, 400 −8593.9, 1600 −8523.0, 6400 −8511.1; one chain, best of 16
+# references: 1600 sweeps −8524.5, 6400 −8499.2; best of 8 of 12 800 sweeps −8497.4, best of
+# 4 of 25 600 −8494.1 (the same work); at T = 1000 400 sweeps were as good as 1600.
+REFERENCE_SWEEPS_PER_TOKEN = 0.8
 REFERENCE_MIN_SWEEPS = 100
 
 
@@ -326,58 +331,54 @@ def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
 REFERENCE_THIN = 4
 
 
-def reference_from_chains(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seeds, pool,
-                          floor: float = REFERENCE_FLOOR) -> np.ndarray:
+def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed,
+                         floor: float = REFERENCE_FLOOR) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
     ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
-    start) by one chain per seed started there (the allocation's own conditionals when 0), then
-    mixed with ``floor`` of the uniform distribution over the configurations the cell allows so
-    that none is out of reach. The average over a long chain estimates the posterior's
-    marginals, the product over tokens of which is the closest product distribution to the
-    posterior (KL(π ‖ q)). No burn-in is left out: a chain started at a high-probability
-    allocation falls from it into the posterior's bulk (NMF(4), T = 16 000: log π(S) from −8685
-    to about −9600 over some 3000 sweeps), yet 400 sweeps averaged after 4000 of burn-in gave a
-    reference 50 nats worse than the first 400 (tempered SMC from each: −8651 against −8597, two
-    runs of 16 particles). The chains are the collapsed-Gibbs backend's sweeps
-    (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`: 17 M token updates per second
-    on one core for NMF(4), T = 16 000, against 3.7–4.4 M for the tempered kernel at β = 1,
-    which also tracks the log terms). Returns log q (U, L), 0 where a configuration is not allowed
-    (the kernel masks those)."""
+    start) by one chain started there and seeded by ``seed`` (the allocation's own conditionals
+    when 0), then mixed with ``floor`` of the uniform distribution over the configurations the
+    cell allows so that none is out of reach. The average over a long chain estimates the
+    posterior's marginals in the mode it settles in, the product over tokens of which is the
+    closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is left out: a
+    chain started at a high-probability allocation falls from it into the posterior's bulk
+    (NMF(4), T = 16 000: log π(S) from −8685 to about −9600 over some 3000 sweeps), yet 400
+    sweeps averaged after 4000 of burn-in gave a reference 50 nats worse than the first 400
+    (tempered SMC from each: −8651 against −8597, two runs of 16 particles). The chain runs the
+    collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`:
+    17 M token updates per second on one core for NMF(4), T = 16 000, against 3.7–4.4 M for the
+    tempered kernel at β = 1, which also tracks the log terms) and releases the GIL, so that the
+    chains of several references run in threads. Returns log q (U, L), 0 where a configuration
+    is not allowed (the kernel masks those)."""
     rows = tp.gibbs_rows
     factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
     structure = _structure(tp, False)
     num_cells = tp.cell_start.shape[0] - 1
-    totals = np.zeros((len(seeds), num_cells, tp.num_configs))
-    outs = np.empty_like(totals)
-
-    def chain(c):  # the kernels release the GIL: one thread per chain
-        rng = np.random.default_rng(np.asarray(seeds[c], np.uint32))
-        shifted = tp.concentration + counts_of_configs(tp, config)
-        state = np.array(config, np.int32)
-        order = np.arange(state.shape[0], dtype=np.int32)
-        out = outs[c]
-        done = 0
-        while True:
-            _cell_conditionals(shifted, structure, out)
-            totals[c] += np.exp(out)
-            if done >= num_sweeps:
-                return
-            step = min(REFERENCE_THIN, num_sweeps - done)
-            gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
-            done += step
-
-    list(pool.map(chain, range(len(seeds))))
-    total = totals.sum(0)
-    allowed = np.isfinite(outs[0])
+    total = np.zeros((num_cells, tp.num_configs))
+    out = np.empty_like(total)
+    rng = np.random.default_rng(np.asarray(seed, np.uint32))
+    shifted = tp.concentration + counts_of_configs(tp, config)
+    state = np.array(config, np.int32)
+    order = np.arange(state.shape[0], dtype=np.int32)
+    done = 0
+    while True:
+        _cell_conditionals(shifted, structure, out)
+        total += np.exp(out)
+        if done >= num_sweeps:
+            break
+        step = min(REFERENCE_THIN, num_sweeps - done)
+        gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
+        done += step
+    allowed = np.isfinite(out)
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
-def chain_reference(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, key, pool) -> np.ndarray:
-    """log q of :func:`reference_from_chains` with REFERENCE_CHAINS chains seeded from one key."""
-    seeds = np.asarray(jax.random.split(key, REFERENCE_CHAINS)).astype(np.uint32)
-    return reference_from_chains(tp, config, num_sweeps, seeds, pool)
+def chain_references(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, keys, pool) -> list[np.ndarray]:
+    """log q of :func:`reference_from_chain`, one per raw JAX key (rows of ``keys``), their chains
+    run on ``pool``."""
+    seeds = np.asarray(keys).astype(np.uint32)
+    return list(pool.map(lambda seed: reference_from_chain(tp, config, num_sweeps, seed), seeds))
 
 
 def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
@@ -1283,8 +1284,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         An allocation (full cells (n, nodes) and counts (n,) adding up to X, e.g. the
         ``best_cells``, ``best_counts`` of an earlier run) around which to build the start: the
         product q(z) = Π_τ q(cell of τ, z_τ) of every cell's urn conditional averaged over
-        ``reference_sweeps`` Gibbs sweeps of the posterior by REFERENCE_CHAINS chains from it
-        (:func:`reference_from_chains`; each run its own chains, so that the spread of the runs
+        ``reference_sweeps`` Gibbs sweeps of the posterior by a chain from it
+        (:func:`reference_from_chain`; each run its own chain, so that the spread of the runs
         includes that of q), on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then
         unused). Or a :class:`Reference` from :func:`build_references`, shared by every run, or
         a list of ``num_runs`` of them, one per run (so that the runs' spread includes the
@@ -1300,7 +1301,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         (``method="auto"`` uses it from 1000 tokens on, from the best of several references).
     reference_sweeps : int, optional
         Sweeps of each chain from ``reference`` whose conditionals are averaged into q (0: the
-        reference allocation's own conditionals). Default: REFERENCE_SWEEPS_PER_TOKEN (0.4) × T,
+        reference allocation's own conditionals). Default: REFERENCE_SWEEPS_PER_TOKEN (0.8) × T,
         at least REFERENCE_MIN_SWEEPS (100): the chains must travel through the posterior's bulk,
         which takes longer as T grows.
 
@@ -1364,13 +1365,12 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
             if reference is not None:
                 relabellings = _label_symmetries(bound, data, layout)
+            if references is None and reference is not None:  # every run its own q, so that their spread includes q's
+                run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
+                run_tps = [with_reference(tp, log_q) for log_q in
+                           chain_references(tp, reference_config, reference_sweeps, run_keys, pool)]
             for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
-                run_tp = tp
-                if references is not None:
-                    run_tp = run_tps[r]
-                elif reference is not None:  # every run its own q, so that their spread includes q's
-                    run_tp = with_reference(tp, chain_reference(tp, reference_config, reference_sweeps,
-                                                                jax.random.fold_in(key, num_runs + r), pool))
+                run_tp = tp if reference is None else run_tps[r]
                 if kernel == "numba":
                     particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
                 else:
@@ -1412,7 +1412,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
 def build_references(model, data, allocation, rng_key=0, num: int = 1, reference_sweeps: int | None = None,
                      max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
     """``num`` references built from the allocation ``(cells, counts)`` by independent chains
-    (:func:`reference_from_chains`, REFERENCE_CHAINS each), to pass to :func:`run_tempered` as
+    (:func:`reference_from_chain`, one each, run one per core), to pass to :func:`run_tempered` as
     ``reference``; their runs then share one q. Chains of the posterior wander between its
     modes, so references from different chains differ (NMF(4), T = 16 000, 6400 sweeps: the
     tempered SMC from three of them gave −8528.5, −8541.5, −8577.1): ``method="auto"`` builds
@@ -1427,8 +1427,8 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
     config = configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "allocation")
     sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
     keys = jax.random.split(as_key(rng_key), num)
-    with ThreadPoolExecutor(max_workers=max(1, min(REFERENCE_CHAINS, os.cpu_count() or 1))) as pool:
-        return [Reference(chain_reference(tp, config, sweeps, k, pool), sweeps) for k in keys]
+    with ThreadPoolExecutor(max_workers=max(1, min(num, os.cpu_count() or 1))) as pool:
+        return [Reference(log_q, sweeps) for log_q in chain_references(tp, config, sweeps, keys, pool)]
 
 
 def _references_per_run(reference, num_runs: int) -> list[Reference] | None:
