@@ -290,9 +290,9 @@ REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's all
 # One chain per reference. Chains of the posterior settle in modes of different mass, and an
 # average over chains in different modes is a blend that fits none of them: NMF(4), T = 16 000,
 # from one allocation, the tempered SMC (16 particles, one run) from each of 8 references of two
-# chains × 6400 sweeps gave −8499.6 to −8633.9 (median −8555), from 16 references of one chain
+# chains × 6400 sweeps gave −8499.6 to −8633.9 (median −8556), from 16 references of one chain
 # × 6400 sweeps (the same work) −8499.2 to −8545.5 (median −8527), and from 8 of one chain ×
-# 12 800 sweeps −8497.4 to −8545.9 (median −8526), 21 of 40 within 8 nats of the best over five
+# 12 800 sweeps −8497.4 to −8545.9 (median −8526), 19 of 40 within 8 nats of the best over five
 # keys. The chains of several references run at once, one per core.
 # Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS.
 # The chain must travel through the posterior's bulk for q to cover it: NMF(4), T = 16 000, from
