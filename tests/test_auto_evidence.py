@@ -173,8 +173,9 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
     assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES
-    pilots, groups = np.asarray(stage["pilots"]), auto.AUTO_REFERENCE_GROUPS
-    assert stage["chosen"] == [g + groups * int(np.argmax(pilots[g::groups])) for g in range(groups)]
+    pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
+    assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_runs"] and chosen[0] == int(np.argmax(pilots))
+    assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
     assert "sampled" in stage["starts"]
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
     assert ("vb" in stage["starts"]) == (est.details["vb_bound"] > stage["start_lower_bound"])
@@ -207,3 +208,9 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert est.details["lower_bound"] >= stage["start_lower_bound"]
     assert stage["reference_sweeps"] == max(100, round(0.4 * MEDIUM.sum()))
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
+
+
+def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():
+    assert auto.runs_from_pilots([-30.0, -1.0, -5.0, -2.0], 4) == [1, 3, 2, 1]
+    assert auto.runs_from_pilots([-30.0, -1.0, -50.0], 4) == [1, 1, 1, 1]
+    assert auto.runs_from_pilots([-3.0] * 6, 4) == [0, 1, 2, 3]

@@ -73,15 +73,18 @@ AUTO_REFERENCE_MIN_TOKENS = 1000
 # the prior-started SMC: at T = 4000 the three parts agree, at T = 16 000 the prior-started SMC
 # and Chib were 150 nats below it and took half of the time (benchmarks/README.md).
 AUTO_SAMPLERS_MAX_TOKENS = 8000
-# References built (independent chains from the start allocations), each tried by a pilot run,
-# in groups whose best references the main runs start from. Chains wander between the
-# posterior's modes, so references differ: NMF(4), T = 16 000, three from one allocation gave
-# −8528.5, −8541.5, −8577.1 (one run of 16 particles each). Four runs from the best of four
-# references, shared, stated ± 0.7 to 4.7 while five keys spread by sd 5.6 (−8496.0 to −8509.6):
-# the choice of the reference varies, so two groups replicate it. Four runs from the four best
-# of eight spread by 20 to 65 nats instead: the best by pilot gave the highest run every time.
+# References built (one chain each from the start allocations), each tried by a pilot run; the
+# main runs start from those whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best
+# pilot, in turn. Chains settle in modes of different mass, so references differ: NMF(4),
+# T = 16 000, pilots of eight references (12 800 sweeps each) from one allocation: −8497.4 to
+# −8545.9, those in the dominant mode within about 8 nats of each other, the others 20 nats or
+# more below. Four runs from one shared reference stated ± 0.7 to 4.7 while five keys spread by
+# sd 5.6: the choice among the references the pilots cannot tell apart varies the value, so the
+# runs replicate it. Two groups of four with two runs from the best of each (the rule before)
+# spread widely whenever one group had no reference in the dominant mode (one key of five:
+# −8491.59 ± 8.00, runs −8520.7, −8521.7, −8497.7, −8490.2).
 AUTO_REFERENCE_CANDIDATES = 8
-AUTO_REFERENCE_GROUPS = 2
+AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
 AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=1)
 
@@ -213,11 +216,11 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     NMF(4) at T = 64 000, where VB's mode was far better than any they found), the VB fit's
     expected counts rounded. AUTO_REFERENCE_CANDIDATES references are built from them by
     independent chains (:func:`bam_ppl.infer.smc.tempered.build_references`), each is tried by a
-    pilot run (AUTO_REFERENCE_PILOT); the candidates are split into AUTO_REFERENCE_GROUPS groups,
-    and the main estimate (AUTO_REFERENCE_OPTIONS) runs as many times from the best of each group
-    by its pilot: the groups replicate the choice of a reference, so that the runs' spread, the
-    stated error, includes how much the chosen reference varies. The pilots have keys of their
-    own, so the main runs stay unbiased.
+    pilot run (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from
+    the candidates whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN nats of the best, best
+    first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references
+    the pilots cannot tell apart, so that their spread, the stated error, includes how much it
+    varies. The pilots have keys of their own, so the main runs stay unbiased.
     """
     tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
@@ -236,15 +239,20 @@ def reference_stage(model, data, key, found, vb, tempered_options):
         for i, (_, ref) in enumerate(candidates):
             pilots.append(tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
                                       **AUTO_REFERENCE_PILOT, **shared).value)
-    # The best of each group of candidates (every AUTO_REFERENCE_GROUPS-th), with as many runs each.
-    groups = [np.arange(g, len(candidates), AUTO_REFERENCE_GROUPS) for g in range(AUTO_REFERENCE_GROUPS)]
-    chosen = [int(g[np.argmax(np.asarray(pilots)[g])]) for g in groups if g.size]
-    runs_each = AUTO_REFERENCE_OPTIONS["num_runs"] // len(chosen)
-    estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen
-                                                                for _ in range(runs_each)],
+    chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
+    estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], starts=[name for name, _ in candidates],
                           pilots=pilots, chosen=chosen, reference_sweeps=candidates[chosen[0]][1].num_sweeps)
+
+
+def runs_from_pilots(pilots, num_runs: int) -> list[int]:
+    """The candidate of each of ``num_runs`` runs: those whose pilot value lies within
+    AUTO_REFERENCE_PILOT_MARGIN of the best, best first, taken in turn."""
+    pilots = np.asarray(pilots, np.float64)
+    order = np.argsort(-pilots, kind="stable")
+    close = order[pilots[order] >= pilots[order[0]] - AUTO_REFERENCE_PILOT_MARGIN]
+    return [int(close[r % close.size]) for r in range(num_runs)]
 
 
 def summary(est: EvidenceEstimate) -> dict:
