@@ -77,12 +77,13 @@ AUTO_SAMPLERS_MAX_TOKENS = 8000
 # main runs start from those whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best
 # pilot, in turn. Chains settle in modes of different mass, so references differ: NMF(4),
 # T = 16 000, pilots of eight references (12 800 sweeps each) from one allocation: −8497.4 to
-# −8545.9, those in the dominant mode within about 8 nats of each other, the others 20 nats or
+# −8545.9, those in the dominant mode within about 8 nats of each other, the others 10 nats or
 # more below. Four runs from one shared reference stated ± 0.7 to 4.7 while five keys spread by
 # sd 5.6: the choice among the references the pilots cannot tell apart varies the value, so the
 # runs replicate it. Two groups of four with two runs from the best of each (the rule before)
 # spread widely whenever one group had no reference in the dominant mode (one key of five:
-# −8491.59 ± 8.00, runs −8520.7, −8521.7, −8497.7, −8490.2).
+# −8491.59 ± 8.00, runs −8520.7, −8521.7, −8497.7, −8490.2). This rule, the same five keys:
+# −8493.10 to −8495.21, sd 0.90, stated ± 0.20 to 1.83, 206–227 s (benchmarks/README.md).
 AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
