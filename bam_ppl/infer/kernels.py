@@ -3,7 +3,7 @@
 The Pólya-urn SMC, collapsed Gibbs, tempered SMC and Chib's estimator each have a JAX kernel (any
 JAX device) and a numba CPU kernel (:mod:`bam_ppl.infer.smc.polya_urn_numba`,
 :mod:`bam_ppl.infer.gibbs.collapsed_numba`). :func:`resolve_kernel` picks one; the small numba
-functions below are compiled once here and called by every kernel that needs them.
+functions below are compiled once here and inlined into every kernel that calls them.
 """
 
 from __future__ import annotations
@@ -30,19 +30,13 @@ KERNELS = ("auto", "jax", "numba")
 FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 
-def compile_numba(namespace: dict, *, helpers=(), nogil=()) -> None:
-    """Compile the functions named in ``helpers`` and ``nogil`` of a module's ``namespace``
-    (``globals()``) with numba, in place: the first are called by the kernels, the second release
-    the GIL so that threads over blocks of particles or chains run at once. Each keeps its name, so
-    the kernels find the compiled versions when they are compiled.
-
-    The helpers are plain calls, left to LLVM to inline, not numba's IR-level ``inline="always"``:
-    that copied every helper into each call site and doubled the compile time (the first
-    ``bam.log_evidence`` of the tempered SMC and Chib on a fresh install: 65 s, 31 s without),
-    with no measurable gain in speed (tempered SMC, Chib, the Gibbs chains and the Pólya-urn SMC
-    on NMF(4), T = 4000 and 16 000: within the run-to-run spread)."""
-    for name in helpers:
-        namespace[name] = numba.njit(cache=True)(namespace[name])
+def compile_numba(namespace: dict, *, inline=(), nogil=()) -> None:
+    """Compile the functions named in ``inline`` and ``nogil`` of a module's ``namespace``
+    (``globals()``) with numba, in place: the first are inlined into the kernels that call them,
+    the second release the GIL so that threads over blocks of particles or chains run at once.
+    Each keeps its name, so the kernels find the compiled versions when they are compiled."""
+    for name in inline:
+        namespace[name] = numba.njit(inline="always", cache=True)(namespace[name])
     for name in nogil:
         namespace[name] = numba.njit(nogil=True, cache=True)(namespace[name])
 
@@ -126,4 +120,4 @@ def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, d
 
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
-    compile_numba(globals(), helpers=("inverse_cdf", "row_values", "log_urn_weights"), nogil=("shuffle",))
+    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights"), nogil=("shuffle",))

@@ -380,7 +380,7 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
 
 
 if HAVE_NUMBA:
-    compile_numba(globals(), helpers=("_conditional", "_scratch", "_log_ratio"),
+    compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio"),
                   nogil=("_pass", "_log_transition", "_transition_into_star", "_table_log_joint", "_start",
                          "_anneal", "_modes", "_chib_steps"))
 

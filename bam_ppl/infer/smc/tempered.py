@@ -752,7 +752,7 @@ def _cell_conditionals(shifted, st, out):
 
 
 if numba is not None:
-    compile_numba(globals(), helpers=("_row_value", "_group_factor", "_token_weights", "_weight_scratch", "_draw", "_log_factor",
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_token_weights", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
                   nogil=("_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
