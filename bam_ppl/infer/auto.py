@@ -83,7 +83,7 @@ AUTO_SAMPLERS_MAX_TOKENS = 8000
 # runs replicate it. Two groups of four with two runs from the best of each (the rule before)
 # spread widely whenever one group had no reference in the dominant mode (one key of five:
 # −8491.59 ± 8.00, runs −8520.7, −8521.7, −8497.7, −8490.2). This rule, the same five keys:
-# −8493.10 to −8495.21, sd 0.90, stated ± 0.20 to 1.83, 206–227 s (benchmarks/README.md).
+# −8493.10 to −8495.21, sd 0.90, stated ± 0.20 to 1.83, under 4 minutes each (benchmarks/README.md).
 AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
