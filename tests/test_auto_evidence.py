@@ -22,6 +22,7 @@ from bam_ppl.infer.auto import (
     choose_method,
     tempered_stage_options,
 )
+from bam_ppl.infer.smc import tempered
 
 # High-effort references (benchmarks/README.md, "Choosing an evidence method"): the Pólya-urn SMC
 # with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style estimator with 16
@@ -206,7 +207,7 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert "references" in est.details["reason"]
     stage = est.details["reference_stage"]
     assert est.details["lower_bound"] >= stage["start_lower_bound"]
-    assert stage["reference_sweeps"] == max(100, round(0.4 * MEDIUM.sum()))
+    assert stage["reference_sweeps"] == tempered.default_reference_sweeps(MEDIUM.sum())
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
 
 

@@ -336,11 +336,11 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
     ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
-    start) by one chain started there and seeded by ``seed`` (the allocation's own conditionals
-    when 0), then mixed with ``floor`` of the uniform distribution over the configurations the
-    cell allows so that none is out of reach. The average over a long chain estimates the
-    posterior's marginals in the mode it settles in, the product over tokens of which is the
-    closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is left out: a
+    start; with ``num_sweeps`` 0 the allocation's own conditionals) by one chain started there
+    and seeded by ``seed``, then mixed with ``floor`` of the uniform distribution over the
+    configurations the cell allows so that none is out of reach. The average over a long chain
+    estimates the posterior's marginals in the mode it settles in, the product over tokens of
+    which is the closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is left out: a
     chain started at a high-probability allocation falls from it into the posterior's bulk
     (NMF(4), T = 16 000: log π(S) from −8685 to about −9600 over some 3000 sweeps), yet 400
     sweeps averaged after 4000 of burn-in gave a reference 50 nats worse than the first 400
@@ -1417,10 +1417,11 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
                      max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
     """``num`` references built from the allocation ``(cells, counts)`` by independent chains
     (:func:`reference_from_chain`, one each, run one per core), to pass to :func:`run_tempered` as
-    ``reference``; their runs then share one q. Chains of the posterior wander between its
-    modes, so references from different chains differ (NMF(4), T = 16 000, 6400 sweeps: the
-    tempered SMC from three of them gave −8528.5, −8541.5, −8577.1): ``method="auto"`` builds
-    several and keeps the one whose pilot run gives the highest value."""
+    ``reference``; their runs then share one q. Chains of the posterior settle in modes of
+    different mass, so references from different chains differ (NMF(4), T = 16 000, eight of
+    12 800 sweeps from one allocation: the tempered SMC with 16 particles from each gave −8497.4
+    to −8545.9): ``method="auto"`` builds several, tries each by a pilot run and runs from those
+    whose pilots lie near the best."""
     check_int(num, "num", minimum=1)
     if reference_sweeps is not None:
         check_int(reference_sweeps, "reference_sweeps", minimum=0)
