@@ -463,6 +463,16 @@ def test_moves_leave_the_reference_tempered_target_invariant():
 
 
 # -- the reference-started path -------------------------------------------------------------------
+def test_too_many_symmetries_warning_names_the_tempered_smc(monkeypatch):
+    from bam_ppl.infer.gibbs import chib
+
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    data, bound, layout, _ = prepare(bam.models.nmf(3, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]]))
+    with pytest.warns(UserWarning, match="the tempered SMC from a reference averages over none"):
+        relabellings = tempered._label_symmetries(bound, data, layout)
+    assert relabellings.shape[0] == 1
+
+
 def test_label_symmetry_weights_share_every_orbit_exactly_once():
     # Σ_h w(h(z)) = 1 over the relabellings h, for every z: what makes Σ_z p(X, z) |G| w(z) = p(X).
     model, X = bam.models.nmf(3, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])

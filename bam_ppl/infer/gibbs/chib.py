@@ -426,14 +426,15 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
 
 
 def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
-                     max_relabellings: int) -> np.ndarray:
+                     max_relabellings: int, estimator: str = "the Chib-style estimate") -> np.ndarray:
     """The relabellings of the free configurations (G, L), identity first, that permute the
     values of latent nodes and leave p(X, z) unchanged.
 
     A latent node contributes all permutations of its values when the transposition of its
     first two values and the cycle of all of them are symmetries (they generate the symmetric
     group, and symmetries compose); the group is the product over such nodes. Only the identity
-    is returned when the group has more than ``max_relabellings`` elements.
+    is returned when the group has more than ``max_relabellings`` elements, with a warning that
+    ``estimator`` then averages over none of them.
     """
     configs = layout.configs
     sizes = [bound.sizes[n] for n in layout.free]
@@ -457,8 +458,8 @@ def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_
     if not nodes:
         return identity[None, :]
     if order > max_relabellings:
-        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: the "
-                      "Chib-style estimate averages over none of them and may fall short of log p(X) "
+        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
+                      f"{estimator} averages over none of them and may fall short of log p(X) "
                       f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
         return identity[None, :]
     out = []
@@ -516,7 +517,8 @@ def configs_of_allocation(bound, data, layout, token_cell, allocation, name: str
 class _Problem:
     """The host arrays one run needs, from :func:`bam_ppl.infer.gibbs.collapsed.build_problem`."""
 
-    def __init__(self, bound, data, layout, label_symmetry: bool, max_relabellings: int):
+    def __init__(self, bound, data, layout, label_symmetry: bool, max_relabellings: int,
+                 estimator: str = "the Chib-style estimate"):
         spec, problem = build_problem(bound, data, layout, token_order="fixed")
         self.concentration = np.asarray(problem.concentration, np.float64)
         # Multiply the factors of the conditional directly unless a partial product could leave
@@ -536,7 +538,7 @@ class _Problem:
         self.relabellings = np.arange(self.num_configs, dtype=np.int64)[None, :]
         if label_symmetry:
             self.relabellings = label_symmetries(bound, layout, self.structure, self.concentration,
-                                                 self.fixed_counts, self.num_entries, max_relabellings)
+                                                 self.fixed_counts, self.num_entries, max_relabellings, estimator)
 
     def shifted_counts(self, config) -> np.ndarray:
         """concentration + counts of the token configurations ``config`` (T,)."""

@@ -1473,7 +1473,8 @@ def _label_symmetries(bound, data, layout) -> np.ndarray:
     """The relabellings of the free configurations that leave p(X, z) unchanged (G, L), identity first."""
     from ..gibbs.chib import MAX_RELABELLINGS, _Problem
 
-    return _Problem(bound, data, layout, True, MAX_RELABELLINGS).relabellings
+    return _Problem(bound, data, layout, True, MAX_RELABELLINGS,
+                    estimator="the tempered SMC from a reference").relabellings
 
 
 def _acceptance(block_moves: np.ndarray) -> np.ndarray:
