@@ -215,3 +215,16 @@ def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():
     assert auto.runs_from_pilots([-30.0, -1.0, -5.0, -2.0], 4) == [1, 3, 2, 1]
     assert auto.runs_from_pilots([-30.0, -1.0, -50.0], 4) == [1, 1, 1, 1]
     assert auto.runs_from_pilots([-3.0] * 6, 4) == [0, 1, 2, 3]
+
+
+def test_the_kept_part_and_its_cross_check_are_named_by_part():
+    # The reference-started runs report method "tempered" themselves; the combined estimate names
+    # both the kept part and the cross-check by part, so that the two tempered SMCs stay apart.
+    def part(method, value):
+        return bam.EvidenceEstimate(value=value, stderr=0.1, method=method, kind="estimate",
+                                    details=dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
+
+    parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -12.5), "reference": part("tempered", -10.0)}
+    est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
+    assert est.method == est.details["kept"] == "reference" and est.value == -10.0
+    assert est.details["cross_check"] == dict(method="chib", value=-12.5, stderr=0.1, lower_bound=-15.0)

@@ -281,7 +281,8 @@ def combine(parts: dict, common: dict) -> EvidenceEstimate:
     cross_check = None
     if len(ranked) > 1:
         other = common["parts"][ranked[1]]
-        cross_check = {k: other[k] for k in ("method", "value", "stderr", "lower_bound")}
+        # Named by its part, as the kept one: the reference-started runs are "tempered" by their own method.
+        cross_check = dict({k: other[k] for k in ("value", "stderr", "lower_bound")}, method=ranked[1])
     # Named by its part: "reference" for the tempered SMC from a reference.
     return replace(best, method=ranked[0],
                    details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
