@@ -224,7 +224,7 @@ def test_the_kept_part_and_its_cross_check_are_named_by_part():
         return bam.EvidenceEstimate(value=value, stderr=0.1, method=method, kind="estimate",
                                     details=dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
 
-    parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -12.5), "reference": part("tempered", -10.0)}
+    parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -10.0), "reference": part("tempered", -12.5)}
     est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
-    assert est.method == est.details["kept"] == "reference" and est.value == -10.0
-    assert est.details["cross_check"] == dict(method="chib", value=-12.5, stderr=0.1, lower_bound=-15.0)
+    assert est.method == est.details["kept"] == "chib" and est.value == -10.0
+    assert est.details["cross_check"] == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
