@@ -278,12 +278,11 @@ def combine(parts: dict, common: dict) -> EvidenceEstimate:
         if stderr < best.stderr:
             return EvidenceEstimate(value=value, stderr=stderr, method="+".join(sorted(group, key=list(parts).index)),
                                     kind="estimate", details=dict(run_log_evidence=runs, **common))
+    # Both named by their part: the reference-started runs call themselves "tempered".
     cross_check = None
     if len(ranked) > 1:
         other = common["parts"][ranked[1]]
-        # Named by its part, as the kept one: the reference-started runs are "tempered" by their own method.
         cross_check = dict({k: other[k] for k in ("value", "stderr", "lower_bound")}, method=ranked[1])
-    # Named by its part: "reference" for the tempered SMC from a reference.
     return replace(best, method=ranked[0],
                    details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
 
