@@ -164,19 +164,25 @@ def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
 def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
     # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
     # tempered SMC from the best (by pilot runs) of references built by chains from the samplers'
-    # best allocation (and the rounded VB fit where VB's bound lies above it); the highest
-    # estimate kept, or those agreeing pooled.
+    # best allocation (and the rounded VB fit where VB's bound lies above it) and from the best
+    # allocations of cheap scouting runs; the highest estimate kept, or those agreeing pooled.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(auto, "AUTO_SCOUT_TOKEN_MOVES", 30_000)  # 1000 sweeps of the 30 tokens
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=3)
     parts = est.details["parts"]
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
-    assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES
+    scouts = auto.AUTO_SCOUTS["num_runs"]
+    assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES + scouts
+    assert stage["starts"][-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage["scout_estimates"]) == scouts
     pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
     assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_runs"] and chosen[0] == int(np.argmax(pilots))
     assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
+    scout_sweeps = auto.AUTO_SCOUT_TOKEN_MOVES // MEDIUM.sum()
+    assert stage["reference_sweeps"] == [scout_sweeps if stage["starts"][i].startswith("scout")
+                                         else tempered.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
     assert "sampled" in stage["starts"]
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
     assert ("vb" in stage["starts"]) == (est.details["vb_bound"] > stage["start_lower_bound"])
@@ -198,6 +204,7 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     # several references, built by chains from the pilot's best allocation.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
     monkeypatch.setattr(auto, "AUTO_SAMPLERS_MAX_TOKENS", 20)
+    monkeypatch.setattr(auto, "AUTO_SCOUT_TOKEN_MOVES", 30_000)
     model = bam.models.nmf(2, a=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
@@ -207,7 +214,7 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert "references" in est.details["reason"]
     stage = est.details["reference_stage"]
     assert est.details["lower_bound"] >= stage["start_lower_bound"]
-    assert stage["reference_sweeps"] == tempered.default_reference_sweeps(MEDIUM.sum())
+    assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_runs"]
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
 
 

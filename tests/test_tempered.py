@@ -536,6 +536,14 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     with pytest.raises(ValueError, match="num"):
         tempered.build_references(model, X, (best.best_cells, best.best_counts), num=0)
     assert tempered.default_reference_sweeps(16_000) == 12_800
+    # One reference from each of several allocations (what method="auto" builds from its scouts):
+    # with no sweeps, each is its own allocation's conditionals, as build_references makes it.
+    other = tempered.run_tempered(model, X, 5, num_particles=4, num_runs=1)
+    starts = [(best.best_cells, best.best_counts), (other.best_cells, other.best_counts)]
+    each = tempered.references_from_allocations(model, X, starts, 0, reference_sweeps=0)
+    assert [ref.num_sweeps for ref in each] == [0, 0]
+    for start, ref in zip(starts, each):
+        np.testing.assert_allclose(ref.log_q, tempered.build_references(model, X, start, 9, reference_sweeps=0)[0].log_q)
     assert tempered.default_reference_sweeps(10) == tempered.REFERENCE_MIN_SWEEPS
 
 

@@ -25,7 +25,7 @@ from ..types import as_key
 from .exact import log_count_allocations
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
-from .smc.tempered import allocation_near_counts, build_references
+from .smc.tempered import REFERENCE_MIN_SWEEPS, allocation_near_counts, references_from_allocations
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
 AUTO_MAX_TENSORS = 20_000
@@ -88,6 +88,17 @@ AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
 AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=1)
+# Further references from poor starts: the best allocations of AUTO_SCOUTS cheap runs of the
+# tempered SMC from the prior (scouts), one chain of AUTO_SCOUT_TOKEN_MOVES / T sweeps from each,
+# tried by pilots beside the others. The basin that carries the posterior mass need not hold the
+# highest peak, and chains stay in the basin they start in: letter bigrams under NMF(4),
+# T = 2000, references from the best allocation found (also from 32 Chib searches, or chains of
+# up to 102 400 sweeps) piloted at −1498 to −1508 in keys where the calls landed 15 nats low,
+# while chains of 12 800 sweeps from eight scouts' best allocations (log π about −1800 to −2040)
+# gave at least one reference piloting at −1478 to −1485 in each of eight keys, 22 of the 64
+# (benchmarks/README.md). Their cost does not grow with T: about 7 s of chains on two cores.
+AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
+AUTO_SCOUT_TOKEN_MOVES = 25_600_000
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -210,18 +221,21 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
 
 def reference_stage(model, data, key, found, vb, tempered_options):
     """The tempered SMC from a reference (:func:`bam_ppl.infer.smc.tempered.run_tempered`) built
-    by posterior chains from the best allocation found, and what was tried on the way.
+    by posterior chains from good and from poor allocations, and what was tried on the way.
 
-    The start allocations: the one of ``found`` (the estimate whose sure lower bound is highest),
-    and, when the VB bound lies above its log π(S) (the samplers never reached VB's region:
-    NMF(4) at T = 64 000, where VB's mode was far better than any they found), the VB fit's
-    expected counts rounded. AUTO_REFERENCE_CANDIDATES references are built from them by
-    independent chains (:func:`bam_ppl.infer.smc.tempered.build_references`), each is tried by a
-    pilot run (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from
-    the candidates whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN nats of the best, best
-    first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references
-    the pilots cannot tell apart, so that their spread, the stated error, includes how much it
-    varies. The pilots have keys of their own, so the main runs stay unbiased.
+    The start allocations: the one of ``found`` (the estimate whose sure lower bound is highest);
+    when the VB bound lies above its log π(S) (the samplers never reached VB's region: NMF(4) at
+    T = 64 000, where VB's mode was far better than any they found), the VB fit's expected counts
+    rounded; and the best allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the
+    prior, whose longer chains find basins the good starts' chains do not reach (see
+    AUTO_SCOUT_TOKEN_MOVES). AUTO_REFERENCE_CANDIDATES references are built from the good starts
+    and one from each scout by independent chains
+    (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each is tried by a pilot run
+    (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from the
+    candidates whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first,
+    in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
+    pilots cannot tell apart, so that their spread, the stated error, includes how much it
+    varies. The pilots and scouts have keys of their own, so the main runs stay unbiased.
     """
     tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
@@ -230,21 +244,26 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     if vb.value > found.details["lower_bound"]:  # the samplers never reached VB's region
         starts["vb"] = allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)
     build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
+    scout_key, scout_build_key = jax.random.split(jax.random.fold_in(key, 2))
     per_start = max(1, AUTO_REFERENCE_CANDIDATES // len(starts))
-    candidates = [(name, ref) for i, (name, allocation) in enumerate(starts.items())
-                  for ref in build_references(model, data, allocation, jax.random.fold_in(build_key, i), per_start,
-                                              max_configs=max_configs)]
-    pilots = []
-    with warnings.catch_warnings():  # the pilots' own warnings say nothing about the estimate
+    names = [name for name in starts for _ in range(per_start)]
+    candidates = list(zip(names, references_from_allocations(model, data, [starts[name] for name in names], build_key,
+                                                             max_configs=max_configs)))
+    with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
         warnings.simplefilter("ignore")
-        for i, (_, ref) in enumerate(candidates):
-            pilots.append(tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
-                                      **AUTO_REFERENCE_PILOT, **shared).value)
+        scouts = tempered_fn(model, data, rng_key=scout_key, **AUTO_SCOUTS, **shared, progress_bar=False)
+        scout_sweeps = max(REFERENCE_MIN_SWEEPS, AUTO_SCOUT_TOKEN_MOVES // model.as_data(data).total)
+        scout_bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
+        candidates += [(f"scout {i}", ref) for i, ref in enumerate(references_from_allocations(
+            model, data, scout_bests, scout_build_key, scout_sweeps, max_configs))]
+        pilots = [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
+                              **AUTO_REFERENCE_PILOT, **shared).value for i, (_, ref) in enumerate(candidates)]
     chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
     estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], starts=[name for name, _ in candidates],
-                          pilots=pilots, chosen=chosen, reference_sweeps=candidates[chosen[0]][1].num_sweeps)
+                          pilots=pilots, chosen=chosen, reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
+                          scout_estimates=scouts.details["run_log_evidence"])
 
 
 def runs_from_pilots(pilots, num_runs: int) -> list[int]:

@@ -374,11 +374,11 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
-def chain_references(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, keys, pool) -> list[np.ndarray]:
-    """log q of :func:`reference_from_chain`, one per raw JAX key (rows of ``keys``), their chains
-    run on ``pool``."""
+def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
+    """log q of :func:`reference_from_chain`, one per start configuration in ``configs`` and raw
+    JAX key (rows of ``keys``), their chains run on ``pool``."""
     seeds = np.asarray(keys).astype(np.uint32)
-    return list(pool.map(lambda seed: reference_from_chain(tp, config, num_sweeps, seed), seeds))
+    return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed), configs, seeds))
 
 
 def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
@@ -1372,7 +1372,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
             if references is None and reference is not None:  # every run its own q, so that their spread includes q's
                 run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
                 run_tps = [with_reference(tp, log_q) for log_q in
-                           chain_references(tp, reference_config, reference_sweeps, run_keys, pool)]
+                           chain_references(tp, [reference_config] * num_runs, reference_sweeps, run_keys, pool)]
             for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
                 run_tp = tp if reference is None else run_tps[r]
                 if kernel == "numba":
@@ -1416,24 +1416,33 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
 def build_references(model, data, allocation, rng_key=0, num: int = 1, reference_sweeps: int | None = None,
                      max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
     """``num`` references built from the allocation ``(cells, counts)`` by independent chains
-    (:func:`reference_from_chain`, one each, run one per core), to pass to :func:`run_tempered` as
-    ``reference``; their runs then share one q. Chains of the posterior settle in modes of
-    different mass, so references from different chains differ (NMF(4), T = 16 000, eight of
-    12 800 sweeps from one allocation: the tempered SMC with 16 particles from each gave −8497.4
-    to −8545.9): ``method="auto"`` builds several, tries each by a pilot run and runs from those
-    whose pilots lie near the best."""
+    (:func:`references_from_allocations`), to pass to :func:`run_tempered` as ``reference``;
+    their runs then share one q. Chains of the posterior settle in modes of different mass, so
+    references from different chains differ (NMF(4), T = 16 000, eight of 12 800 sweeps from one
+    allocation: the tempered SMC with 16 particles from each gave −8497.4 to −8545.9):
+    ``method="auto"`` builds several, tries each by a pilot run and runs from those whose pilots
+    lie near the best."""
     check_int(num, "num", minimum=1)
+    return references_from_allocations(model, data, [allocation] * num, rng_key, reference_sweeps, max_configs)
+
+
+def references_from_allocations(model, data, allocations, rng_key=0, reference_sweeps: int | None = None,
+                                max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
+    """One reference from each allocation ``(cells, counts)`` of ``allocations``, by a chain
+    started there (:func:`reference_from_chain`, ``reference_sweeps`` sweeps, by default
+    :func:`default_reference_sweeps`), the chains run one per core."""
     if reference_sweeps is not None:
         check_int(reference_sweeps, "reference_sweeps", minimum=0)
     if numba is None:
         raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     tp = build_tempered_problem(bound, data, layout)
-    config = configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "allocation")
+    configs = [configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "allocation")
+               for allocation in allocations]
     sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
-    keys = jax.random.split(as_key(rng_key), num)
-    with ThreadPoolExecutor(max_workers=max(1, min(num, os.cpu_count() or 1))) as pool:
-        return [Reference(log_q, sweeps) for log_q in chain_references(tp, config, sweeps, keys, pool)]
+    keys = jax.random.split(as_key(rng_key), len(configs))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(configs), os.cpu_count() or 1))) as pool:
+        return [Reference(log_q, sweeps) for log_q in chain_references(tp, configs, sweeps, keys, pool)]
 
 
 def _references_per_run(reference, num_runs: int) -> list[Reference] | None:
