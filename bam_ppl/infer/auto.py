@@ -94,9 +94,10 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 # highest peak, and chains stay in the basin they start in: letter bigrams under NMF(4),
 # T = 2000, references from the best allocation found (also from 32 Chib searches, or chains of
 # up to 102 400 sweeps) piloted at −1498 to −1508 in keys where the calls landed 15 nats low,
-# while chains of 12 800 sweeps from eight scouts' best allocations (log π about −1800 to −2040)
-# gave at least one reference piloting at −1478 to −1485 in each of eight keys, 22 of the 64
-# (benchmarks/README.md). Their cost does not grow with T: about 7 s of chains on two cores.
+# while chains of 12 800 sweeps from eight scouts' best allocations (their runs' estimates −1790
+# to −2040) gave references piloting above −1490 in each of eight keys, 18 of the 64; from four
+# scouts with two chains each, two calls of four missed (benchmarks/README.md). The chains' cost
+# does not grow with T: about 7 s on two cores (NMF(4)).
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
 AUTO_SCOUT_TOKEN_MOVES = 25_600_000
 

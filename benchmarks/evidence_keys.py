@@ -1,0 +1,61 @@
+"""One model's default evidence over several keys: does the stated error cover the spread?
+
+Runs ``bam.log_evidence(model, X, rng_key=key)`` (the default, ``method="auto"``) once per key on
+the data and models of ``benchmarks/real_data_evidence.py`` (``letters``, ``abalone``,
+``icews``) and prints each call's value ± stated stderr, the part kept, the starts of the
+references its main runs used, and wall seconds; then the mean, the sd across keys, the mean
+stated stderr, and whether the sd stays within 2 × the mean stated stderr + 0.5 (the issue's
+goal for T ≤ 4000).
+
+    .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
+    .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+import warnings
+
+import numpy as np
+from real_data_evidence import experiment_data, experiment_models
+
+import bam_ppl as bam
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment", choices=("abalone", "letters", "icews"))
+    parser.add_argument("model", help='a model name of that experiment, e.g. "NMF(4)", "CP(3)", "Tucker(4, 4, 1)"')
+    parser.add_argument("--a", type=float, default=1.0)
+    parser.add_argument("--keys", type=int, nargs="+", default=[1, 2, 3])
+    args = parser.parse_args(argv)
+    rank = int(re.findall(r"\d+", args.model)[0])
+    models = dict(experiment_models(args.experiment, args.a, [rank], small=False))
+    if args.model not in models:
+        parser.error(f"model: one of {sorted(models)}")
+    X, model = experiment_data(args.experiment, small=False), models[args.model]
+    print(f"{args.experiment}, {args.model}, a = {args.a:g}: T = {int(np.sum(X.counts))} in {len(X.counts)} cells",
+          flush=True)
+    values, stated = [], []
+    for key in args.keys:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", bam.EvidenceWarning)
+            est = bam.log_evidence(model, X, rng_key=key)
+        stage = est.details.get("reference_stage") or {}
+        used = [stage["starts"][i] for i in stage.get("chosen", [])]
+        print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "
+              f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, references from {used}, "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+        values.append(est.value)
+        stated.append(est.stderr)
+    values, stated = np.asarray(values), np.asarray(stated)
+    sd = values.std(ddof=1) if values.size > 1 else np.nan
+    print(f"mean {values.mean():.2f}, sd across keys {sd:.2f}, mean stated stderr {stated.mean():.2f}, "
+          f"sd ≤ 2 × stated + 0.5: {bool(sd <= 2 * stated.mean() + 0.5)}")
+
+
+if __name__ == "__main__":
+    main()
