@@ -167,7 +167,6 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     # best allocation (and the rounded VB fit where VB's bound lies above it) and from the best
     # allocations of cheap scouting runs; the highest estimate kept, or those agreeing pooled.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
-    monkeypatch.setattr(auto, "AUTO_SCOUT_TOKEN_MOVES", 30_000)  # 1000 sweeps of the 30 tokens
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=3)
@@ -180,8 +179,7 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
     assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_runs"] and chosen[0] == int(np.argmax(pilots))
     assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
-    scout_sweeps = auto.AUTO_SCOUT_TOKEN_MOVES // MEDIUM.sum()
-    assert stage["reference_sweeps"] == [scout_sweeps if stage["starts"][i].startswith("scout")
+    assert stage["reference_sweeps"] == [auto.scout_sweeps(MEDIUM.sum()) if stage["starts"][i].startswith("scout")
                                          else tempered.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
     assert "sampled" in stage["starts"]
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
@@ -204,7 +202,6 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     # several references, built by chains from the pilot's best allocation.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
     monkeypatch.setattr(auto, "AUTO_SAMPLERS_MAX_TOKENS", 20)
-    monkeypatch.setattr(auto, "AUTO_SCOUT_TOKEN_MOVES", 30_000)
     model = bam.models.nmf(2, a=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
@@ -216,6 +213,12 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert est.details["lower_bound"] >= stage["start_lower_bound"]
     assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_runs"]
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
+
+
+def test_scout_chains_grow_with_the_tokens_up_to_a_fixed_cost():
+    # 6.4 sweeps per token (12 800 at T = 2000, the letter bigrams' measurement), at most 25.6
+    # million token moves per chain.
+    assert [auto.scout_sweeps(T) for T in (10, 1000, 2000, 4000, 16_000)] == [100, 6400, 12_800, 6400, 1600]
 
 
 def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():

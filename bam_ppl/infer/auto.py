@@ -89,17 +89,17 @@ AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
 AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=1)
 # Further references from poor starts: the best allocations of AUTO_SCOUTS cheap runs of the
-# tempered SMC from the prior (scouts), one chain of AUTO_SCOUT_TOKEN_MOVES / T sweeps from each,
-# tried by pilots beside the others. The basin that carries the posterior mass need not hold the
-# highest peak, and chains stay in the basin they start in: letter bigrams under NMF(4),
-# T = 2000, references from the best allocation found (also from 32 Chib searches, or chains of
-# up to 102 400 sweeps) piloted at −1498 to −1508 in keys where the calls landed 15 nats low,
-# while chains of 12 800 sweeps from eight scouts' best allocations (their runs' estimates −1790
-# to −2040) gave references piloting above −1490 in each of eight keys, 18 of the 64; from four
-# scouts with two chains each, two calls of four missed (benchmarks/README.md). The chains' cost
-# does not grow with T: about 7 s on two cores (NMF(4)).
+# tempered SMC from the prior (scouts), one chain from each (:func:`scout_sweeps` long), tried by
+# pilots beside the others. The basin that carries the posterior mass need not hold the highest
+# peak, and chains stay in the basin they start in: letter bigrams under NMF(4), T = 2000,
+# references from the best allocation found (also from 32 Chib searches, or chains of up to
+# 102 400 sweeps) piloted at −1498 to −1508 in keys where the calls landed 15 nats low, while
+# chains of 12 800 sweeps (6400 were too few) from eight scouts' best allocations (their runs'
+# estimates −1790 to −2040) gave references piloting above −1490 in each of eight keys, 18 of
+# the 64; from four scouts with two chains each, two calls of four missed (benchmarks/README.md).
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
-AUTO_SCOUT_TOKEN_MOVES = 25_600_000
+AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
+AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain: about 7 s for the eight on two cores (NMF(4))
 
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
@@ -228,8 +228,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     when the VB bound lies above its log π(S) (the samplers never reached VB's region: NMF(4) at
     T = 64 000, where VB's mode was far better than any they found), the VB fit's expected counts
     rounded; and the best allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the
-    prior, whose longer chains find basins the good starts' chains do not reach (see
-    AUTO_SCOUT_TOKEN_MOVES). AUTO_REFERENCE_CANDIDATES references are built from the good starts
+    prior, whose chains find basins the good starts' chains do not reach (see AUTO_SCOUTS). AUTO_REFERENCE_CANDIDATES references are built from the good starts
     and one from each scout by independent chains
     (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each is tried by a pilot run
     (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from the
@@ -253,10 +252,9 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
         warnings.simplefilter("ignore")
         scouts = tempered_fn(model, data, rng_key=scout_key, **AUTO_SCOUTS, **shared, progress_bar=False)
-        scout_sweeps = max(REFERENCE_MIN_SWEEPS, AUTO_SCOUT_TOKEN_MOVES // model.as_data(data).total)
         scout_bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
         candidates += [(f"scout {i}", ref) for i, ref in enumerate(references_from_allocations(
-            model, data, scout_bests, scout_build_key, scout_sweeps, max_configs))]
+            model, data, scout_bests, scout_build_key, scout_sweeps(model.as_data(data).total), max_configs))]
         pilots = [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
                               **AUTO_REFERENCE_PILOT, **shared).value for i, (_, ref) in enumerate(candidates)]
     chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
@@ -265,6 +263,14 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     return estimate, dict(start_lower_bound=found.details["lower_bound"], starts=[name for name, _ in candidates],
                           pilots=pilots, chosen=chosen, reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
                           scout_estimates=scouts.details["run_log_evidence"])
+
+
+def scout_sweeps(num_tokens: int) -> int:
+    """Length of a scout's chain: AUTO_SCOUT_SWEEPS_PER_TOKEN × T sweeps (the chain must carry its
+    T tokens out of a poor basin), at most AUTO_SCOUT_TOKEN_MOVES token moves (a cost that does not
+    grow with T), at least REFERENCE_MIN_SWEEPS."""
+    per_token = int(round(AUTO_SCOUT_SWEEPS_PER_TOKEN * num_tokens))
+    return max(REFERENCE_MIN_SWEEPS, min(per_token, AUTO_SCOUT_TOKEN_MOVES // num_tokens))
 
 
 def runs_from_pilots(pilots, num_runs: int) -> list[int]:
