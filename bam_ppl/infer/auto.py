@@ -159,9 +159,9 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     """The tempered SMC, then the Chib-style estimator with tempered run r's best allocation as
     a candidate for the z* of Chib run r (so that the Chib runs stay independent and their
     spread honest), then from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered SMC from a
-    reference built by posterior chains from the best allocation either found
-    (:func:`reference_stage`); the highest estimate is reported, or the runs of those that agree
-    with it pooled. From AUTO_SAMPLERS_MAX_TOKENS tokens on only the last runs, from the best
+    reference built by posterior chains from the best allocation either found and from poor
+    starts (:func:`reference_stage`); the highest estimate is reported, or the runs of those that
+    agree with it pooled. From AUTO_SAMPLERS_MAX_TOKENS tokens on only the last runs, from the best
     allocation of the pilot run that sizes the tempered SMC.
 
     Why several. Each is a stochastic lower bound of log p(X) — exp of each is an unbiased (the
@@ -228,9 +228,10 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     when the VB bound lies above its log π(S) (the samplers never reached VB's region: NMF(4) at
     T = 64 000, where VB's mode was far better than any they found), the VB fit's expected counts
     rounded; and the best allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the
-    prior, whose chains find basins the good starts' chains do not reach (see AUTO_SCOUTS). AUTO_REFERENCE_CANDIDATES references are built from the good starts
-    and one from each scout by independent chains
-    (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each is tried by a pilot run
+    prior, whose chains find basins the good starts' chains do not reach (see AUTO_SCOUTS).
+    AUTO_REFERENCE_CANDIDATES references are built from the good starts and one from each scout
+    by independent chains (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each
+    is tried by a pilot run
     (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from the
     candidates whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first,
     in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
