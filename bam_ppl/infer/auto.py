@@ -231,10 +231,9 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     prior, whose chains find basins the good starts' chains do not reach (see AUTO_SCOUTS).
     AUTO_REFERENCE_CANDIDATES references are built from the good starts and one from each scout
     by independent chains (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each
-    is tried by a pilot run
-    (AUTO_REFERENCE_PILOT), and the main estimate (AUTO_REFERENCE_OPTIONS) runs from the
-    candidates whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first,
-    in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
+    is tried by a pilot run (AUTO_REFERENCE_PILOT), and the main estimate
+    (AUTO_REFERENCE_OPTIONS) runs from the candidates whose pilots lie within
+    AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
     pilots cannot tell apart, so that their spread, the stated error, includes how much it
     varies. The pilots and scouts have keys of their own, so the main runs stay unbiased.
     """
