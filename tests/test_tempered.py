@@ -255,6 +255,7 @@ def test_one_run_has_no_stderr():
     (dict(start_a="flat"), TypeError, "start_a"),
     (dict(cell_moves=-1), ValueError, "cell_moves"),
     (dict(pair_moves=0.5), TypeError, "pair_moves"),
+    (dict(node_moves=-2), ValueError, "node_moves"),
 ])
 def test_bad_options_raise(options, error, word):
     with pytest.raises(error, match=word):
@@ -263,14 +264,15 @@ def test_bad_options_raise(options, error, word):
 
 def test_jax_kernel_warns_that_it_has_no_block_moves():
     model = bam.models.nmf(2, a=1.0)
-    with pytest.warns(UserWarning, match="JAX kernel has no cell or pair moves"):
+    with pytest.warns(UserWarning, match="JAX kernel has no block moves"):
         result = tempered.run_tempered(model, X1, 0, num_particles=4, num_runs=1, kernel="jax", cell_moves=1)
     assert np.isnan(result.block_move_acceptance).all()
 
 
 def test_block_moves_keep_the_estimate_exact():
     model, X = CASES["nmf_X2"]
-    result = tempered.run_tempered(model, X, 3, num_particles=128, num_runs=8, cell_moves=1, pair_moves=1)
+    result = tempered.run_tempered(model, X, 3, num_particles=128, num_runs=8, cell_moves=1, pair_moves=1,
+                                   node_moves=1)
     assert_matches_exact(result, exact_log_evidence(model, X))
     assert np.all((result.block_move_acceptance > 0) & (result.block_move_acceptance <= 1))
 
@@ -355,39 +357,42 @@ def _log_target_partial_uncached(tp, config, placed, beta):
 
 
 def _log_path(tp, config, block, rest, beta, choices, cache):
-    """Σ_t log W_t and Σ_t log w_t(config_t) of placing ``block`` in order on top of ``rest``."""
+    """Σ_t log W_t and Σ_t log w_t(config_t) of placing ``block`` in order on top of ``rest``
+    (``choices[i]``: the configurations the i-th token of the block may take)."""
     placed, log_total, log_chosen = rest.copy(), 0.0, 0.0
-    for token in block:
+    for token, token_choices in zip(block, choices):
         base = _log_target_partial(tp, config, placed, beta, cache)
         logs = []
-        for c in choices:
+        for c in token_choices:
             trial = config.copy()
             trial[token] = c
             allowed = not tp.has_valid or tp.valid[tp.token_cell[token], c]
             logs.append(_log_target_partial(tp, trial, placed | (np.arange(config.size) == token), beta, cache) - base
                         if allowed else -np.inf)
         log_total += logsumexp(logs)
-        log_chosen += logs[list(choices).index(config[token])]
+        log_chosen += logs[list(token_choices).index(config[token])]
         placed[token] = True
     return log_total, log_chosen
 
 
 def _block_kernel(tp, zs, beta, block_of, choices):
     """Transition matrix of one sequentially allocated block move (``block_of(z)``: the tokens re-placed,
-    in order; ``choices``: the configurations they may take), by enumeration of every proposal."""
+    in order; ``choices``: the configurations they may take, or a function of (z, token) giving
+    them), by enumeration of every proposal."""
     index = {tuple(z): i for i, z in enumerate(zs)}
     K, cache = np.zeros((len(zs), len(zs))), {}
     for i, z in enumerate(zs):
         block = block_of(z)
         rest = np.ones(z.size, bool)
         rest[block] = False
-        log_old, _ = _log_path(tp, z, block, rest, beta, choices, cache)
-        for values in itertools.product(choices, repeat=len(block)):
+        options = [choices(z, t) if callable(choices) else choices for t in block]
+        log_old, _ = _log_path(tp, z, block, rest, beta, options, cache)
+        for values in itertools.product(*options):
             new = z.copy()
             new[block] = values
             if tuple(new) not in index:
                 continue
-            log_new, log_chosen = _log_path(tp, new, block, rest, beta, choices, cache)
+            log_new, log_chosen = _log_path(tp, new, block, rest, beta, options, cache)
             K[i, index[tuple(new)]] += np.exp(log_chosen - log_new) * min(1.0, np.exp(log_new - log_old))
         K[i, i] += 1.0 - K[i].sum()
     return K
@@ -407,6 +412,101 @@ def _pair_kernels(tp, zs, beta, pair):
                              if z[t] in pair], np.int64)
         kernels.append(_block_kernel(tp, zs, beta, block_of, pair))
     return kernels
+
+
+def _node_kernels(tp, zs, beta, node, v, w, child=None):
+    """One node-move kernel per order of the cells (the block: tokens whose configuration gives
+    latent node ``node`` the value v or w, cell by cell, and whose cell gives the node's visible
+    child the value ``child`` when that is given; each may take its configuration with the node at
+    v or at w)."""
+    swap = tp.node_swap[node]
+    kernels = []
+    for cell_order in itertools.permutations(range(tp.cell_start.size - 1)):
+        def block_of(z, cell_order=cell_order):
+            return np.array([t for u in cell_order for t in range(tp.cell_start[u], tp.cell_start[u + 1])
+                             if z[t] in (swap[z[t], v], swap[z[t], w])
+                             and child in (None, tp.node_child[node, tp.token_cell[t]])], np.int64)
+        kernels.append(_block_kernel(tp, zs, beta, block_of, lambda z, t: (swap[z[t], v], swap[z[t], w])))
+    return kernels
+
+
+def _numba_node_kernel(tp, zs, beta):
+    """The kernel of one node move of the numba kernel: a node, two values and a cell order at
+    random, then half the time all of the block, half the time the tokens of the child value x of
+    a random member (x drawn in proportion to its tokens in the block)."""
+    K = np.zeros((len(zs), len(zs)))
+    for node in range(tp.node_swap.shape[0]):
+        swap, child = tp.node_swap[node], tp.node_child[node, tp.token_cell]
+        whole = np.mean(_node_kernels(tp, zs, beta, node, 0, 1), axis=0)
+        parts = {x: np.mean(_node_kernels(tp, zs, beta, node, 0, 1, x), axis=0) for x in np.unique(child)}
+        for i, z in enumerate(zs):
+            members = [t for t in range(z.size) if z[t] in (swap[z[t], 0], swap[z[t], 1])]
+            K[i] += 0.5 * whole[i] + (0.5 * (len(members) == 0)) * np.eye(len(zs))[i]
+            for x, part in parts.items():
+                K[i] += 0.5 * np.mean([child[t] == x for t in members] or [0]) * part[i]
+    return K / tp.node_swap.shape[0]
+
+
+TUCKER_TINY = (bam.models.tucker((2, 2), a=0.7), np.array([[2, 0], [0, 1]]))
+
+
+def test_node_swaps_set_one_latent_node():
+    data, bound, layout, _ = prepare(*TUCKER_TINY)
+    swap, sizes = tempered.node_swaps(bound, layout)
+    assert sizes.tolist() == [2, 2] and swap.shape == (2, 4, 2)
+    configs = np.asarray(layout.configs)
+    latent = [i for i, name in enumerate(layout.free) if name in ("r1", "r2")]  # in the layout's order
+    for n, position in enumerate(latent):
+        for c in range(4):
+            for v in range(2):
+                expected = configs[c].copy()
+                expected[position] = v
+                assert (configs[swap[n, c, v]] == expected).all()
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
+def test_node_moves_leave_the_tempered_target_invariant_exactly(beta):
+    # π_β K = π_β for the node move of either latent node of a tiny Tucker model, for every cell
+    # order, by enumerating every proposal path.
+    tp, zs, probs, _ = _enumerate_tempered(*TUCKER_TINY, beta)
+    assert tp.node_swap.shape[0] == 2
+    for node in range(2):
+        children = [None, *np.unique(tp.node_child[node])]
+        for K in (K for x in children for K in _node_kernels(tp, zs, beta, node, 0, 1, x)):
+            np.testing.assert_allclose(K.sum(1), 1.0, atol=1e-12)
+            assert K.min() >= -1e-12
+            np.testing.assert_allclose(probs @ K, probs, atol=1e-12)
+            assert K.diagonal().min() < 1.0  # the move does something
+
+
+def test_numba_node_moves_follow_the_exact_kernel():
+    # 20 000 particles at one allocation, one node move (a node, two values and a cell order drawn
+    # at random): the histogram of the new allocations against the enumerated kernel's row.
+    beta = 0.6
+    tp, zs, _, _ = _enumerate_tempered(*TUCKER_TINY, beta)
+    K = _numba_node_kernel(tp, zs, beta)
+    np.testing.assert_allclose(K.sum(1), 1.0, atol=1e-12)
+    start = int(np.argmax(K.diagonal() < 0.9))
+    num = 20_000
+    with jax.enable_x64(True):
+        particles = _particles("numba", tp, num, seed=13)
+        particles.set_configs(np.repeat(zs[start][None], num, axis=0))
+        particles.move(beta, 0, 0, 0, 1)
+        # the carried log terms follow the moves
+        counts = particles.counts(5)
+        prior, like = tempered.exact_log_terms(tp, counts)
+        np.testing.assert_allclose([particles.log_prior[5], particles.log_like[5]], [prior, like], atol=1e-9)
+    codes = {tuple(z): i for i, z in enumerate(zs)}
+    found = np.bincount([codes[tuple(c)] for c in np.asarray(particles.config)], minlength=len(zs))
+    expected = K[start] * num
+    big = expected >= 5
+    observed = np.append(found[big], found[~big].sum())
+    expected = np.append(expected[big], expected[~big].sum())
+    keep = expected > 0
+    statistic = ((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    assert statistic < chi2.ppf(0.999, keep.sum() - 1), (statistic, keep.sum())
+    accepted, proposed = particles.block_moves[2, ::-1]
+    assert 0 < accepted <= proposed == num
 
 
 @pytest.mark.parametrize("name, beta", [pytest.param("nmf", 0.6, marks=pytest.mark.slow), ("tied", 0.3)])

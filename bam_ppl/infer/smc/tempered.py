@@ -138,6 +138,38 @@ class TemperedProblem(NamedTuple):
     log_reference: np.ndarray  # (U, L) log q of the per-cell reference start ((1, 1) unused without one)
     referenced: bool  # whether the start is the per-cell reference q instead of an urn
     gibbs_rows: gibbs_numba.UrnRows  # the urn conditional at β = 1 as the collapsed-Gibbs kernel reads it
+    node_swap: np.ndarray  # (N, L, V): configuration l with latent node n set to v (node moves); −1 past its size
+    node_size: np.ndarray  # (N,) number of values of each latent node with two or more
+    node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
+
+
+def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
+    """(N, U) the observed value, at every nonzero cell, of the first visible child of each latent
+    node of :func:`node_swaps` (−1 where missing or where the node has no visible child)."""
+    model = bound.model
+    nodes = [name for name in layout.free if name in model.latent and bound.sizes[name] >= 2]
+    out = np.full((len(nodes), data.nnz), -1, np.int64)
+    for k, name in enumerate(nodes):
+        children = [c for c in model.observed if c in model.dag.children(name)]
+        if children:
+            out[k] = np.asarray(data.indices)[:, list(model.observed).index(children[0])]
+    return out
+
+
+def node_swaps(bound: BoundModel, layout) -> tuple[np.ndarray, np.ndarray]:
+    """The ``node_swap`` and ``node_size`` of :class:`TemperedProblem`: for every free latent node n
+    with two values or more, every configuration l and value v, the configuration that agrees with
+    l except that n takes v."""
+    configs = np.asarray(layout.configs, np.int64)  # (L, number of free nodes)
+    nodes = [i for i, name in enumerate(layout.free) if name in bound.model.latent and bound.sizes[name] >= 2]
+    sizes = np.array([bound.sizes[layout.free[i]] for i in nodes], np.int64)
+    code = {tuple(row): l for l, row in enumerate(configs.tolist())}
+    swap = np.full((len(nodes), configs.shape[0], int(sizes.max(initial=1))), -1, np.int64)
+    for k, i in enumerate(nodes):
+        for l, row in enumerate(configs.tolist()):
+            for v in range(sizes[k]):
+                swap[k, l, v] = code[(*row[:i], v, *row[i + 1:])]
+    return swap, sizes
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
@@ -201,6 +233,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
+    swap, swap_sizes = node_swaps(bound, layout)
     return TemperedProblem(
         token_cell=token_cell,
         cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
@@ -223,6 +256,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         tilted=bool(start_scale != 1.0 and is_latent.any()),
         log_reference=np.zeros((1, 1)), referenced=False,
         gibbs_rows=gibbs_numba.urn_rows(spec, token_cell, row_base, row_offset, valid, log_space),
+        node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
     )
 
 
@@ -332,7 +366,7 @@ REFERENCE_THIN = 4
 
 
 def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed,
-                         floor: float = REFERENCE_FLOOR) -> np.ndarray:
+                         floor: float = REFERENCE_FLOOR, node_moves: int = 0) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
     ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
@@ -368,17 +402,20 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
             break
         step = min(REFERENCE_THIN, num_sweeps - done)
         gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
+        if node_moves:
+            posterior_block_moves(tp, rng, shifted, state, node_moves)
         done += step
     allowed = np.isfinite(out)
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
-def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
+def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool, node_moves: int = 0) -> list[np.ndarray]:
     """log q of :func:`reference_from_chain`, one per start configuration in ``configs`` and raw
     JAX key (rows of ``keys``), their chains run on ``pool``."""
     seeds = np.asarray(keys).astype(np.uint32)
-    return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed), configs, seeds))
+    return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed,
+                                                                   node_moves=node_moves), configs, seeds))
 
 
 def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
@@ -580,11 +617,12 @@ def _shift_token(counts, base, row_offset, moved, c, step):
         counts[base[m] + row_offset[m, c]] += step
 
 
-def _block_move(rng, tokens, pair, beta, counts, conf, proposal, base, lat, vis, start, weight, logs, token_cell, st):
+def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis, start, weight, logs, token_cell, st):
     """One Metropolis–Hastings move of a block of tokens: the tokens ``tokens`` are removed and
     re-placed in that order, each drawn from its tempered conditional given the tokens placed before
-    it — restricted to the two configurations ``pair`` when pair[0] ≥ 0, the block then being every
-    token in one of them. A sequentially allocated proposal (Dahl 2005, "Sequentially-allocated
+    it — restricted to the two configurations ``pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
+    (the block then holds every token in one of them: a pair move, a node move). A sequentially
+    allocated proposal (Dahl 2005, "Sequentially-allocated
     merge-split sampler for conjugate and nonconjugate Dirichlet process mixture models"; Jain &
     Neal 2004, "A split-merge Markov chain Monte Carlo procedure for the Dirichlet process mixture
     model", JCGS).
@@ -604,15 +642,15 @@ def _block_move(rng, tokens, pair, beta, counts, conf, proposal, base, lat, vis,
         _set_base(base, row_base, token_cell[token])
         _shift_token(counts, base, row_offset, moved, old, -1.0)
         scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
-        log_old += _log_total(weight, scale, pair)
+        log_old += _log_total(weight, scale, pairs[i])
         old_prior += _log_factor(lat, old, log_space)
         old_like += _log_factor(vis, old, log_space)
         old_start += _log_factor(start, old, log_space)
     for i in range(tokens.shape[0]):
         token = tokens[i]
         scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
-        log_new += _log_total(weight, scale, pair)
-        _restrict(weight, pair)
+        log_new += _log_total(weight, scale, pairs[i])
+        _restrict(weight, pairs[i])
         new = _draw(rng, weight)
         proposal[i] = new
         new_prior += _log_factor(lat, new, log_space)
@@ -633,35 +671,112 @@ def _block_move(rng, tokens, pair, beta, counts, conf, proposal, base, lat, vis,
     return False
 
 
-def _pair_tokens(rng, conf, num_configs, members, pair, cell_order, cell_start):
-    """Draw two distinct configurations into ``pair`` and gather the tokens in either of them into
-    ``members``, cell by cell in random cell order (so that the sequential proposal places a cell's
-    tokens together and its urn can keep them together); returns their number."""
-    pair[0] = int(rng.random() * num_configs)
-    pair[1] = int(rng.random() * (num_configs - 1))
-    if pair[1] >= pair[0]:
-        pair[1] += 1
+def _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start):
+    """Draw two distinct configurations and gather the tokens in either of them into ``members``
+    (their pair into ``pairs``), cell by cell in random cell order (so that the sequential proposal
+    places a cell's tokens together and its urn can keep them together); returns their number."""
+    a = int(rng.random() * num_configs)
+    b = int(rng.random() * (num_configs - 1))
+    if b >= a:
+        b += 1
     shuffle(rng, cell_order)
     n = 0
     for cell in cell_order:
         for token in range(cell_start[cell], cell_start[cell + 1]):
-            if conf[token] == pair[0] or conf[token] == pair[1]:
+            if conf[token] == a or conf[token] == b:
                 members[n] = token
+                pairs[n, 0], pairs[n, 1] = a, b
                 n += 1
     return n
 
 
-def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, num_pair_moves, shifted, config,
-                    log_prior, log_like, log_start, accepted, token_cell, cell_start, st):
+def _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start, token_cell):
+    """Draw a latent node and two of its values v ≠ w, and gather every token whose configuration
+    gives the node v or w into ``members``, cell by cell in random cell order; ``pairs`` gets each
+    token's configuration with the node at v and at w, its other nodes kept (``node_swap[n, c, v]``:
+    configuration c with node n set to v). A split–merge of two of the node's classes: the whole of
+    classes v and w is re-divided between them, which single-token moves can only do through
+    allocations of low probability (Jain & Neal 2004). Returns the number of tokens."""
+    node = int(rng.random() * node_swap.shape[0])
+    size = node_size[node]
+    v = int(rng.random() * size)
+    w = int(rng.random() * (size - 1))
+    if w >= v:
+        w += 1
+    shuffle(rng, cell_order)
+    n = 0
+    for cell in cell_order:
+        for token in range(cell_start[cell], cell_start[cell + 1]):
+            c = conf[token]
+            a, b = node_swap[node, c, v], node_swap[node, c, w]
+            if c == a or c == b:
+                members[n] = token
+                pairs[n, 0], pairs[n, 1] = a, b
+                n += 1
+    if n > 0 and rng.random() < 0.5:
+        # Half the time only the tokens of one value x of the node's visible child (one sender, one
+        # word), x that of a random member: the set is the same before and after the move, and so is
+        # the chance of drawing x.
+        x = node_child[node, token_cell[members[int(rng.random() * n)]]]
+        kept = 0
+        for i in range(n):
+            if node_child[node, token_cell[members[i]]] == x:
+                members[kept] = members[i]
+                pairs[kept, 0], pairs[kept, 1] = pairs[i, 0], pairs[i, 1]
+                kept += 1
+        n = kept
+    return n
+
+
+def _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted,
+                 token_cell, cell_start, node_swap, node_size, node_child, st):
+    """Metropolis–Hastings block moves of one state targeting π_β (:func:`_block_move`), in place:
+    ``num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
+    tokens re-placed; ``num_pair_moves`` pair moves (the tokens of two random configurations
+    re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
+    classes of a latent node re-divided between them: :func:`_node_tokens`). ``logs`` (3,) gets the
+    change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
+    num_configs = st[1].shape[1]
+    num_tokens = token_cell.shape[0]
+    base, lat, vis, start, weight = _weight_scratch(st[0].shape[0], num_configs)
+    proposal = np.empty(num_tokens, np.int32)
+    members = np.empty(num_tokens, np.int64)
+    pairs = np.full((num_tokens, 2), -1, np.int64)
+    cells = np.flatnonzero(np.diff(cell_start) >= 2)
+    cell_order = np.arange(cell_start.shape[0] - 1)
+    all_tokens = np.arange(num_tokens)
+    for _ in range(num_cell_moves):
+        shuffle(rng, cells)
+        for cell in cells:
+            first, stop = cell_start[cell], cell_start[cell + 1]
+            if _block_move(rng, all_tokens[first:stop], pairs[:stop - first], beta, counts, conf, proposal, base, lat,
+                           vis, start, weight, logs, token_cell, st):
+                accepted[0] += 1
+    if num_configs < 2:
+        return
+    for kind, num_moves in ((1, num_pair_moves), (2, num_node_moves if node_swap.shape[0] else 0)):
+        for _ in range(num_moves):
+            if kind == 1:
+                n = _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
+            else:
+                n = _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start,
+                                 token_cell)
+            if n > 0 and _block_move(rng, members[:n], pairs[:n], beta, counts, conf, proposal, base, lat, vis,
+                                     start, weight, logs, token_cell, st):
+                accepted[kind] += 1
+
+
+def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, shifted,
+                    config, log_prior, log_like, log_start, accepted, token_cell, cell_start, node_swap, node_size,
+                    node_child, st):
     """Particles ``first..stop`` of one block, drawing from the block's Generator ``rng``.
 
     ``mode`` _URN adds every token (random order) drawn from the start distribution's urn
     conditional (β = 0); _SWEEP does ``num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
-    order per sweep), then ``num_cell_moves`` passes of cell moves (:func:`_block_move`) over the
-    cells with two tokens or more, in random order, and ``num_pair_moves`` pair moves (the tokens of two
-    random configurations re-placed between them, cell by cell: :func:`_pair_tokens`); ``accepted`` counts each particle's accepted
-    cell moves. The weights are those of :func:`_token_weights`; the particle's log π₀, log L and
-    log start change by the logs of the factors of its new configuration minus those of the old one.
+    order per sweep), then the block moves of :func:`_block_moves`; ``accepted`` (P, 3) counts each
+    particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
+    the particle's log π₀, log L and log start change by the logs of the factors of its new
+    configuration minus those of the old one.
     """
     row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
     num_configs = row_offset.shape[1]
@@ -669,13 +784,6 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
     logs = np.zeros(3)
     order = np.arange(num_tokens)
-    cells = np.flatnonzero(np.diff(cell_start) >= 2)
-    proposal = np.empty(num_tokens, np.int32)
-    members = np.empty(num_tokens, np.int64)
-    all_tokens = np.arange(num_tokens)
-    cell_order = np.arange(cell_start.shape[0] - 1)
-    no_pair = np.full(2, -1, np.int64)
-    pair = np.empty(2, np.int64)
     passes = 1 if mode == _URN else num_sweeps
     for p in range(first, stop):
         counts = shifted[p]
@@ -703,19 +811,9 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
                     logs[0] += _log_factor(lat, new, log_space) - _log_factor(lat, old, log_space)
                     logs[1] += _log_factor(vis, new, log_space) - _log_factor(vis, old, log_space)
                     logs[2] += _log_factor(start, new, log_space) - _log_factor(start, old, log_space)
-        if mode == _SWEEP:
-            for _ in range(num_cell_moves):
-                shuffle(rng, cells)
-                for cell in cells:
-                    if _block_move(rng, all_tokens[cell_start[cell]:cell_start[cell + 1]], no_pair, beta, counts, conf, proposal, base, lat, vis, start, weight,
-                                   logs, token_cell, st):
-                        accepted[p, 0] += 1
-            if num_configs > 1:
-                for _ in range(num_pair_moves):
-                    n = _pair_tokens(rng, conf, num_configs, members, pair, cell_order, cell_start)
-                    if n > 0 and _block_move(rng, members[:n], pair, beta, counts, conf, proposal, base, lat, vis,
-                                             start, weight, logs, token_cell, st):
-                        accepted[p, 1] += 1
+        if mode == _SWEEP and num_cell_moves + num_pair_moves + num_node_moves > 0:
+            _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted[p],
+                         token_cell, cell_start, node_swap, node_size, node_child, st)
         log_prior[p] += logs[0]
         log_like[p] += logs[1]
         log_start[p] += logs[2]
@@ -758,8 +856,27 @@ if numba is not None:
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_tempered_block", "_log_multinomial_block",
+                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
+
+
+def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
+                         num_node_moves: int) -> np.ndarray:
+    """(3,) the cell, pair and node moves that :func:`_block_moves` proposes to one state."""
+    cells = int(np.count_nonzero(np.diff(tp.cell_start) >= 2))
+    many = tp.num_configs > 1
+    return np.array([num_cell_moves * cells, num_pair_moves * many, num_node_moves * (many and tp.node_swap.shape[0] > 0)])
+
+
+def posterior_block_moves(tp: TemperedProblem, rng: np.random.Generator, shifted: np.ndarray, config: np.ndarray,
+                          num_node_moves: int) -> np.ndarray:
+    """``num_node_moves`` node moves (:func:`_node_tokens`) of one posterior chain (β = 1, the
+    untilted target) at counts ``shifted`` and configurations ``config``, in place; returns the
+    numbers (3,) of cell, pair and node moves accepted."""
+    accepted = np.zeros(3, np.int64)
+    _block_moves(rng, 1.0, 0, 0, num_node_moves, shifted, config, np.zeros(3), accepted, tp.token_cell,
+                 tp.cell_start, tp.node_swap, tp.node_size, tp.node_child, _structure(tp, False))
+    return accepted
 
 
 class NumbaParticles:
@@ -782,31 +899,31 @@ class NumbaParticles:
         self.rngs = [np.random.default_rng(np.asarray(k, np.uint32)) for k in keys]
         self.pool = pool
         self.structure = _structure(tp, True)
-        self.accepted = np.zeros((num_particles, 2), np.int64)
-        self.block_moves = np.zeros((2, 2), np.int64)  # (cell, pair) moves: proposed, accepted
+        self.accepted = np.zeros((num_particles, 3), np.int64)
+        self.block_moves = np.zeros((3, 2), np.int64)  # (cell, pair, node) moves: proposed, accepted
 
-    def _run(self, mode, beta, num_sweeps, num_cell_moves=0, num_pair_moves=0):
+    def _run(self, mode, beta, num_sweeps, num_cell_moves=0, num_pair_moves=0, num_node_moves=0):
         self.accepted[:] = 0
+        tp = self.tp
 
         def one(block):
             b, first, stop = block
             _tempered_block(self.rngs[b], first, stop, mode, float(beta), num_sweeps, num_cell_moves,
-                            num_pair_moves, self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
-                            self.accepted,
-                            self.tp.token_cell, self.tp.cell_start, self.structure)
+                            num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior, self.log_like,
+                            self.log_start, self.accepted, tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size,
+                            tp.node_child, self.structure)
 
         list(self.pool.map(one, self.blocks))
-        cells = int(np.count_nonzero(np.diff(self.tp.cell_start) >= 2))
-        pairs = num_pair_moves if self.tp.num_configs > 1 else 0
-        proposed = self.num_particles * np.array([num_cell_moves * cells, pairs])
-        self.block_moves += np.stack([proposed, self.accepted.sum(0)], axis=1)
+        self.block_moves += np.stack([self.num_particles * block_moves_proposed(
+            tp, num_cell_moves, num_pair_moves, num_node_moves), self.accepted.sum(0)], axis=1)
 
     def initialise(self) -> None:
         """Exact draws from π₀ (the urn over latent tables; missing visible values uniform)."""
         self._run(_URN, 0.0, 1)
 
-    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0) -> None:
-        self._run(_SWEEP, beta, num_sweeps, num_cell_moves, num_pair_moves)
+    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
+             num_node_moves: int = 0) -> None:
+        self._run(_SWEEP, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
 
     def add_offsets(self, prior: float, like: float, start: float) -> None:
         self.log_prior += prior
@@ -981,7 +1098,7 @@ class JaxParticles:
         self.config = jnp.zeros((num_particles, tp.token_cell.shape[0]), jnp.int32)
         self.counts_ = jnp.tile(jnp.asarray(tp.fixed_counts, jnp.int32), (num_particles, 1))
         self.logs = jnp.zeros((num_particles, 3), jnp.float64)  # log π₀, log L, log start
-        self.block_moves = np.zeros((2, 2), np.int64)  # no block moves in this kernel
+        self.block_moves = np.zeros((3, 2), np.int64)  # no block moves in this kernel
 
     log_prior = property(lambda self: np.asarray(self.logs[:, 0]))
     log_like = property(lambda self: np.asarray(self.logs[:, 1]))
@@ -1003,7 +1120,8 @@ class JaxParticles:
     def initialise(self) -> None:
         self._run(0.0, 1, False)
 
-    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0) -> None:
+    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
+             num_node_moves: int = 0) -> None:
         """Gibbs sweeps only: the JAX kernel has no block moves (:func:`run_tempered` warns)."""
         self._run(beta, num_sweeps, True)
 
@@ -1079,7 +1197,7 @@ class TemperedRun(NamedTuple):
     lower_bound: float
     best_config: np.ndarray
     degenerate_start: bool  # most draws from π₀ had the same likelihood
-    block_moves: np.ndarray  # (2, 2) cell and pair moves: proposed, accepted
+    block_moves: np.ndarray  # (3, 2) cell, pair and node moves: proposed, accepted
 
 
 class TemperedResult(NamedTuple):
@@ -1094,7 +1212,7 @@ class TemperedResult(NamedTuple):
     ``best_cells`` (n, nodes) and ``best_counts`` (n,) its (observed cell, configuration) groups
     as full cells and counts, so that ``bound.log_prob_cells(best_cells, best_counts)`` equals
     ``lower_bound``; ``run_best_cells``, ``run_best_counts`` every run's best allocation in the
-    same form; ``block_move_acceptance`` (2,) the share of cell moves and of pair moves
+    same form; ``block_move_acceptance`` (3,) the share of cell, pair and node moves
     accepted (nan where none ran); ``seconds`` the wall time.
     """
 
@@ -1118,8 +1236,9 @@ class TemperedResult(NamedTuple):
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
-             cell_moves=0, pair_moves=0, relabellings=None):
-    """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`."""
+             block_moves=(0, 0, 0), relabellings=None):
+    """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`
+    (``block_moves``: cell, pair and node moves per temperature)."""
     num = particles.num_particles
     particles.initialise()
     # Constant factors the rows leave out (equal for every allocation): fixed from one particle.
@@ -1171,7 +1290,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
             particles.resample(systematic_resample(rng, log_w))
             log_w = np.full(num, -np.log(num))
             resamplings += 1
-        particles.move(beta, num_sweeps, cell_moves, pair_moves)
+        particles.move(beta, num_sweeps, *block_moves)
         visit()
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
@@ -1203,7 +1322,7 @@ def _check_schedule(schedule):
 
 
 def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar, max_configs,
-                   start_a=None, cell_moves=0, pair_moves=0, reference_sweeps=0):
+                   start_a=None, cell_moves=0, pair_moves=0, reference_sweeps=0, node_moves=0):
     check_int(num_particles, "num_particles", minimum=2)
     check_int(num_runs, "num_runs", minimum=1)
     check_positive(rho, "rho", upper=1.0)
@@ -1220,6 +1339,7 @@ def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, p
         check_positive(start_a, "start_a")
     check_int(cell_moves, "cell_moves", minimum=0)
     check_int(pair_moves, "pair_moves", minimum=0)
+    check_int(node_moves, "node_moves", minimum=0)
     if reference_sweeps is not None:
         check_int(reference_sweeps, "reference_sweeps", minimum=0)
     return schedule
@@ -1235,7 +1355,7 @@ def pooled(run_log_evidence) -> tuple[float, float]:
 def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: int = 4, rho: float = 0.9,
                  num_sweeps: int = 1, schedule=None, kernel: str = "auto", progress_bar: bool | None = None,
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
-                 cell_moves: int = 0, pair_moves: int = 0, reference=None,
+                 cell_moves: int = 0, pair_moves: int = 0, node_moves: int = 0, reference=None,
                  reference_sweeps: int | None = None) -> TemperedResult:
     """Run ``num_runs`` independent tempered SMC samplers over the token allocations.
 
@@ -1284,6 +1404,13 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         Pair moves per temperature: two configurations drawn at random, and every token in either
         re-placed between them, cell by cell in random cell order, by the same sequential proposal.
         numba kernel only.
+    node_moves : int
+        Node moves per temperature (split–merge moves, Jain & Neal 2004): a latent node and two of
+        its values drawn at random, and every token whose configuration gives the node either
+        value re-placed between the two, its other nodes kept, by the same sequential proposal.
+        It re-divides two classes of a node as a whole (two topics of NMF, two sender groups of
+        a Tucker model), which single-token moves can do only through allocations of low
+        probability. numba kernel only.
     reference : (cells, counts), optional
         An allocation (full cells (n, nodes) and counts (n,) adding up to X, e.g. the
         ``best_cells``, ``best_counts`` of an earlier run) around which to build the start: the
@@ -1325,15 +1452,15 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     pair moves); ``method="auto"`` uses the Pólya-urn SMC there (benchmarks/README.md).
     """
     schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
-                              max_configs, start_a, cell_moves, pair_moves, reference_sweeps)
+                              max_configs, start_a, cell_moves, pair_moves, reference_sweeps, node_moves)
     if reference is not None and numba is None:
         raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
     kernel = resolve_kernel(kernel)
-    if kernel == "jax" and cell_moves + pair_moves > 0:
-        warnings.warn("tempered SMC: the JAX kernel has no cell or pair moves; it runs the Gibbs sweeps only "
-                      "(cell_moves and pair_moves are ignored). Use kernel='numba' for them.",
+    if kernel == "jax" and cell_moves + pair_moves + node_moves > 0:
+        warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
+                      "(cell_moves, pair_moves and node_moves are ignored). Use kernel='numba' for them.",
                       UserWarning, stacklevel=2)
-        cell_moves = pair_moves = 0
+        cell_moves = pair_moves = node_moves = 0
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     references = None
@@ -1380,8 +1507,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                 else:
                     particles = JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
                 resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
-                runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule, cell_moves,
-                                     pair_moves, relabellings))
+                runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule,
+                                     (cell_moves, pair_moves, node_moves), relabellings))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -1427,7 +1554,7 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
 
 
 def references_from_allocations(model, data, allocations, rng_key=0, reference_sweeps: int | None = None,
-                                max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
+                                max_configs: int = DEFAULT_MAX_CONFIGS, node_moves: int = 0) -> list[Reference]:
     """One reference from each allocation ``(cells, counts)`` of ``allocations``, by a chain
     started there (:func:`reference_from_chain`, ``reference_sweeps`` sweeps, by default
     :func:`default_reference_sweeps`), the chains run one per core."""
@@ -1442,7 +1569,7 @@ def references_from_allocations(model, data, allocations, rng_key=0, reference_s
     sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
     keys = jax.random.split(as_key(rng_key), len(configs))
     with ThreadPoolExecutor(max_workers=max(1, min(len(configs), os.cpu_count() or 1))) as pool:
-        return [Reference(log_q, sweeps) for log_q in chain_references(tp, configs, sweeps, keys, pool)]
+        return [Reference(log_q, sweeps) for log_q in chain_references(tp, configs, sweeps, keys, pool, node_moves)]
 
 
 def _references_per_run(reference, num_runs: int) -> list[Reference] | None:
@@ -1487,7 +1614,7 @@ def _label_symmetries(bound, data, layout) -> np.ndarray:
 
 
 def _acceptance(block_moves: np.ndarray) -> np.ndarray:
-    """Accepted share of the (cell, pair) moves from their (proposed, accepted) counts; nan where none ran."""
+    """Accepted share of the (cell, pair, node) moves from their (proposed, accepted) counts; nan where none ran."""
     proposed, accepted = block_moves[:, 0], block_moves[:, 1]
     return np.where(proposed > 0, accepted / np.maximum(proposed, 1), np.nan)
 
@@ -1505,7 +1632,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                           rho: float = 0.9, num_sweeps: int = 1, schedule=None, kernel: str = "auto",
                           progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS,
                           start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0,
-                          reference=None, reference_sweeps: int | None = None):
+                          node_moves: int = 0, reference=None, reference_sweeps: int | None = None):
     """Tempered SMC estimate of log p(X) over the token allocations (see :func:`run_tempered`).
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
@@ -1518,7 +1645,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_runs=num_runs, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, kernel=kernel, progress_bar=progress_bar,
                           max_configs=max_configs, start_a=start_a, cell_moves=cell_moves, pair_moves=pair_moves,
-                          reference=reference, reference_sweeps=reference_sweeps)
+                          node_moves=node_moves, reference=reference, reference_sweeps=reference_sweeps)
     return EvidenceEstimate(
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
@@ -1529,8 +1656,10 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                      schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
                      num_runs=num_runs, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
                      kernel=resolve_kernel(kernel), start_a=start_a, seconds=result.seconds,
-                     cell_moves=cell_moves, pair_moves=pair_moves, referenced=reference is not None,
+                     cell_moves=cell_moves, pair_moves=pair_moves, node_moves=node_moves,
+                     referenced=reference is not None,
                      reference_sweeps=result.reference_sweeps,
                      cell_move_acceptance=float(result.block_move_acceptance[0]),
-                     pair_move_acceptance=float(result.block_move_acceptance[1])),
+                     pair_move_acceptance=float(result.block_move_acceptance[1]),
+                     node_move_acceptance=float(result.block_move_acceptance[2])),
     )
