@@ -567,10 +567,49 @@ def test_too_many_symmetries_warning_names_the_tempered_smc(monkeypatch):
     from bam_ppl.infer.gibbs import chib
 
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
-    data, bound, layout, _ = prepare(bam.models.nmf(3, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]]))
+    # Two symmetric latent nodes, 2! · 3! relabellings: too many, and no one node carries them.
+    data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
     with pytest.warns(UserWarning, match="the tempered SMC from a reference averages over none"):
-        relabellings = tempered._label_symmetries(bound, data, layout)
-    assert relabellings.shape[0] == 1
+        symmetry = tempered._label_symmetries(bound, data, layout)
+    assert symmetry.relabellings.shape[0] == 1 and symmetry.log_order == 0.0 and symmetry.swap is None
+
+
+def _brute_log_permanent(M):
+    K = M.shape[0]
+    return logsumexp([M[np.arange(K), list(g)].sum() for g in itertools.permutations(range(K))])
+
+
+def test_log_permanent_matches_the_sum_over_every_permutation():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        K = int(rng.integers(2, 7))
+        M = rng.normal(0.0, [0.5, 5.0, 50.0][trial % 3], (K, K))
+        occupied = rng.random(K) < 0.7
+        M[~occupied] = 0.0  # rows of values no token takes
+        value = tempered._log_permanent(M, occupied, tempered.PERMANENT_DROP_NATS, 10**6)
+        assert value == pytest.approx(_brute_log_permanent(M), abs=1e-9)
+    assert np.isnan(tempered._log_permanent(rng.normal(0.0, 0.1, (7, 7)), np.ones(7, bool), 40.0, 10))
+
+
+def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):
+    # Beyond MAX_RELABELLINGS the sum over one node's K! relabellings is a permanent: the same
+    # weights as the enumeration, on states with every class used and with empty classes.
+    from bam_ppl.infer.gibbs import chib
+
+    model, X = bam.models.nmf(4, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])
+    data, bound, layout, _ = prepare(model, X)
+    tp = tempered.build_tempered_problem(bound, data, layout)
+    tp = tempered.with_reference(tp, _random_reference(tp, 7))
+    enumerated = tempered._label_symmetries(bound, data, layout)
+    assert enumerated.swap is None and enumerated.relabellings.shape[0] == 24
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    permanent = tempered._label_symmetries(bound, data, layout)
+    assert permanent.swap is not None and permanent.log_order == pytest.approx(np.log(24))
+    z = np.random.default_rng(3).integers(0, tp.num_configs, (30, tp.token_cell.size))
+    z[:10] %= 2  # two classes empty
+    z[10] = 0
+    np.testing.assert_allclose(tempered.symmetric_log_weights(tp, z, permanent),
+                               tempered.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
 
 
 def test_label_symmetry_weights_share_every_orbit_exactly_once():
@@ -579,12 +618,13 @@ def test_label_symmetry_weights_share_every_orbit_exactly_once():
     data, bound, layout, _ = prepare(model, X)
     tp = tempered.with_reference(tempered.build_tempered_problem(bound, data, layout), _random_reference(
         tempered.build_tempered_problem(bound, data, layout), 5))
-    relabellings = tempered._label_symmetries(bound, data, layout)
+    symmetry = tempered._label_symmetries(bound, data, layout)
+    relabellings = symmetry.relabellings
     assert relabellings.shape[0] == 6 and np.array_equal(relabellings[0], np.arange(tp.num_configs))
     z = np.random.default_rng(2).integers(0, tp.num_configs, (40, tp.token_cell.size))
     z[0] = 0  # a state that relabellings map to itself
     orbits = np.stack([relabellings[h][z] for h in range(6)], 1)  # (40, G, T)
-    log_w = tempered.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), relabellings).reshape(40, 6)
+    log_w = tempered.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), symmetry).reshape(40, 6)
     np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)
 
 

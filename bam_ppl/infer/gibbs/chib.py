@@ -425,42 +425,48 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
                 and np.array_equal(src < num_entries, dst < num_entries))
 
 
-def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
-                     max_relabellings: int, estimator: str = "the Chib-style estimate") -> np.ndarray:
-    """The relabellings of the free configurations (G, L), identity first, that permute the
-    values of latent nodes and leave p(X, z) unchanged.
-
-    A latent node contributes all permutations of its values when the transposition of its
-    first two values and the cycle of all of them are symmetries (they generate the symmetric
-    group, and symmetries compose); the group is the product over such nodes. Only the identity
-    is returned when the group has more than ``max_relabellings`` elements, with a warning that
-    ``estimator`` then averages over none of them.
-    """
+def symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries) -> list[int]:
+    """Positions in ``layout.free`` of the latent nodes any permutation of whose values leaves
+    p(X, z) unchanged: those for which the transposition of the first two values and the cycle of
+    all of them are symmetries (they generate the symmetric group, and symmetries compose)."""
     configs = layout.configs
     sizes = [bound.sizes[n] for n in layout.free]
-    identity = np.arange(configs.shape[0])
-
-    def relabelling(position, permutation):
-        new = configs.copy()
-        new[:, position] = np.asarray(permutation)[configs[:, position]]
-        return np.ravel_multi_index(tuple(new.T), sizes) if sizes else identity
-
     nodes = []
     for position, name in enumerate(layout.free):
         K = sizes[position]
         if name not in bound.model.latent or K < 2:
             continue
         generators = [[1, 0, *range(2, K)], [*range(1, K), 0]]
-        if all(_relabelling_is_symmetry(relabelling(position, g), structure, concentration, fixed_counts,
-                                        num_entries) for g in generators):
+        relabellings = []
+        for permutation in generators:
+            new = configs.copy()
+            new[:, position] = np.asarray(permutation)[configs[:, position]]
+            relabellings.append(np.ravel_multi_index(tuple(new.T), sizes))
+        if all(_relabelling_is_symmetry(r, structure, concentration, fixed_counts, num_entries) for r in relabellings):
             nodes.append(position)
+    return nodes
+
+
+def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
+                     max_relabellings: int, estimator: str = "the Chib-style estimate", warn: bool = True) -> np.ndarray:
+    """The relabellings of the free configurations (G, L), identity first, that permute the
+    values of latent nodes and leave p(X, z) unchanged: the product over the nodes of
+    :func:`symmetric_nodes` of all permutations of their values. Only the identity is returned
+    when the group has more than ``max_relabellings`` elements, with a warning (unless ``warn`` is
+    False) that ``estimator`` then averages over none of them.
+    """
+    configs = layout.configs
+    sizes = [bound.sizes[n] for n in layout.free]
+    identity = np.arange(configs.shape[0])
+    nodes = symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries)
     order = math.prod(math.factorial(sizes[p]) for p in nodes)
     if not nodes:
         return identity[None, :]
     if order > max_relabellings:
-        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
-                      f"{estimator} averages over none of them and may fall short of log p(X) "
-                      f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
+        if warn:
+            warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
+                          f"{estimator} averages over none of them and may fall short of log p(X) "
+                          f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
         return identity[None, :]
     out = []
     for permutations in itertools.product(*[itertools.permutations(range(sizes[p])) for p in nodes]):

@@ -444,14 +444,90 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
     return np.repeat(np.tile(np.arange(tp.num_configs), num_cells), whole.reshape(-1)).astype(np.int64)
 
 
-def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, relabellings: np.ndarray) -> np.ndarray:
+class LabelSymmetry(NamedTuple):
+    """The relabellings of the latent values that leave p(X, z) unchanged, as
+    :func:`symmetric_log_weights` sums over them: enumerated (``relabellings`` (G, L), identity
+    first) where G has at most MAX_RELABELLINGS elements; otherwise, when one latent node carries
+    them all, that node's values (``value`` (L,)) and ``swap`` (L, K): configuration l with the
+    node set to k, so that the sum over its K! permutations is a permanent (:func:`_log_permanent`).
+    ``log_order`` is log |G| (0: no symmetry, or one too large to sum over)."""
+
+    relabellings: np.ndarray
+    value: np.ndarray | None = None
+    swap: np.ndarray | None = None
+    log_order: float = 0.0
+
+
+# Terms of the sum over relabellings more than this many nats below the sum so far are left out,
+# with all their completions: their share stays below e^(−PERMANENT_DROP_NATS) per pruned subtree.
+PERMANENT_DROP_NATS = 40.0
+PERMANENT_MAX_NODES = 2_000_000  # partial assignments a sum may visit before it gives up
+
+
+def _log_permanent(M, occupied, drop, max_nodes):
+    """log Σ_g exp(Σ_k M[k, g(k)]) over the permutations g of the K columns, where the rows not
+    ``occupied`` are zero (a node value no token takes): those rows add log((K − n)!) for the n
+    occupied ones, whose injections into the columns are summed depth first, the diagonal tried
+    first, leaving out every partial assignment whose bound — its sum, plus each remaining row's
+    largest entry, plus the log of its number of completions — lies ``drop`` nats below the sum so
+    far. Returns nan after ``max_nodes`` partial assignments."""
+    K = M.shape[0]
+    rows = np.flatnonzero(occupied)
+    n = rows.shape[0]
+    if n == 0:
+        return math.lgamma(K + 1.0)
+    rest = np.zeros(n + 1)  # Σ over rows d.. of their largest entry
+    for d in range(n - 1, -1, -1):
+        rest[d] = rest[d + 1] + M[rows[d]].max()
+    completions = np.zeros(n + 1)  # log of the injections of rows d.. into the K − d free columns
+    for d in range(n + 1):
+        completions[d] = math.lgamma(K - d + 1.0) - math.lgamma(K - n + 1.0)
+    used = np.zeros(K, np.bool_)
+    column = np.zeros(n, np.int64)
+    tried = np.zeros(n, np.int64)
+    partial = np.zeros(n + 1)
+    total = -np.inf
+    visited = 0
+    d = 0
+    while d >= 0:
+        if tried[d] == K:  # every column tried at this depth: back up
+            d -= 1
+            if d >= 0:
+                used[column[d]] = False
+                tried[d] += 1
+            continue
+        j = (rows[d] + tried[d]) % K
+        if used[j]:
+            tried[d] += 1
+            continue
+        value = partial[d] + M[rows[d], j]
+        if value + rest[d + 1] + completions[d + 1] < total - drop:
+            tried[d] += 1
+            continue
+        if d == n - 1:
+            total = max(total, value) + math.log1p(math.exp(-abs(total - value))) if total > -np.inf else value
+            tried[d] += 1
+            continue
+        visited += 1
+        if visited > max_nodes:
+            return np.nan
+        used[j] = True
+        column[d] = j
+        partial[d + 1] = value
+        d += 1
+        tried[d] = 0
+    return total + math.lgamma(K - n + 1.0)
+
+
+def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: LabelSymmetry) -> np.ndarray:
     """log(|G| · w(z)) of every particle (P, T), with w(z) = q(z) / Σ_g q(g(z)) over the label
-    symmetries g in G (``relabellings`` (G, L), identity first): the share of z's orbit that
+    symmetries g in G (``symmetry``, a :class:`LabelSymmetry`): the share of z's orbit that
     the reference q puts on z itself. For every z, Σ_h w(h(z)) = 1 over the relabellings h, and
     p(X, z) is invariant under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of
     π₁ by |G| w counts the copies of the posterior that a reference in one of them never visits
     (w = 1 for a particle in q's own copy when the copies lie far apart; ½ where q cannot tell
-    two relabellings apart)."""
+    two relabellings apart). All zeros, with a warning, when a permanent has too many terms
+    within PERMANENT_DROP_NATS of its largest."""
     num_configs = tp.num_configs
     log_ref = tp.log_reference
     out = np.empty(config.shape[0])
@@ -460,8 +536,24 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, relabellings:
         groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
                              minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
         # log q(g(z)) = Σ_(u, l) S[u, l] log q[u, g(l)] for every g, up to a constant of z
-        scores = (groups.T @ log_ref)[rows[None, :], relabellings].sum(1)
-        out[p] = math.log(relabellings.shape[0]) + scores[0] - _log_sum_exp(scores)
+        scores = groups.T @ log_ref  # (L, L): [l, l'] = Σ_u S[u, l] log q[u, l']
+        if symmetry.swap is None:
+            by_relabelling = scores[rows[None, :], symmetry.relabellings].sum(1)
+            out[p] = symmetry.log_order + by_relabelling[0] - _log_sum_exp(by_relabelling)
+            continue
+        # Σ_l scores[l, g(l)] = Σ_k M[k, g(k)] with M[k, j] = Σ over l with value k of scores[l, l with value j]
+        K = symmetry.swap.shape[1]
+        M = np.stack([np.bincount(symmetry.value, weights=scores[rows, symmetry.swap[:, j]], minlength=K)
+                      for j in range(K)], axis=1)
+        occupied = np.bincount(symmetry.value, weights=groups.sum(0), minlength=K) > 0
+        log_sum = _log_permanent(M, occupied, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES)
+        if not np.isfinite(log_sum):
+            warnings.warn(f"tempered SMC from a reference: the sum over the {K}! relabellings of the latent labels "
+                          f"has too many terms of similar size to add up; the estimate counts none of them and may "
+                          f"fall short of log p(X) by up to log {K}! = {symmetry.log_order:.1f} nats",
+                          EvidenceWarning, stacklevel=3)
+            return np.zeros(config.shape[0])
+        out[p] = symmetry.log_order + np.trace(M) - log_sum
     return out
 
 
@@ -856,7 +948,7 @@ if numba is not None:
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
+                  nogil=("_log_permanent", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
 
 
@@ -1236,7 +1328,7 @@ class TemperedResult(NamedTuple):
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
-             block_moves=(0, 0, 0), relabellings=None):
+             block_moves=(0, 0, 0), symmetry=None):
     """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`
     (``block_moves``: cell, pair and node moves per temperature)."""
     num = particles.num_particles
@@ -1295,8 +1387,8 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
-    if relabellings is not None and relabellings.shape[0] > 1:
-        log_z += _log_sum_exp(log_w + symmetric_log_weights(tp, np.asarray(particles.config), relabellings))
+    if symmetry is not None and symmetry.log_order > 0:
+        log_z += _log_sum_exp(log_w + symmetric_log_weights(tp, np.asarray(particles.config), symmetry))
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,
                        particles.block_moves.copy())
 
@@ -1488,14 +1580,14 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
         if kernel == "numba" or reference is not None else None
-    relabellings = None
+    symmetry = None
     try:
         with jax.enable_x64(True):
             # Seeds of every run: one Generator per particle block and one for resampling.
             seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
             if reference is not None:
-                relabellings = _label_symmetries(bound, data, layout)
+                symmetry = _label_symmetries(bound, data, layout)
             if references is None and reference is not None:  # every run its own q, so that their spread includes q's
                 run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
                 run_tps = [with_reference(tp, log_q) for log_q in
@@ -1508,7 +1600,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                     particles = JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
                 resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
                 runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule,
-                                     (cell_moves, pair_moves, node_moves), relabellings))
+                                     (cell_moves, pair_moves, node_moves), symmetry))
     finally:
         if pool is not None:
             pool.shutdown()
@@ -1605,12 +1697,29 @@ def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFA
     return best_allocation(bound, data, layout, tp, config)
 
 
-def _label_symmetries(bound, data, layout) -> np.ndarray:
-    """The relabellings of the free configurations that leave p(X, z) unchanged (G, L), identity first."""
-    from ..gibbs.chib import MAX_RELABELLINGS, _Problem
+def _label_symmetries(bound, data, layout) -> LabelSymmetry:
+    """The :class:`LabelSymmetry` of a problem: enumerated up to MAX_RELABELLINGS relabellings,
+    beyond as one node's permutations when one latent node carries them all; otherwise (several
+    nodes and too many) the identity alone, with the warning of
+    :func:`~bam_ppl.infer.gibbs.chib.label_symmetries`."""
+    from ..gibbs.chib import MAX_RELABELLINGS, _Problem, label_symmetries, symmetric_nodes
 
-    return _Problem(bound, data, layout, True, MAX_RELABELLINGS,
-                    estimator="the tempered SMC from a reference").relabellings
+    problem = _Problem(bound, data, layout, False, MAX_RELABELLINGS)
+    arrays = (problem.structure, problem.concentration, problem.fixed_counts, problem.num_entries)
+    nodes = symmetric_nodes(bound, layout, *arrays)
+    sizes = [bound.sizes[name] for name in layout.free]
+    if len(nodes) == 1 and math.factorial(sizes[nodes[0]]) > MAX_RELABELLINGS:
+        position, K = nodes[0], sizes[nodes[0]]
+        configs = np.asarray(layout.configs, np.int64)
+        swap = np.empty((configs.shape[0], K), np.int64)
+        for k in range(K):
+            new = configs.copy()
+            new[:, position] = k
+            swap[:, k] = np.ravel_multi_index(tuple(new.T), sizes)
+        return LabelSymmetry(np.arange(configs.shape[0])[None, :], configs[:, position].copy(), swap,
+                             math.lgamma(K + 1.0))
+    relabellings = label_symmetries(bound, layout, *arrays, MAX_RELABELLINGS, "the tempered SMC from a reference")
+    return LabelSymmetry(relabellings, log_order=math.log(relabellings.shape[0]))
 
 
 def _acceptance(block_moves: np.ndarray) -> np.ndarray:
