@@ -27,8 +27,9 @@ sampling", Statistics and Computing). Each step
 4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant: a
    token is removed and redrawn with probability ∝ [latent-table urn factors] ×
    [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.collapsed.build_problem`).
-   Optionally (``cell_moves``, ``pair_moves``; numba kernel) Metropolis–Hastings block moves
-   follow: all tokens of a cell, or all tokens in two configurations, are removed and re-placed
+   Optionally (``cell_moves``, ``pair_moves``, ``node_moves``; numba kernel) Metropolis–Hastings
+   block moves follow: all tokens of a cell, all tokens in two configurations, or all tokens in
+   two classes of a latent node (:func:`_node_tokens`), are removed and re-placed
    one by one from their tempered conditionals (sequential allocation, Dahl 2005; Jain & Neal
    2004) and the proposal is accepted with probability Π W(new) / Π W(old) (capped at 1), W being
    the sums of the conditional weights along the way.
