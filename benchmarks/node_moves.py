@@ -2,7 +2,7 @@
 
 On a real data set and model of ``benchmarks/real_data_evidence.py``, the reference stage of the
 default evidence in miniature: the best allocations of the eight scout runs of ``method="auto"``
-(``auto.AUTO_SCOUTS``), from each a search phase of ``--search`` collapsed-Gibbs sweeps, with
+(``auto.AUTO_SCOUTS``, with ``--scout-moves`` node moves per temperature), from each a search phase of ``--search`` collapsed-Gibbs sweeps, with
 ``--moves`` node moves (``tempered.posterior_block_moves``) after every four sweeps, then a
 reference chain of ``auto.scout_sweeps(T)`` Gibbs sweeps (``tempered.chain_references``) and a
 pilot run of the tempered SMC from it (``auto.AUTO_REFERENCE_PILOT``). Prints, per setting, the
@@ -60,6 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--key", type=int, default=2)
     parser.add_argument("--search", type=int, default=2000, help="sweeps of the search phase")
     parser.add_argument("--moves", type=int, nargs="+", default=[0, 8], help="node moves per four sweeps")
+    parser.add_argument("--scout-moves", type=int, default=0, help="node moves per temperature in the scouts")
     args = parser.parse_args(argv)
     rank = int(re.findall(r"\d+", args.model)[0])
     model = dict(experiment_models(args.experiment, 1.0, [rank], small=False))[args.model]
@@ -69,11 +70,13 @@ def main(argv=None) -> None:
     sweeps = auto.scout_sweeps(data.total)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        scouts = tempered.run_tempered(model, X, args.key, **auto.AUTO_SCOUTS, progress_bar=False)
+        scouts = tempered.run_tempered(model, X, args.key, **auto.AUTO_SCOUTS, node_moves=args.scout_moves,
+                                       progress_bar=False)
     starts = [configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "start")
               for allocation in zip(scouts.run_best_cells, scouts.run_best_counts)]
     print(f"{args.experiment}, {args.model}, key {args.key}: T = {data.total}; scouts "
-          f"{np.round(scouts.run_log_evidence, 1).tolist()}; search {args.search} sweeps, chains {sweeps}", flush=True)
+          f"{np.round(scouts.run_log_evidence, 1).tolist()} ({args.scout_moves} node moves per temperature, "
+          f"{scouts.seconds:.1f} s); search {args.search} sweeps, chains {sweeps}", flush=True)
     for num_moves in args.moves:
         start = time.perf_counter()
         with ThreadPoolExecutor(2) as pool:

@@ -567,7 +567,9 @@ def test_too_many_symmetries_warning_names_the_tempered_smc(monkeypatch):
     from bam_ppl.infer.gibbs import chib
 
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
-    # Two symmetric latent nodes, 2! · 3! relabellings: too many, and no one node carries them.
+    monkeypatch.setattr(tempered, "PERMANENT_MAX_OUTER", 1)
+    # Two symmetric latent nodes, 2! · 3! relabellings: too many to enumerate, and too many
+    # relabellings of the smaller node to sum a permanent of the larger for each.
     data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
     with pytest.warns(UserWarning, match="the tempered SMC from a reference averages over none"):
         symmetry = tempered._label_symmetries(bound, data, layout)
@@ -609,6 +611,26 @@ def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):
     z[:10] %= 2  # two classes empty
     z[10] = 0
     np.testing.assert_allclose(tempered.symmetric_log_weights(tp, z, permanent),
+                               tempered.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
+
+
+def test_several_symmetric_nodes_sum_a_permanent_per_relabelling_of_the_others(monkeypatch):
+    # Tucker((2, 3)): a permanent over the three values of one node for each of the 2! relabellings
+    # of the other, against the 12 relabellings enumerated.
+    from bam_ppl.infer.gibbs import chib
+
+    data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
+    tp = tempered.build_tempered_problem(bound, data, layout)
+    tp = tempered.with_reference(tp, _random_reference(tp, 9))
+    enumerated = tempered._label_symmetries(bound, data, layout)
+    assert enumerated.swap is None and enumerated.relabellings.shape[0] == 12
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    nested = tempered._label_symmetries(bound, data, layout)
+    assert nested.relabellings.shape[0] == 2 and nested.swap.shape == (tp.num_configs, 3)
+    assert nested.log_order == pytest.approx(np.log(12))
+    z = np.random.default_rng(4).integers(0, tp.num_configs, (30, tp.token_cell.size))
+    z[:8] = nested.swap[z[:8], 0]  # the permanent's node at one value only
+    np.testing.assert_allclose(tempered.symmetric_log_weights(tp, z, nested),
                                tempered.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
 
 

@@ -326,8 +326,9 @@ def agree(a: EvidenceEstimate, b: EvidenceEstimate) -> bool:
 def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict, EvidenceEstimate]:
     """A pilot run of the tempered SMC (AUTO_PILOT_PARTICLES particles, one run) and its options in
     :func:`tempered_then_chib`: ``num_particles``, unless given, from the pilot's number of
-    temperatures (see AUTO_SHORT_SCHEDULE) and the number of tokens (AUTO_REFERENCE_CARRIES_TOKENS). Returns the options, what was decided (for the
-    estimate's details) and the pilot, whose best allocation can start the reference part."""
+    temperatures (see AUTO_SHORT_SCHEDULE) and the number of tokens (AUTO_REFERENCE_CARRIES_TOKENS).
+    Returns the options, what was decided (for the estimate's details) and the pilot, whose best
+    allocation can start the reference part."""
     pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_runs=1, progress_bar=False)
     with warnings.catch_warnings():  # the pilot's own warnings say nothing about the estimate
         warnings.simplefilter("ignore")

@@ -448,12 +448,12 @@ def symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_e
 
 
 def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
-                     max_relabellings: int, estimator: str = "the Chib-style estimate", warn: bool = True) -> np.ndarray:
+                     max_relabellings: int, estimator: str = "the Chib-style estimate") -> np.ndarray:
     """The relabellings of the free configurations (G, L), identity first, that permute the
     values of latent nodes and leave p(X, z) unchanged: the product over the nodes of
     :func:`symmetric_nodes` of all permutations of their values. Only the identity is returned
-    when the group has more than ``max_relabellings`` elements, with a warning (unless ``warn`` is
-    False) that ``estimator`` then averages over none of them.
+    when the group has more than ``max_relabellings`` elements, with a warning that ``estimator``
+    then averages over none of them.
     """
     configs = layout.configs
     sizes = [bound.sizes[n] for n in layout.free]
@@ -463,11 +463,17 @@ def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_
     if not nodes:
         return identity[None, :]
     if order > max_relabellings:
-        if warn:
-            warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
-                          f"{estimator} averages over none of them and may fall short of log p(X) "
-                          f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
+        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
+                      f"{estimator} averages over none of them and may fall short of log p(X) "
+                      f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
         return identity[None, :]
+    return node_relabellings(layout, sizes, nodes)
+
+
+def node_relabellings(layout, sizes, nodes) -> np.ndarray:
+    """(G, L) every relabelling of the configurations that permutes the values of the free nodes
+    at positions ``nodes`` (all their permutations, the identity first)."""
+    configs = layout.configs
     out = []
     for permutations in itertools.product(*[itertools.permutations(range(sizes[p])) for p in nodes]):
         new = configs.copy()

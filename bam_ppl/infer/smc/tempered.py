@@ -157,20 +157,26 @@ def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
     return out
 
 
+def configs_with_node(layout, sizes, position: int, value: int) -> np.ndarray:
+    """(L,) the configuration that agrees with each of ``layout.configs`` except that the free node
+    at ``position`` takes ``value`` (configurations are numbered in C order of ``sizes``)."""
+    new = np.array(layout.configs, np.int64)
+    new[:, position] = value
+    return np.ravel_multi_index(tuple(new.T), sizes)
+
+
 def node_swaps(bound: BoundModel, layout) -> tuple[np.ndarray, np.ndarray]:
     """The ``node_swap`` and ``node_size`` of :class:`TemperedProblem`: for every free latent node n
     with two values or more, every configuration l and value v, the configuration that agrees with
     l except that n takes v."""
-    configs = np.asarray(layout.configs, np.int64)  # (L, number of free nodes)
-    nodes = [i for i, name in enumerate(layout.free) if name in bound.model.latent and bound.sizes[name] >= 2]
-    sizes = np.array([bound.sizes[layout.free[i]] for i in nodes], np.int64)
-    code = {tuple(row): l for l, row in enumerate(configs.tolist())}
-    swap = np.full((len(nodes), configs.shape[0], int(sizes.max(initial=1))), -1, np.int64)
+    sizes = [bound.sizes[name] for name in layout.free]
+    nodes = [i for i, name in enumerate(layout.free) if name in bound.model.latent and sizes[i] >= 2]
+    node_size = np.array([sizes[i] for i in nodes], np.int64)
+    swap = np.full((len(nodes), layout.num_configs, int(node_size.max(initial=1))), -1, np.int64)
     for k, i in enumerate(nodes):
-        for l, row in enumerate(configs.tolist()):
-            for v in range(sizes[k]):
-                swap[k, l, v] = code[(*row[:i], v, *row[i + 1:])]
-    return swap, sizes
+        for v in range(sizes[i]):
+            swap[k, :, v] = configs_with_node(layout, sizes, i, v)
+    return swap, node_size
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
@@ -448,10 +454,11 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
 class LabelSymmetry(NamedTuple):
     """The relabellings of the latent values that leave p(X, z) unchanged, as
     :func:`symmetric_log_weights` sums over them: enumerated (``relabellings`` (G, L), identity
-    first) where G has at most MAX_RELABELLINGS elements; otherwise, when one latent node carries
-    them all, that node's values (``value`` (L,)) and ``swap`` (L, K): configuration l with the
-    node set to k, so that the sum over its K! permutations is a permanent (:func:`_log_permanent`).
-    ``log_order`` is log |G| (0: no symmetry, or one too large to sum over)."""
+    first) where G has at most MAX_RELABELLINGS elements. Otherwise the largest symmetric node's
+    values (``value`` (L,)) and ``swap`` (L, K): configuration l with that node set to k, so that
+    the sum over its K! permutations is a permanent (:func:`_log_permanent`), one for each of the
+    ``relabellings`` (identity first) of the other symmetric nodes. ``log_order`` is log |G| (0: no
+    symmetry, or one too large to sum over)."""
 
     relabellings: np.ndarray
     value: np.ndarray | None = None
@@ -463,6 +470,17 @@ class LabelSymmetry(NamedTuple):
 # with all their completions: their share stays below e^(−PERMANENT_DROP_NATS) per pruned subtree.
 PERMANENT_DROP_NATS = 40.0
 PERMANENT_MAX_NODES = 2_000_000  # partial assignments a sum may visit before it gives up
+# The relabellings of the other symmetric nodes enumerated around the permanent of the largest
+# (Tucker(6, 6, 2): 6! · 2!), at most this many: each particle then sums this many permanents.
+PERMANENT_MAX_OUTER = 5040
+
+
+def _log_permanents(M, occupied, drop, max_nodes):
+    """:func:`_log_permanent` of every M[h] (H, K, K); nan where one gives up."""
+    out = np.empty(M.shape[0])
+    for h in range(M.shape[0]):
+        out[h] = _log_permanent(M[h], occupied, drop, max_nodes)
+    return out
 
 
 def _log_permanent(M, occupied, drop, max_nodes):
@@ -533,6 +551,8 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
     log_ref = tp.log_reference
     out = np.empty(config.shape[0])
     rows = np.arange(num_configs)
+    if symmetry.swap is not None:
+        one_hot = (symmetry.value[:, None] == np.arange(symmetry.swap.shape[1])).astype(np.float64)  # (L, K)
     for p in range(config.shape[0]):
         groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
                              minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
@@ -542,19 +562,21 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
             by_relabelling = scores[rows[None, :], symmetry.relabellings].sum(1)
             out[p] = symmetry.log_order + by_relabelling[0] - _log_sum_exp(by_relabelling)
             continue
-        # Σ_l scores[l, g(l)] = Σ_k M[k, g(k)] with M[k, j] = Σ over l with value k of scores[l, l with value j]
+        # g = σ ∘ h, σ permuting the values of the node of ``value``, h the others' (``relabellings``):
+        # Σ_l scores[l, g(l)] = Σ_k M_h[k, σ(k)], M_h[k, j] = Σ over l with value k of scores[l, h(l) with value j]
         K = symmetry.swap.shape[1]
-        M = np.stack([np.bincount(symmetry.value, weights=scores[rows, symmetry.swap[:, j]], minlength=K)
-                      for j in range(K)], axis=1)
+        by_target = scores[rows[None, :, None], symmetry.swap[symmetry.relabellings]]  # (H, L, K)
+        M = np.einsum("hlj,lk->hkj", by_target, one_hot)
         occupied = np.bincount(symmetry.value, weights=groups.sum(0), minlength=K) > 0
-        log_sum = _log_permanent(M, occupied, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES)
+        log_sums = _log_permanents(M, occupied, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES)
+        log_sum = _log_sum_exp(log_sums) if np.isfinite(log_sums).all() else np.nan
         if not np.isfinite(log_sum):
             warnings.warn(f"tempered SMC from a reference: the sum over the {K}! relabellings of the latent labels "
                           f"has too many terms of similar size to add up; the estimate counts none of them and may "
-                          f"fall short of log p(X) by up to log {K}! = {symmetry.log_order:.1f} nats",
+                          f"fall short of log p(X) by up to {symmetry.log_order:.1f} nats",
                           EvidenceWarning, stacklevel=3)
             return np.zeros(config.shape[0])
-        out[p] = symmetry.log_order + np.trace(M) - log_sum
+        out[p] = symmetry.log_order + np.trace(M[0]) - log_sum
     return out
 
 
@@ -949,7 +971,7 @@ if numba is not None:
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_log_permanent", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
+                  nogil=("_log_permanent", "_log_permanents", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
 
 
@@ -1699,26 +1721,30 @@ def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFA
 
 
 def _label_symmetries(bound, data, layout) -> LabelSymmetry:
-    """The :class:`LabelSymmetry` of a problem: enumerated up to MAX_RELABELLINGS relabellings,
-    beyond as one node's permutations when one latent node carries them all; otherwise (several
-    nodes and too many) the identity alone, with the warning of
-    :func:`~bam_ppl.infer.gibbs.chib.label_symmetries`."""
-    from ..gibbs.chib import MAX_RELABELLINGS, _Problem, label_symmetries, symmetric_nodes
+    """The :class:`LabelSymmetry` of a problem: enumerated up to MAX_RELABELLINGS relabellings;
+    beyond, the permanent of the largest symmetric node's permutations around the enumerated
+    relabellings of the others, up to PERMANENT_MAX_OUTER of them; otherwise the identity alone,
+    with the warning of :func:`~bam_ppl.infer.gibbs.chib.label_symmetries`."""
+    from ..gibbs.chib import (
+        MAX_RELABELLINGS,
+        _Problem,
+        label_symmetries,
+        node_relabellings,
+        symmetric_nodes,
+    )
 
     problem = _Problem(bound, data, layout, False, MAX_RELABELLINGS)
     arrays = (problem.structure, problem.concentration, problem.fixed_counts, problem.num_entries)
     nodes = symmetric_nodes(bound, layout, *arrays)
     sizes = [bound.sizes[name] for name in layout.free]
-    if len(nodes) == 1 and math.factorial(sizes[nodes[0]]) > MAX_RELABELLINGS:
-        position, K = nodes[0], sizes[nodes[0]]
-        configs = np.asarray(layout.configs, np.int64)
-        swap = np.empty((configs.shape[0], K), np.int64)
-        for k in range(K):
-            new = configs.copy()
-            new[:, position] = k
-            swap[:, k] = np.ravel_multi_index(tuple(new.T), sizes)
-        return LabelSymmetry(np.arange(configs.shape[0])[None, :], configs[:, position].copy(), swap,
-                             math.lgamma(K + 1.0))
+    order = math.prod(math.factorial(sizes[p]) for p in nodes)
+    if nodes and order > MAX_RELABELLINGS:
+        largest = max(nodes, key=lambda p: sizes[p])
+        others = [p for p in nodes if p != largest]
+        if order // math.factorial(sizes[largest]) <= PERMANENT_MAX_OUTER:
+            swap = np.stack([configs_with_node(layout, sizes, largest, k) for k in range(sizes[largest])], axis=1)
+            return LabelSymmetry(node_relabellings(layout, sizes, others), np.asarray(layout.configs)[:, largest].copy(),
+                                 swap, math.log(order))
     relabellings = label_symmetries(bound, layout, *arrays, MAX_RELABELLINGS, "the tempered SMC from a reference")
     return LabelSymmetry(relabellings, log_order=math.log(relabellings.shape[0]))
 
