@@ -3,6 +3,7 @@ leave π_β invariant, a sure lower bound that is log π(S) of a returned alloca
 
 from __future__ import annotations
 
+import collections
 import itertools
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -591,6 +592,48 @@ def test_log_permanent_matches_the_sum_over_every_permutation():
         value = tempered._log_permanent(M, occupied, tempered.PERMANENT_DROP_NATS, 10**6)
         assert value == pytest.approx(_brute_log_permanent(M), abs=1e-9)
     assert np.isnan(tempered._log_permanent(rng.normal(0.0, 0.1, (7, 7)), np.ones(7, bool), 40.0, 10))
+
+
+def test_log_permanent_by_subsets_matches_the_sum_over_every_permutation():
+    rng = np.random.default_rng(1)
+    for trial in range(24):
+        K = int(rng.integers(2, 7))
+        M = rng.normal(0.0, [0.5, 5.0, 50.0, 500.0][trial % 4], (K, K))
+        M[rng.random(K) < 0.3] = 0.0  # rows of values no token takes
+        assert tempered._log_permanent_by_subsets(M) == pytest.approx(_brute_log_permanent(M), rel=1e-10, abs=1e-9)
+
+
+def test_log_permanents_of_twenty_values_whatever_the_column_order():
+    # K = 20: one permutation far above the others, off the diagonal (depth first, the order of the
+    # columns must not matter), and rows that all prefer one column, where the depth-first sum
+    # cannot prune and the sum over subsets takes over.
+    rng = np.random.default_rng(2)
+    K, occupied = 20, np.ones(20, bool)
+    args = (occupied, tempered.PERMANENT_DROP_NATS, tempered.PERMANENT_MAX_NODES, tempered.PERMANENT_SUBSET_MAX)
+    dominant = -rng.uniform(5.0, 25.0, (K, K))
+    dominant[np.arange(K), rng.permutation(K)] = 0.0
+    shuffled = dominant[:, rng.permutation(K)]
+    values = tempered._log_permanents(np.stack([dominant, shuffled]), *args)
+    assert 0.0 <= values[0] < 0.01 and values[1] == pytest.approx(values[0], abs=1e-9)
+    assert values[0] == pytest.approx(tempered._log_permanent_by_subsets(dominant), abs=1e-6)
+    crowded = -rng.uniform(1.0, 5.0, (K, K))
+    crowded[:, 3] += 60.0
+    assert np.isnan(tempered._log_permanent(crowded, occupied, tempered.PERMANENT_DROP_NATS, 1 << K))
+    value = tempered._log_permanents(crowded[None], *args)[0]
+    assert np.isfinite(value) and value == pytest.approx(tempered._log_permanent_by_subsets(crowded[:, ::-1]), abs=1e-9)
+    # Beyond PERMANENT_SUBSET_MAX values nothing takes over: nan, from which runs count no relabelling.
+    assert np.isnan(tempered._log_permanents(crowded[None], occupied, 30.0, 1000, 10)[0])
+
+
+def test_runs_count_the_relabellings_all_or_none():
+    # Runs corrected by log |G| and runs not would pool to nothing meaningful: where one run cannot
+    # sum the relabellings, none counts them, with a warning.
+    Run = collections.namedtuple("Run", "log_relabelled")
+    symmetry = tempered.LabelSymmetry(np.zeros((1, 1), np.int64), log_order=np.log(3628800.0))
+    np.testing.assert_array_equal(tempered.relabelled_terms([Run(15.0), Run(14.5)], symmetry), [15.0, 14.5])
+    with pytest.warns(bam.EvidenceWarning, match="1 of 2 runs.*up to 15.1 nats"):
+        terms = tempered.relabelled_terms([Run(15.0), Run(np.nan)], symmetry)
+    np.testing.assert_array_equal(terms, [0.0, 0.0])
 
 
 def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):

@@ -467,40 +467,98 @@ class LabelSymmetry(NamedTuple):
 
 
 # Terms of the sum over relabellings more than this many nats below the sum so far are left out,
-# with all their completions: their share stays below e^(−PERMANENT_DROP_NATS) per pruned subtree.
-PERMANENT_DROP_NATS = 40.0
+# with all their completions: at most K subtrees per partial assignment visited, so their share
+# stays below K · PERMANENT_MAX_NODES · e^(−PERMANENT_DROP_NATS) (4 · 10^-6 for K = 20).
+PERMANENT_DROP_NATS = 30.0
 PERMANENT_MAX_NODES = 2_000_000  # partial assignments a sum may visit before it gives up
+# Up to this many values the sum falls back, where the depth-first one gives up (many terms of
+# similar size), to the exact one over subsets of values (K 2^K steps: 0.2 s for K = 20).
+PERMANENT_SUBSET_MAX = 20
+SINKHORN_STEPS = 20
 # The relabellings of the other symmetric nodes enumerated around the permanent of the largest
 # (Tucker(6, 6, 2): 6! · 2!), at most this many: each particle then sums this many permanents.
 PERMANENT_MAX_OUTER = 5040
 
 
-def _log_permanents(M, occupied, drop, max_nodes):
-    """:func:`_log_permanent` of every M[h] (H, K, K); nan where one gives up."""
-    out = np.empty(M.shape[0])
+def _log_permanents(M, occupied, drop, max_nodes, subset_max):
+    """log Σ_g exp(Σ_k M[h, k, g(k)]) over the permutations g of the K columns, for every h
+    (H, K, K): depth first (:func:`_log_permanent`) and, where that gives up and K ≤
+    ``subset_max``, over subsets (:func:`_log_permanent_by_subsets`); nan from the first that
+    cannot be summed. Depth first, the cheap cases (one term far above the others) take
+    microseconds; it gets a budget of 2^K / K partial assignments where the subsets can take over."""
+    K = M.shape[1]
+    budget = min(max_nodes, (1 << K) // K) if K <= subset_max else max_nodes
+    out = np.full(M.shape[0], np.nan)
     for h in range(M.shape[0]):
-        out[h] = _log_permanent(M[h], occupied, drop, max_nodes)
+        out[h] = _log_permanent(M[h], occupied, drop, budget)
+        if np.isnan(out[h]) and K <= subset_max:
+            out[h] = _log_permanent_by_subsets(M[h])
+        if np.isnan(out[h]):
+            break
     return out
+
+
+def _log_permanent_by_subsets(M):
+    """log Σ_g exp(Σ_k M[k, g(k)]) over the permutations g of the K columns, exactly, by dynamic
+    programming over the subsets S of columns given to the first |S| rows: f(S) = Σ_(j ∈ S)
+    f(S − {j}) A[|S| − 1, j], with A = exp(M) (a sum of nonnegative terms, so no cancellation;
+    K 2^K steps). A is first balanced towards doubly stochastic by Sinkhorn steps in log space
+    (each scales the permanent by a known factor), so that the products neither under- nor
+    overflow. nan if the sum underflows all the same."""
+    K = M.shape[0]
+    L = M.copy()
+    log_scale = 0.0
+    for _ in range(SINKHORN_STEPS):
+        for i in range(K):
+            top = L[i].max()
+            s = top + math.log(np.exp(L[i] - top).sum())
+            L[i] -= s
+            log_scale += s
+        for j in range(K):
+            top = L[:, j].max()
+            s = top + math.log(np.exp(L[:, j] - top).sum())
+            L[:, j] -= s
+            log_scale += s
+    A = np.exp(L)
+    size = 1 << K
+    count = np.zeros(size, np.int64)  # |S|; row |S| − 1 takes the last column of S
+    f = np.zeros(size)
+    f[0] = 1.0
+    for S in range(1, size):
+        count[S] = count[S >> 1] + (S & 1)
+        row = count[S] - 1
+        total = 0.0
+        for j in range(K):
+            if (S >> j) & 1:
+                total += f[S ^ (1 << j)] * A[row, j]
+        f[S] = total
+    permanent = f[size - 1]
+    if not (permanent > 0.0 and np.isfinite(permanent)):
+        return np.nan
+    return log_scale + math.log(permanent)
 
 
 def _log_permanent(M, occupied, drop, max_nodes):
     """log Σ_g exp(Σ_k M[k, g(k)]) over the permutations g of the K columns, where the rows not
     ``occupied`` are zero (a node value no token takes): those rows add log((K − n)!) for the n
-    occupied ones, whose injections into the columns are summed depth first, the diagonal tried
-    first, leaving out every partial assignment whose bound — its sum, plus each remaining row's
-    largest entry, plus the log of its number of completions — lies ``drop`` nats below the sum so
-    far. Returns nan after ``max_nodes`` partial assignments."""
+    occupied ones, whose injections into the columns are summed depth first, each row's columns
+    largest entry first. A partial assignment is left out, with all its completions, when its
+    bound lies ``drop`` nats below the sum so far: its sum plus, for each remaining row, the log
+    of the row's whole sum Σ_j exp M[r, j] (the permanent of a nonnegative matrix is at most the
+    product of its row sums); the columns after it at that depth, with smaller entries, are left
+    out with it. Returns nan after ``max_nodes`` partial assignments (many terms of similar size)."""
     K = M.shape[0]
     rows = np.flatnonzero(occupied)
     n = rows.shape[0]
     if n == 0:
         return math.lgamma(K + 1.0)
-    rest = np.zeros(n + 1)  # Σ over rows d.. of their largest entry
+    order = np.empty((n, K), np.int64)
+    rest = np.zeros(n + 1)  # Σ over rows d.. of log Σ_j exp M[row, j]
     for d in range(n - 1, -1, -1):
-        rest[d] = rest[d + 1] + M[rows[d]].max()
-    completions = np.zeros(n + 1)  # log of the injections of rows d.. into the K − d free columns
-    for d in range(n + 1):
-        completions[d] = math.lgamma(K - d + 1.0) - math.lgamma(K - n + 1.0)
+        row = M[rows[d]]
+        order[d] = np.argsort(-row)
+        top = row[order[d, 0]]
+        rest[d] = rest[d + 1] + top + math.log(np.exp(row - top).sum())
     used = np.zeros(K, np.bool_)
     column = np.zeros(n, np.int64)
     tried = np.zeros(n, np.int64)
@@ -515,13 +573,13 @@ def _log_permanent(M, occupied, drop, max_nodes):
                 used[column[d]] = False
                 tried[d] += 1
             continue
-        j = (rows[d] + tried[d]) % K
+        j = order[d, tried[d]]
         if used[j]:
             tried[d] += 1
             continue
         value = partial[d] + M[rows[d], j]
-        if value + rest[d + 1] + completions[d + 1] < total - drop:
-            tried[d] += 1
+        if value + rest[d + 1] < total - drop:
+            tried[d] = K
             continue
         if d == n - 1:
             total = max(total, value) + math.log1p(math.exp(-abs(total - value))) if total > -np.inf else value
@@ -538,21 +596,24 @@ def _log_permanent(M, occupied, drop, max_nodes):
     return total + math.lgamma(K - n + 1.0)
 
 
-def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: LabelSymmetry) -> np.ndarray:
+def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: LabelSymmetry) -> np.ndarray | None:
     """log(|G| · w(z)) of every particle (P, T), with w(z) = q(z) / Σ_g q(g(z)) over the label
     symmetries g in G (``symmetry``, a :class:`LabelSymmetry`): the share of z's orbit that
     the reference q puts on z itself. For every z, Σ_h w(h(z)) = 1 over the relabellings h, and
     p(X, z) is invariant under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of
     π₁ by |G| w counts the copies of the posterior that a reference in one of them never visits
     (w = 1 for a particle in q's own copy when the copies lie far apart; ½ where q cannot tell
-    two relabellings apart). All zeros, with a warning, when a permanent has too many terms
-    within PERMANENT_DROP_NATS of its largest."""
+    two relabellings apart). None when a permanent has too many terms of similar size to add up
+    (:func:`_log_permanent` gives up)."""
     num_configs = tp.num_configs
     log_ref = tp.log_reference
     out = np.empty(config.shape[0])
     rows = np.arange(num_configs)
     if symmetry.swap is not None:
-        one_hot = (symmetry.value[:, None] == np.arange(symmetry.swap.shape[1])).astype(np.float64)  # (L, K)
+        K = symmetry.swap.shape[1]
+        one_hot = (symmetry.value[:, None] == np.arange(K)).astype(np.float64)  # (L, K)
+        targets = symmetry.swap[symmetry.relabellings]  # (H, L, K): h(l) with the node set to k
+        sums = []  # (M, occupied) of every particle, summed below on every core
     for p in range(config.shape[0]):
         groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
                              minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
@@ -564,20 +625,20 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
             continue
         # g = σ ∘ h, σ permuting the values of the node of ``value``, h the others' (``relabellings``):
         # Σ_l scores[l, g(l)] = Σ_k M_h[k, σ(k)], M_h[k, j] = Σ over l with value k of scores[l, h(l) with value j]
-        K = symmetry.swap.shape[1]
-        by_target = scores[rows[None, :, None], symmetry.swap[symmetry.relabellings]]  # (H, L, K)
-        M = np.einsum("hlj,lk->hkj", by_target, one_hot)
+        M = np.einsum("hlj,lk->hkj", scores[rows[None, :, None], targets], one_hot)
         occupied = np.bincount(symmetry.value, weights=groups.sum(0), minlength=K) > 0
-        log_sums = _log_permanents(M, occupied, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES)
-        log_sum = _log_sum_exp(log_sums) if np.isfinite(log_sums).all() else np.nan
-        if not np.isfinite(log_sum):
-            warnings.warn(f"tempered SMC from a reference: the sum over the {K}! relabellings of the latent labels "
-                          f"has too many terms of similar size to add up; the estimate counts none of them and may "
-                          f"fall short of log p(X) by up to {symmetry.log_order:.1f} nats",
-                          EvidenceWarning, stacklevel=3)
-            return np.zeros(config.shape[0])
-        out[p] = symmetry.log_order + np.trace(M[0]) - log_sum
-    return out
+        out[p] = symmetry.log_order + np.trace(M[0])
+        sums.append((M, occupied))
+    if symmetry.swap is None:
+        return out
+
+    def log_sum(item):
+        log_sums = _log_permanents(*item, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES, PERMANENT_SUBSET_MAX)
+        return _log_sum_exp(log_sums) if not np.isnan(log_sums).any() else np.nan
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sums release the GIL
+        out -= np.array(list(pool.map(log_sum, sums)))
+    return None if np.isnan(out).any() else out
 
 
 # -- numba kernel ----------------------------------------------------------------------------------
@@ -736,8 +797,9 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis
     """One Metropolis–Hastings move of a block of tokens: the tokens ``tokens`` are removed and
     re-placed in that order, each drawn from its tempered conditional given the tokens placed before
     it — restricted to the two configurations ``pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
-    (the block then holds every token in one of them: a pair move, a node move). A sequentially
-    allocated proposal (Dahl 2005, "Sequentially-allocated
+    (a pair move: every token in one of two configurations; a node move: every token whose
+    configuration gives one latent node either of two values, or only those of one value of its
+    visible child). A sequentially allocated proposal (Dahl 2005, "Sequentially-allocated
     merge-split sampler for conjugate and nonconjugate Dirichlet process mixture models"; Jain &
     Neal 2004, "A split-merge Markov chain Monte Carlo procedure for the Dirichlet process mixture
     model", JCGS).
@@ -971,7 +1033,7 @@ if numba is not None:
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_log_permanent", "_log_permanents", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
+                  nogil=("_log_permanent", "_log_permanents", "_log_permanent_by_subsets", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
                          "_cell_conditionals"))
 
 
@@ -1313,6 +1375,7 @@ class TemperedRun(NamedTuple):
     best_config: np.ndarray
     degenerate_start: bool  # most draws from π₀ had the same likelihood
     block_moves: np.ndarray  # (3, 2) cell, pair and node moves: proposed, accepted
+    log_relabelled: float  # log Σ_p W_p |G| w(z_p) to add for the label symmetries: 0 without; nan where not summed
 
 
 class TemperedResult(NamedTuple):
@@ -1410,10 +1473,26 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
+    log_relabelled = 0.0
     if symmetry is not None and symmetry.log_order > 0:
-        log_z += _log_sum_exp(log_w + symmetric_log_weights(tp, np.asarray(particles.config), symmetry))
+        weights = symmetric_log_weights(tp, np.asarray(particles.config), symmetry)
+        log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,
-                       particles.block_moves.copy())
+                       particles.block_moves.copy(), float(log_relabelled))
+
+
+def relabelled_terms(runs, symmetry) -> np.ndarray:
+    """Each run's term for the label symmetries (:attr:`TemperedRun.log_relabelled`), or zeros for
+    every run, with a warning, where one run could not sum them: runs corrected and runs not would
+    differ by up to log |G| and their pooled mean and spread would mean nothing."""
+    terms = np.array([r.log_relabelled for r in runs])
+    if not np.isnan(terms).any():
+        return terms
+    warnings.warn(f"tempered SMC from a reference: the sum over the relabellings of the latent labels has too many "
+                  f"terms of similar size to add up in {int(np.isnan(terms).sum())} of {terms.size} runs; the "
+                  f"estimate counts none of them and may fall short of log p(X) by up to {symmetry.log_order:.1f} nats",
+                  EvidenceWarning, stacklevel=3)
+    return np.zeros(terms.size)
 
 
 def _check_schedule(schedule):
@@ -1636,7 +1715,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
             "flatter urn (start_a=1 or larger), raise the effort (rho=0.99, num_sweeps=5, more "
             "particles) until the estimate stops rising, or use method='smc' or 'exact'.",
             EvidenceWarning, stacklevel=2)
-    values = np.array([r.log_evidence for r in runs])
+    values = np.array([r.log_evidence for r in runs]) + relabelled_terms(runs, symmetry)
     value, stderr = pooled(values)
     best = max(runs, key=lambda r: r.lower_bound)
     cells, counts = best_allocation(bound, data, layout, tp, best.best_config)
