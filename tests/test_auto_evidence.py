@@ -170,8 +170,9 @@ def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
 def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
     # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
     # tempered SMC from the best (by pilot runs) of references built by chains from the samplers'
-    # best allocation (and the rounded VB fit where VB's bound lies above it) and from the best
-    # allocations of cheap scouting runs; the highest estimate kept, or those agreeing pooled.
+    # best allocation, the rounded VB fit (half of the references where VB's bound lies above the
+    # samplers' best) and the best allocations of cheap scouting runs; the highest estimate kept,
+    # or those agreeing pooled.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
@@ -180,7 +181,9 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
     scouts = auto.AUTO_SCOUTS["num_runs"]
-    assert len(stage["pilots"]) == len(stage["starts"]) == auto.AUTO_REFERENCE_CANDIDATES + scouts
+    vb_above = est.details["vb_bound"] > stage["start_lower_bound"]
+    good = auto.AUTO_REFERENCE_CANDIDATES + (0 if vb_above else auto.AUTO_VB_REFERENCES)
+    assert len(stage["pilots"]) == len(stage["starts"]) == good + scouts
     assert stage["starts"][-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage["scout_estimates"]) == scouts
     pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
     assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_runs"] and chosen[0] == int(np.argmax(pilots))
@@ -189,7 +192,12 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
                                          else tempered.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
     assert "sampled" in stage["starts"]
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
-    assert ("vb" in stage["starts"]) == (est.details["vb_bound"] > stage["start_lower_bound"])
+    vb_references = auto.AUTO_REFERENCE_CANDIDATES // 2 if vb_above else auto.AUTO_VB_REFERENCES
+    assert stage["starts"].count("vb") == vb_references
+    # The VB fit there is a search with AUTO_VB_RESTARTS restarts (its key: fold_in(key, 2)).
+    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_restarts=auto.AUTO_VB_RESTARTS,
+                          rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
+    assert est.details["vb_bound"] == pytest.approx(vb.value, abs=1e-9)
     reference = parts["reference"]["details"]
     assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
     assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03

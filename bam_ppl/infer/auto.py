@@ -102,6 +102,18 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 # estimates −1790 to −2040) gave references piloting above −1490 in each of eight keys, 18 of
 # the 64; from four scouts with two chains each, two calls of four missed (benchmarks/README.md).
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
+# The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
+# AUTO_REFERENCE_MIN_TOKENS tokens on it has AUTO_VB_RESTARTS restarts, and its best fit, rounded
+# to an allocation, always starts AUTO_VB_REFERENCES references (half of the candidates where its
+# bound lies above the samplers' best allocation). The fit in the basin that carries the mass is a
+# rare optimum: ICEWS under Tucker(4, 4, 1), T = 3519, keys 1-3, references from the best of 100
+# restarts piloted at −3446.8 to −3450.4 — the basin of the best estimates (−3445), which no other
+# start reached in key 2 — against −3497.0 to −3547.6 from the best of 10 and −3496.9 to −3572.1
+# from the best of 30 or 50 in some keys; letter bigrams under NMF(4), key 2: −1482.7 (the dominant
+# basin) from 100 restarts, −1521.9 from 10. 100 restarts cost 12 s on ICEWS and NMF(4) at
+# T = 4000, against 1-3 s for 10 (benchmarks/README.md).
+AUTO_VB_RESTARTS = 100
+AUTO_VB_REFERENCES = 2
 AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
 AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain: about 7 s for the eight on two cores (NMF(4))
 
@@ -213,7 +225,8 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
     # below it; benchmarks/README.md).
-    vb = find_evidence("vb", model)(model, data, rng_key=vb_key)
+    vb_restarts = dict(num_restarts=AUTO_VB_RESTARTS) if tokens >= AUTO_REFERENCE_MIN_TOKENS else {}
+    vb = find_evidence("vb", model)(model, data, rng_key=vb_key, **vb_restarts)
     references = {}
     best_visited = lambda: max([*parts.values(), pilot], key=lambda est: est.details["lower_bound"])  # noqa: E731
     if tokens >= AUTO_REFERENCE_MIN_TOKENS:
@@ -230,11 +243,12 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     by posterior chains from good and from poor allocations, and what was tried on the way.
 
     The start allocations: the one of ``found`` (the estimate whose sure lower bound is highest);
-    when the VB bound lies above its log π(S) (the samplers never reached VB's region: NMF(4) at
-    T = 64 000, where VB's mode was far better than any they found), the VB fit's expected counts
-    rounded; and the best allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the
-    prior, whose chains find basins the good starts' chains do not reach (see AUTO_SCOUTS).
-    AUTO_REFERENCE_CANDIDATES references are built from the good starts and one from each scout
+    the VB fit's expected counts rounded (AUTO_VB_REFERENCES references; half of
+    AUTO_REFERENCE_CANDIDATES when the VB bound lies above the log π(S) of ``found``: NMF(4) at
+    T = 64 000, where VB's mode was far better than any the samplers found); and the best
+    allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the prior, whose chains find
+    basins the good starts' chains do not reach (see AUTO_SCOUTS and AUTO_VB_RESTARTS).
+    References are built from the good starts and one from each scout
     by independent chains (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each
     is tried by a pilot run (AUTO_REFERENCE_PILOT), and the main estimate
     (AUTO_REFERENCE_OPTIONS) runs from the candidates whose pilots lie within
@@ -245,13 +259,15 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
     max_configs = shared.get("max_configs", DEFAULT_MAX_CONFIGS)
-    starts = {"sampled": (found.details["best_cells"], found.details["best_counts"])}
-    if vb.value > found.details["lower_bound"]:  # the samplers never reached VB's region
-        starts["vb"] = allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)
+    starts = {"sampled": (found.details["best_cells"], found.details["best_counts"]),
+              "vb": allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)}
     build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
     scout_key, scout_build_key = jax.random.split(jax.random.fold_in(key, 2))
-    per_start = max(1, AUTO_REFERENCE_CANDIDATES // len(starts))
-    names = [name for name in starts for _ in range(per_start)]
+    if vb.value > found.details["lower_bound"]:  # the samplers never reached VB's region
+        per_start = dict(sampled=AUTO_REFERENCE_CANDIDATES // 2, vb=AUTO_REFERENCE_CANDIDATES // 2)
+    else:
+        per_start = dict(sampled=AUTO_REFERENCE_CANDIDATES, vb=AUTO_VB_REFERENCES)
+    names = [name for name in starts for _ in range(per_start[name])]
     candidates = list(zip(names, references_from_allocations(model, data, [starts[name] for name in names], build_key,
                                                              max_configs=max_configs)))
     with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
