@@ -194,9 +194,9 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
     vb_references = auto.AUTO_REFERENCE_CANDIDATES // 2 if vb_above else auto.AUTO_VB_REFERENCES
     assert stage["starts"].count("vb") == vb_references
-    # The VB fit there is a search with AUTO_VB_RESTARTS restarts (its key: fold_in(key, 2)).
+    # The VB fit there is a search over AUTO_VB_RESTARTS screened restarts (its key: fold_in(key, 2)).
     vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_restarts=auto.AUTO_VB_RESTARTS,
-                          rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
+                          **auto.AUTO_VB_SCREEN, rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
     assert est.details["vb_bound"] == pytest.approx(vb.value, abs=1e-9)
     reference = parts["reference"]["details"]
     assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]

@@ -484,9 +484,12 @@ def test_numba_node_moves_follow_the_exact_kernel():
     # 20 000 particles at one allocation, one node move (a node, two values and a cell order drawn
     # at random): the histogram of the new allocations against the enumerated kernel's row.
     beta = 0.6
-    tp, zs, _, _ = _enumerate_tempered(*TUCKER_TINY, beta)
+    tp, zs, probs, _ = _enumerate_tempered(*TUCKER_TINY, beta)
     K = _numba_node_kernel(tp, zs, beta)
     np.testing.assert_allclose(K.sum(1), 1.0, atol=1e-12)
+    # The mixture over nodes and child values leaves π_β invariant too: which child value is
+    # moved is drawn in proportion to its tokens in the block, a number the move does not change.
+    np.testing.assert_allclose(probs @ K, probs, atol=1e-12)
     start = int(np.argmax(K.diagonal() < 0.9))
     num = 20_000
     with jax.enable_x64(True):

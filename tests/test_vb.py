@@ -176,3 +176,25 @@ def test_float64_kernels_match_scipy():
     np.testing.assert_allclose(fast_exp, np.exp(x), rtol=1e-15)
     np.testing.assert_allclose(fast_gammaln, gammaln(y), rtol=1e-14, atol=1e-13)
     np.testing.assert_allclose(fast_digamma, digamma(y), rtol=1e-14, atol=1e-13)
+
+
+def test_screened_restarts_end_as_if_run_alone():
+    # screen_iters: every restart runs that many iterations, the screen_keep best go on. Those end
+    # exactly where they end unscreened, the others lower (still bounds), and a screen that keeps
+    # every restart is the plain run.
+    X = np.random.default_rng(0).poisson(2.0, (8, 9))
+    model = bam.models.nmf(3)
+    full = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4)
+    screened = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4, screen_iters=30, screen_keep=4)
+    went_on = screened.details["iterations"] > 30
+    assert went_on.sum() <= 4 and went_on.any()
+    first = screened.details["elbo_per_restart"]
+    np.testing.assert_allclose(first[went_on], full.details["elbo_per_restart"][went_on], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(screened.details["iterations"][went_on], full.details["iterations"][went_on])
+    assert (first <= full.details["elbo_per_restart"] + 1e-9).all()
+    assert screened.value == pytest.approx(full.value, abs=1e-9)  # here the best restart is among the kept
+    kept_all = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4, screen_iters=30, screen_keep=12)
+    np.testing.assert_array_equal(kept_all.details["elbo_per_restart"], full.details["elbo_per_restart"])
+    for options, match in ((dict(screen_iters=0), "screen_iters"), (dict(screen_iters=5, screen_keep=0), "screen_keep")):
+        with pytest.raises(ValueError, match=match):
+            bam.log_evidence(model, X, method="vb", **options)
