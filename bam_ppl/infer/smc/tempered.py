@@ -603,8 +603,8 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
     p(X, z) is invariant under them, so Σ_z p(X, z) |G| w(z) = p(X): reweighting the particles of
     π₁ by |G| w counts the copies of the posterior that a reference in one of them never visits
     (w = 1 for a particle in q's own copy when the copies lie far apart; ½ where q cannot tell
-    two relabellings apart). None when a permanent has too many terms of similar size to add up
-    (:func:`_log_permanent` gives up)."""
+    two relabellings apart). None when a permanent cannot be summed (:func:`_log_permanents`:
+    more than PERMANENT_SUBSET_MAX values and too many terms of similar size)."""
     num_configs = tp.num_configs
     log_ref = tp.log_reference
     out = np.empty(config.shape[0])
