@@ -252,3 +252,20 @@ def test_the_kept_part_and_its_cross_check_are_named_by_part():
     est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
     assert est.method == est.details["kept"] == "chib" and est.value == -10.0
     assert est.details["cross_check"] == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
+
+
+@pytest.mark.parametrize("key", [3, 4])
+def test_chib_symmetry_warning_only_when_chib_is_reported(monkeypatch, key):
+    # Chib averaging over none of the relabellings (more than MAX_RELABELLINGS) says nothing about
+    # an estimate it is no part of: the reference-started SMC sums over them (as a permanent here).
+    # Key 3 reports tempered+reference, key 4 pools Chib in.
+    from bam_ppl.infer.gibbs import chib
+
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=key)
+    symmetry = [w for w in caught if auto.CHIB_SYMMETRY_NOTE in str(w.message) and "Chib" in str(w.message)]
+    assert bool(symmetry) == ("chib" in est.method.split("+")), (est.method, [str(w.message) for w in caught])
+    assert est.value <= MEDIUM_EXACT + 3 * est.stderr + 0.03
