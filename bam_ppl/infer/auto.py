@@ -23,6 +23,7 @@ from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
 from .exact import log_count_allocations
+from .gibbs.chib import NO_SYMMETRIES
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
 from .smc.tempered import REFERENCE_MIN_SWEEPS, allocation_near_counts, references_from_allocations
@@ -115,9 +116,6 @@ AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
 # the best after 1000 in keys 1 and 2, and 100 restarts run to the end took 12-23 s there and
 # 12 s on NMF(4) at T = 4000, against 1-3 s for 10 (benchmarks/README.md).
 AUTO_VB_RESTARTS = 100
-# How Chib's warning about label symmetries it averages over none of reads (chib.label_symmetries):
-# passed on only when Chib is part of the reported estimate.
-CHIB_SYMMETRY_NOTE = "averages over none of them"
 AUTO_VB_SCREEN = dict(screen_iters=200, screen_keep=10)
 AUTO_VB_REFERENCES = 2
 AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
@@ -222,7 +220,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
     tokens = model.as_data(data).total
     tempered_options, stage, pilot = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
-    parts = {}
+    parts, chib_warnings = {}, []
     if tokens < AUTO_SAMPLERS_MAX_TOKENS:
         parts["tempered"] = tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
         start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
@@ -244,10 +242,10 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
               "vb_bound": vb.value, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     est = combine(parts, common)
-    for caught in chib_warnings if "chib" in parts else ():
+    for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
         # of: the reference-started SMC kept alone sums over them.
-        if "chib" in est.method.split("+") or CHIB_SYMMETRY_NOTE not in str(caught.message):
+        if "chib" in est.method.split("+") or NO_SYMMETRIES not in str(caught.message):
             warnings.warn(caught.message, caught.category, stacklevel=3)
     return est
 

@@ -425,6 +425,11 @@ def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, nu
                 and np.array_equal(src < num_entries, dst < num_entries))
 
 
+# What the warning of label_symmetries says of an estimator that averages over no relabelling
+# (``method="auto"`` passes Chib's on only when Chib is part of its result).
+NO_SYMMETRIES = "averages over none of them"
+
+
 def symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries) -> list[int]:
     """Positions in ``layout.free`` of the latent nodes any permutation of whose values leaves
     p(X, z) unchanged: those for which the transposition of the first two values and the cycle of
@@ -464,7 +469,7 @@ def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_
         return identity[None, :]
     if order > max_relabellings:
         warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
-                      f"{estimator} averages over none of them and may fall short of log p(X) "
+                      f"{estimator} {NO_SYMMETRIES} and may fall short of log p(X) "
                       f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
         return identity[None, :]
     return node_relabellings(layout, sizes, nodes)
