@@ -36,9 +36,9 @@ SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(os.environ.get("BAM_PPL_OUTPUT", "tutorials/_output"))
 OUTPUT.mkdir(parents=True, exist_ok=True)
 
-# Small settings (CI): 300 animals, R = 1..4, few particles. Full: the paper's setting.
+# Small settings (CI): 300 animals, R = 1..3, few particles. Full: the paper's setting.
 NUM_RECORDS = 300 if SMALL else None
-RANKS = range(1, 5) if SMALL else range(1, 31)
+RANKS = range(1, 4) if SMALL else range(1, 31)
 A_VALUES = (1.0, 0.001)
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
 TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}

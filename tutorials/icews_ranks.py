@@ -32,8 +32,8 @@ OUTPUT.mkdir(parents=True, exist_ok=True)
 # (threshold 0.9), CP ranks 1..25 and a grid of Tucker ranks.
 THRESHOLD = 0.99 if SMALL else 0.9
 A = 1.0
-CP_RANKS = range(1, 5) if SMALL else range(1, 26)
-TUCKER_RANKS = [(2, 2, 1), (2, 2, 2), (3, 3, 2)] if SMALL else \
+CP_RANKS = range(1, 4) if SMALL else range(1, 26)
+TUCKER_RANKS = [(2, 2, 1), (2, 2, 2)] if SMALL else \
     [(r, r, q) for r in (1, 2, 3, 4, 5, 6, 8) for q in (1, 2, 3, 4)]
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
 TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}

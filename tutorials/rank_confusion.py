@@ -28,12 +28,12 @@ SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(os.environ.get("BAM_PPL_OUTPUT", "tutorials/_output"))
 OUTPUT.mkdir(parents=True, exist_ok=True)
 
-# Small settings (CI): one tensor per true rank 2..4, 200 tokens, candidates 1..5, few particles.
+# Small settings (CI): one tensor per true rank 2..3, 200 tokens, candidates 1..4, few particles.
 SHAPE = (20, 25, 30)
 A = 10.0
 TOTAL = 200 if SMALL else 1000
-TRUE_RANKS = range(2, 5) if SMALL else range(2, 8)
-CANDIDATES = range(1, 6) if SMALL else range(1, 10)
+TRUE_RANKS = range(2, 4) if SMALL else range(2, 8)
+CANDIDATES = range(1, 5) if SMALL else range(1, 10)
 TENSORS_PER_RANK = 1 if SMALL else 5
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
 TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
