@@ -84,7 +84,7 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
     bound, what = details.get("lower_bound"), "log p(X, S) of an allocation S the run visited"
     vb_bound = details.get("vb_bound")
     if vb_bound is not None and np.isfinite(vb_bound) and (bound is None or vb_bound > bound):
-        bound, what = vb_bound, "the VB bound, the best ELBO of its restarts"
+        bound, what = vb_bound, "the VB bound, the best ELBO of its runs"
     advice = ADVICE.get(estimate.method, ADVICE["default"])
     if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
         warnings.warn(

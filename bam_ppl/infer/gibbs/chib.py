@@ -682,7 +682,7 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
     return float(logsumexp(log_transition) - math.log(num_steps))
 
 
-def _allocations(start) -> list:
+def as_allocations(start) -> list:
     """``start`` as a list of allocations (cells, counts): None, one allocation or a list of them."""
     if start is None:
         return []
@@ -793,7 +793,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         per_token = DEFAULT_SWEEPS_PER_TOKEN * data.total if start is None else 0
         num_warmup = int(np.clip(per_token, DEFAULT_NUM_WARMUP, MAX_DEFAULT_NUM_WARMUP))
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
-    start_configs = [problem.configs_of_allocation(bound, data, layout, one) for one in _allocations(start)]
+    start_configs = [problem.configs_of_allocation(bound, data, layout, one) for one in as_allocations(start)]
     search_key, chain_key = jax.random.split(key)
     search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
