@@ -648,9 +648,9 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     ``start``: an allocation (cells, counts) or a list of them, e.g. the ``best_cells``,
     ``best_counts`` of a sampler's estimate, from each of which VB runs too: coordinate ascent
     from q(θ) given that allocation climbs to the optimum of its basin, which random restarts
-    rarely reach on real data (letter bigrams under NMF(4): −1500.2 from the tempered SMC's best
-    allocation against −1558.7 for the best of 100 restarts; benchmarks/README.md). The value is
-    the best over restarts and starts.
+    rarely reach on real data (letter bigrams under NMF(4): −1500.2 from the best allocation that
+    ``method="auto"`` visited against −1558.7 for the best of 100 restarts; benchmarks/README.md).
+    The value is the best over restarts and starts.
 
     ``stderr`` is nan: the bound is deterministic given ``rng_key``, not a noisy estimate of the
     evidence. ``details`` holds every restart's final ELBO (``elbo_per_restart``), the best
