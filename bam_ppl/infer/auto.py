@@ -239,7 +239,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
     # below it; benchmarks/README.md). VB runs from the best allocation of every part too (see AUTO_VB_REFERENCES).
     vb_fn = find_evidence("vb", model)
-    found = lambda: [(est.details["best_cells"], est.details["best_counts"]) for est in [*parts.values(), pilot]]  # noqa: E731
+    found_allocations = lambda: [(est.details["best_cells"], est.details["best_counts"]) for est in [*parts.values(), pilot]]  # noqa: E731
     references = {}
     best_visited = lambda: max([*parts.values(), pilot], key=lambda est: est.details["lower_bound"])  # noqa: E731
     if tokens >= AUTO_REFERENCE_MIN_TOKENS:
@@ -247,10 +247,10 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
         vb = vb_fn(model, data, rng_key=vb_key, num_restarts=AUTO_VB_RESTARTS, **AUTO_VB_SCREEN)
         parts["reference"], references = reference_stage(model, data, reference_key, best_visited(), vb,
                                                          tempered_options)
-        from_found = vb_fn(model, data, rng_key=vb_key, num_restarts=1, start=found())
+        from_found = vb_fn(model, data, rng_key=vb_key, num_restarts=1, start=found_allocations())
         vb_bound = max(vb.value, from_found.value)
     else:
-        vb_bound = vb_fn(model, data, rng_key=vb_key, start=found()).value
+        vb_bound = vb_fn(model, data, rng_key=vb_key, start=found_allocations()).value
     common = {"lower_bound": best_visited().details["lower_bound"],
               "vb_bound": vb_bound, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
