@@ -204,6 +204,10 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     from_found = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", start=found, num_restarts=1)
     assert est.details["vb_bound"] >= max(vb.value, from_found.value) - 1e-9
     assert est.details["vb_bound"] <= MEDIUM_EXACT + 1e-9
+    # The best allocation any part visited comes with the estimate, pooled or not: its log π(S) is the sure bound.
+    bound = bam.models.nmf(2, a=1.0).bind(MEDIUM)
+    assert bound.log_prob_cells(est.details["best_cells"], est.details["best_counts"]) == pytest.approx(
+        est.details["lower_bound"], abs=1e-6)
     reference = parts["reference"]["details"]
     assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
     assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03

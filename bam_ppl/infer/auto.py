@@ -214,7 +214,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of the pooled
     parts), with ``parts`` (each part's method, value, stderr, lower bound, runs and own details,
     by name: ``"tempered"``, ``"chib"``, ``"reference"``), ``lower_bound`` the largest of their
-    and the pilot's sure lower bounds, ``vb_bound`` the VB lower bound (the best ELBO of its restarts and of its
+    and the pilot's sure lower bounds (``best_cells``, ``best_counts``: its allocation), ``vb_bound`` the VB lower bound (the best ELBO of its restarts and of its
     runs from the parts' best allocations),
     ``kept`` and ``cross_check`` (when one part is kept) its name and the next highest part's
     value, stderr and lower bound, and ``tempered_stage`` the tempered SMC's particles and the
@@ -251,7 +251,9 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
         vb_bound = max(vb.value, from_found.value)
     else:
         vb_bound = vb_fn(model, data, rng_key=vb_key, start=found_allocations()).value
-    common = {"lower_bound": best_visited().details["lower_bound"],
+    best = best_visited()
+    common = {"lower_bound": best.details["lower_bound"], "best_cells": best.details["best_cells"],
+              "best_counts": best.details["best_counts"],
               "vb_bound": vb_bound, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     est = combine(parts, common)

@@ -559,17 +559,14 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
     allocations = as_allocations(start)
     if not allocations:
         return None
-    cell_totals = np.asarray(data.counts)
-    if not np.allclose(cell_totals, np.round(cell_totals)):
+    cell_totals = np.round(np.asarray(data.counts)).astype(np.int64)
+    if not np.allclose(data.counts, cell_totals):
         raise ValueError("start: VB runs from an allocation only on integer counts")
-    token_cell = np.repeat(np.arange(data.nnz), np.round(cell_totals).astype(np.int64))
+    token_cell = np.repeat(np.arange(data.nnz), cell_totals)
     L = layout.num_configs
-    out = np.empty((len(allocations), data.nnz, L))
-    for s, allocation in enumerate(allocations):
-        config = configs_of_allocation(bound, data, layout, token_cell, allocation, "start")
-        counts = np.bincount(token_cell * L + config, minlength=data.nnz * L).reshape(data.nnz, L)
-        out[s] = counts / np.round(cell_totals)[:, None]
-    return out
+    configs = [configs_of_allocation(bound, data, layout, token_cell, allocation, "start") for allocation in allocations]
+    counts = [np.bincount(token_cell * L + config, minlength=data.nnz * L).reshape(data.nnz, L) for config in configs]
+    return np.stack(counts) / cell_totals[:, None]
 
 
 @register("vb", models=(AllocationModel,))
