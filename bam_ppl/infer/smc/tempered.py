@@ -142,6 +142,7 @@ class TemperedProblem(NamedTuple):
     node_swap: np.ndarray  # (N, L, V): configuration l with latent node n set to v (node moves); −1 past its size
     node_size: np.ndarray  # (N,) number of values of each latent node with two or more
     node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
+    factorised: "FactorisedTempered"  # the rows as the sweep's fast path reads them (usable False: the general path)
 
 
 def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
@@ -241,13 +242,14 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
     swap, swap_sizes = node_swaps(bound, layout)
+    groups = [rows(spec.numerator_rows, True), rows(spec.denominator_rows, True), rows(spec.numerator_rows, False),
+              rows(spec.denominator_rows, False)]
     return TemperedProblem(
         token_cell=token_cell,
         cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         row_base=row_base, row_offset=row_offset, valid=valid, has_valid=bool(spec.has_valid),
-        latent_numerators=rows(spec.numerator_rows, True), latent_denominators=rows(spec.denominator_rows, True),
-        visible_numerators=rows(spec.numerator_rows, False),
-        visible_denominators=rows(spec.denominator_rows, False),
+        latent_numerators=groups[0], latent_denominators=groups[1], visible_numerators=groups[2],
+        visible_denominators=groups[3],
         tie_rows=np.array([r for r, _ in spec.ties], np.int64).reshape(-1),
         tie_earlier=np.array([e for _, e in spec.ties], np.int64).reshape(-1),
         moved=np.array(spec.moved, np.int64).reshape(-1),
@@ -264,6 +266,45 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         log_reference=np.zeros((1, 1)), referenced=False,
         gibbs_rows=gibbs_numba.urn_rows(spec, token_cell, row_base, row_offset, valid, log_space),
         node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
+        factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
+            not spec.ties and not spec.has_valid and not log_space
+            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows]))),
+    )
+
+
+class FactorisedTempered(NamedTuple):
+    """The rows of a token's tempered weights as :func:`_sweeps_factorised` reads them, where every
+    row reads consecutive entries, no members are tied, no cell restricts the configurations, every
+    row moves with the token and the weights stay in the float64 range (``usable``). Rows are in four
+    groups — latent numerators, latent denominators, visible numerators, visible denominators —
+    and within each those that read one place at every cell (``constant_starts``, their product
+    cached per configuration) come apart from those that vary (``token_starts``, per token)."""
+
+    usable: bool
+    token_starts: np.ndarray  # (T, V) int32: start of each varying row at the token's cell, by group
+    varying_ends: np.ndarray  # (4,) end of each group among the varying rows
+    constant_starts: np.ndarray  # (K,) start of each constant row, by group
+    constant_ends: np.ndarray  # (4,) end of each group among the constant rows
+
+
+def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) -> FactorisedTempered:
+    """:class:`FactorisedTempered` of a problem's rows in kernel numbering: ``groups`` the four groups
+    of rows, ``usable`` whether ties, restricted cells, log space or rows that do not move rule the
+    fast path out (checked here too: rows that do not read consecutive entries)."""
+    num_configs = row_offset.shape[1]
+    starts = row_base + row_offset[:, :1]  # (R, U)
+    usable = (bool(usable) and sum(len(group) for group in groups) > 0 and starts.max() + num_configs < 2**31
+              and bool(np.all(row_offset == row_offset[:, :1] + np.arange(num_configs))))
+    constant = np.all(starts == starts[:, :1], axis=1)
+    varying = [[r for r in group if not constant[r]] for group in groups]
+    fixed = [[r for r in group if constant[r]] for group in groups]
+    order = [r for group in varying for r in group]
+    return FactorisedTempered(
+        usable=usable,
+        token_starts=np.ascontiguousarray(starts[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
+        varying_ends=np.cumsum([len(group) for group in varying]).astype(np.int64),
+        constant_starts=np.array([starts[r, 0] for group in fixed for r in group], np.int64),
+        constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
     )
 
 
@@ -694,9 +735,13 @@ def _group_factor(shifted, shift, use_shift, base, row_offset, numerators, denom
 
 def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
     """The tempered conditional of one token at ``cell`` over its configurations (the token not in
-    ``counts``): fills lat, vis, start with the products of its latent-table, visible-table and
-    start-urn factors (their logs when ``log_space``) and weight with start^(1−β) (lat · vis)^β
-    (lat · vis^β untilted) divided by a common factor; returns the log of that factor.
+    ``counts``): fills lat, vis with the products of its latent-table and visible-table factors
+    (their logs when ``log_space``), start with the log of its start factor (the reference's log q,
+    or the start urn's; left at 0 untilted), and weight with start^(1−β) (lat · vis)^β
+    (lat · vis^β untilted) divided by a common factor; returns the log of that factor. The start
+    factor is kept as a log since the weights and the particle's log start need only its log: one
+    log and one exp per configuration instead of three exps and two logs (the reference-started
+    runs spent most of their time on them).
 
     Every factor is the ratio by which adding the token multiplies the tables' Dirichlet-multinomial
     sequence probabilities, so the product of the weights along any order of placing tokens is the
@@ -712,10 +757,13 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
                   log_space)
     if referenced:
         for c in range(num_configs):
-            start[c] = log_reference[cell, c] if log_space else math.exp(log_reference[cell, c])
+            start[c] = log_reference[cell, c]
     elif tilted:
         _group_factor(counts, shift, True, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, start,
                       log_space)
+        if not log_space:
+            for c in range(num_configs):
+                start[c] = math.log(start[c])
     if log_space:
         largest = -np.inf
         for c in range(num_configs):
@@ -732,9 +780,11 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
     for c in range(num_configs):
         if tilted:
             if beta == 0.0:
-                weight[c] = start[c]
+                weight[c] = math.exp(start[c])
+            elif beta == 1.0:
+                weight[c] = lat[c] * vis[c]
             else:
-                weight[c] = start[c] * math.exp(beta * math.log(lat[c] * vis[c] / start[c]))
+                weight[c] = math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
         elif beta == 0.0:
             weight[c] = lat[c]
         elif beta == 1.0:
@@ -748,7 +798,7 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
 
 def _weight_scratch(num_rows, num_configs):
     """Work arrays of :func:`_token_weights`: row bases, latent, visible and start factors, weights."""
-    return (np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.ones(num_configs),
+    return (np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.zeros(num_configs),
             np.empty(num_configs))
 
 
@@ -788,6 +838,11 @@ def _log_factor(values, c, log_space):
     return values[c] if log_space else math.log(values[c])
 
 
+def _log_change(values, new, old, log_space):
+    """log values[new] − log values[old], with one log."""
+    return values[new] - values[old] if log_space else math.log(values[new] / values[old])
+
+
 def _shift_token(counts, base, row_offset, moved, c, step):
     for m in moved:
         counts[base[m] + row_offset[m, c]] += step
@@ -822,7 +877,7 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis
         log_old += _log_total(weight, scale, pairs[i])
         old_prior += _log_factor(lat, old, log_space)
         old_like += _log_factor(vis, old, log_space)
-        old_start += _log_factor(start, old, log_space)
+        old_start += start[old]
     for i in range(tokens.shape[0]):
         token = tokens[i]
         scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
@@ -832,7 +887,7 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis
         proposal[i] = new
         new_prior += _log_factor(lat, new, log_space)
         new_like += _log_factor(vis, new, log_space)
-        new_start += _log_factor(start, new, log_space)
+        new_start += start[new]
         _shift_token(counts, base, row_offset, moved, new, 1.0)
     if math.log(1.0 - rng.random()) < log_new - log_old:
         for i in range(tokens.shape[0]):
@@ -943,9 +998,93 @@ def _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, coun
                 accepted[kind] += 1
 
 
+def _constant_product(counts, starts, first, stop, c):
+    product = 1.0
+    for k in range(first, stop):
+        product *= counts[starts[k] + c]
+    return product
+
+
+def _set_constant(counts, starts, ends, c, lat, vis):
+    """lat[c], vis[c]: the constant rows' factors of configuration c (FactorisedTempered's groups)."""
+    lat[c] = _constant_product(counts, starts, 0, ends[0], c) / _constant_product(counts, starts, ends[0], ends[1], c)
+    vis[c] = _constant_product(counts, starts, ends[1], ends[2], c) / _constant_product(counts, starts, ends[2], ends[3], c)
+
+
+def _shift_factorised(counts, token_starts, token, constant_starts, c, step):
+    for v in range(token_starts.shape[1]):
+        counts[token_starts[token, v] + c] += step
+    for k in range(constant_starts.shape[0]):
+        counts[constant_starts[k] + c] += step
+
+
+def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, referenced,
+                       log_reference, lat, vis, start, weight):
+    """``num_sweeps`` Gibbs sweeps of one particle targeting π_β, as the _SWEEP pass of
+    :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
+    alike) where ``factorised`` (:class:`FactorisedTempered`) is usable and the start is π₀ or a
+    reference: the constant rows' products are cached per configuration and updated as a token
+    leaves and joins, and each token reads only its varying rows (NMF(4): two of five), from a
+    record of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
+    _, token_starts, varying_ends, constant_starts, constant_ends = factorised
+    num_configs = weight.shape[0]
+    num_tokens = order.shape[0]
+    constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
+    for c in range(num_configs):
+        _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
+    for _ in range(num_sweeps):
+        shuffle(rng, order)
+        for position in range(num_tokens):
+            token = order[position]
+            old = conf[token]
+            _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
+            _set_constant(counts, constant_starts, constant_ends, old, constant_lat, constant_vis)
+            for c in range(num_configs):
+                lat[c] = constant_lat[c]
+                vis[c] = constant_vis[c]
+            for v in range(varying_ends[3]):
+                at = token_starts[token, v]
+                if v < varying_ends[0]:
+                    for c in range(num_configs):
+                        lat[c] *= counts[at + c]
+                elif v < varying_ends[1]:
+                    for c in range(num_configs):
+                        lat[c] /= counts[at + c]
+                elif v < varying_ends[2]:
+                    for c in range(num_configs):
+                        vis[c] *= counts[at + c]
+                else:
+                    for c in range(num_configs):
+                        vis[c] /= counts[at + c]
+            cell = token_cell[token]
+            for c in range(num_configs):
+                if referenced:
+                    start[c] = log_reference[cell, c]
+                    if beta == 0.0:
+                        weight[c] = math.exp(start[c])
+                    elif beta == 1.0:
+                        weight[c] = lat[c] * vis[c]
+                    else:
+                        weight[c] = math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
+                elif beta == 0.0:
+                    weight[c] = lat[c]
+                elif beta == 1.0:
+                    weight[c] = lat[c] * vis[c]
+                else:
+                    weight[c] = lat[c] * math.exp(beta * math.log(vis[c]))
+            new = _draw(rng, weight)
+            _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
+            _set_constant(counts, constant_starts, constant_ends, new, constant_lat, constant_vis)
+            conf[token] = new
+            if new != old:
+                logs[0] += math.log(lat[new] / lat[old])
+                logs[1] += math.log(vis[new] / vis[old])
+                logs[2] += start[new] - start[old]
+
+
 def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, shifted,
                     config, log_prior, log_like, log_start, accepted, token_cell, cell_start, node_swap, node_size,
-                    node_child, st):
+                    node_child, st, factorised):
     """Particles ``first..stop`` of one block, drawing from the block's Generator ``rng``.
 
     ``mode`` _URN adds every token (random order) drawn from the start distribution's urn
@@ -962,11 +1101,15 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
     logs = np.zeros(3)
     order = np.arange(num_tokens)
     passes = 1 if mode == _URN else num_sweeps
+    fast = mode == _SWEEP and factorised[0] and (st[16] or not st[14])  # a reference or π₀ as the start
     for p in range(first, stop):
         counts = shifted[p]
         conf = config[p]
         logs[:] = 0.0
-        for _ in range(passes):
+        if fast:
+            _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, st[16],
+                               st[15], lat, vis, start, weight)
+        for _ in range(0 if fast else passes):
             shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
@@ -983,11 +1126,11 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
                 if mode == _URN:
                     logs[0] += _log_factor(lat, new, log_space)
                     logs[1] += _log_factor(vis, new, log_space)
-                    logs[2] += _log_factor(start, new, log_space)
+                    logs[2] += start[new]
                 elif new != old:
-                    logs[0] += _log_factor(lat, new, log_space) - _log_factor(lat, old, log_space)
-                    logs[1] += _log_factor(vis, new, log_space) - _log_factor(vis, old, log_space)
-                    logs[2] += _log_factor(start, new, log_space) - _log_factor(start, old, log_space)
+                    logs[0] += _log_change(lat, new, old, log_space)
+                    logs[1] += _log_change(vis, new, old, log_space)
+                    logs[2] += start[new] - start[old]
         if mode == _SWEEP and num_cell_moves + num_pair_moves + num_node_moves > 0:
             _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted[p],
                          token_cell, cell_start, node_swap, node_size, node_child, st)
@@ -1031,9 +1174,9 @@ if numba is not None:
     # inlined row lookups, and compiling them took 38 s of the 65 s of auto's first call on a fresh
     # install; the call costs nothing measurable next to the loops inside it. Inlining the small
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
-    compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor",
-                                     "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_log_permanent", "_log_permanents", "_log_permanent_by_subsets", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_log_multinomial_block",
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
+                                     "_constant_product", "_set_constant", "_shift_factorised", "_shift_token", "_set_base", "_log_total", "_restrict"),
+                  nogil=("_log_permanent", "_log_permanents", "_log_permanent_by_subsets", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_sweeps_factorised", "_log_multinomial_block",
                          "_cell_conditionals"))
 
 
@@ -1088,7 +1231,7 @@ class NumbaParticles:
             _tempered_block(self.rngs[b], first, stop, mode, float(beta), num_sweeps, num_cell_moves,
                             num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior, self.log_like,
                             self.log_start, self.accepted, tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size,
-                            tp.node_child, self.structure)
+                            tp.node_child, self.structure, tp.factorised)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(
