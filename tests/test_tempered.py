@@ -208,6 +208,15 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     np.testing.assert_array_equal(fast.config, slow.config)
     for name in ("log_prior", "log_like", "log_start", "shifted"):
         np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-12, atol=1e-9)
+    # and the cells' conditionals that a reference averages
+    probabilities = []
+    for problem in (tp, general):
+        out = np.empty((data.nnz, tp.num_configs))
+        tempered._cell_probabilities(fast.shifted[0], tempered._structure(problem, False), problem.factorised,
+                                     problem.cell_start, out)
+        probabilities.append(out)
+    np.testing.assert_allclose(*probabilities, rtol=1e-12)
+    np.testing.assert_allclose(probabilities[0].sum(1), 1.0)
 
 
 def test_factorised_sweeps_are_not_used_where_they_do_not_apply():

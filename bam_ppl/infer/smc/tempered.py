@@ -444,14 +444,14 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     order = np.arange(state.shape[0], dtype=np.int32)
     done = 0
     while True:
-        _cell_conditionals(shifted, structure, out)
-        total += np.exp(out)
+        _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
+        total += out
         if done >= num_sweeps:
             break
         step = min(REFERENCE_THIN, num_sweeps - done)
         gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
         done += step
-    allowed = np.isfinite(out)
+    allowed = out > 0.0
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
@@ -481,10 +481,11 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
     VB fit's): each cell's X_u tokens shared among its configurations in proportion to its urn
     conditional given those counts, by largest remainders."""
     num_cells = tp.cell_start.shape[0] - 1
-    log_q = np.empty((num_cells, tp.num_configs))
-    _cell_conditionals(np.asarray(tp.concentration + counts_kernel, np.float64), _structure(tp, False), log_q)
+    probability = np.empty((num_cells, tp.num_configs))
+    _cell_probabilities(np.asarray(tp.concentration + counts_kernel, np.float64), _structure(tp, False), tp.factorised,
+                        tp.cell_start, probability)
     sizes = np.diff(tp.cell_start)
-    share = np.exp(log_q) * sizes[:, None]
+    share = probability * sizes[:, None]
     whole = np.floor(share).astype(np.int64)
     missing = sizes - whole.sum(1)
     ranks = np.argsort(np.argsort(-(share - whole), axis=1), axis=1)
@@ -1154,19 +1155,45 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
         out[p] = total
 
 
-def _cell_conditionals(shifted, st, out):
-    """out[u, c] = the log urn conditional (β = 1) of a token of cell u at configuration c, given
-    the counts ``shifted`` (concentration + counts, kernel numbering); −inf where not allowed."""
+def _cell_probabilities(shifted, st, factorised, cell_start, out):
+    """out[u, c] = the urn conditional (β = 1) of a token of cell u at configuration c, given the
+    counts ``shifted`` (concentration + counts, kernel numbering); 0 where not allowed. Read as
+    :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable (NMF(4), T = 4000:
+    0.07 ms a call against 0.63, which had been a quarter of a reference chain's time)."""
     row_base, row_offset = st[0], st[1]
     num_configs = row_offset.shape[1]
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
+    if factorised[0]:  # the constant rows once, each cell's varying rows from its first token's record
+        _, token_starts, varying_ends, constant_starts, constant_ends = factorised
+        constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
+        for c in range(num_configs):
+            _set_constant(shifted, constant_starts, constant_ends, c, constant_lat, constant_vis)
+            constant_lat[c] *= constant_vis[c]
+        for cell in range(out.shape[0]):
+            token = cell_start[cell]
+            for c in range(num_configs):
+                weight[c] = constant_lat[c]
+            for v in range(varying_ends[3]):
+                at = token_starts[token, v]
+                if v < varying_ends[0] or varying_ends[1] <= v < varying_ends[2]:
+                    for c in range(num_configs):
+                        weight[c] *= shifted[at + c]
+                else:
+                    for c in range(num_configs):
+                        weight[c] /= shifted[at + c]
+            total = 0.0
+            for c in range(num_configs):
+                total += weight[c]
+            for c in range(num_configs):
+                out[cell, c] = weight[c] / total
+        return
     for cell in range(out.shape[0]):
         _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
         total = 0.0
         for c in range(num_configs):
             total += weight[c]
         for c in range(num_configs):
-            out[cell, c] = math.log(weight[c] / total) if weight[c] > 0.0 else -np.inf
+            out[cell, c] = weight[c] / total
 
 
 if numba is not None:
@@ -1177,7 +1204,7 @@ if numba is not None:
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
                                      "_constant_product", "_set_constant", "_shift_factorised", "_shift_token", "_set_base", "_log_total", "_restrict"),
                   nogil=("_log_permanent", "_log_permanents", "_log_permanent_by_subsets", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_sweeps_factorised", "_log_multinomial_block",
-                         "_cell_conditionals"))
+                         "_cell_probabilities"))
 
 
 def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
