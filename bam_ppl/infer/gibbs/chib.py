@@ -81,6 +81,7 @@ import itertools
 import math
 import os
 import warnings
+from typing import NamedTuple
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -171,13 +172,39 @@ def _log_ratio(weight, new, old, logs):
     return math.log(weight[new] / weight[old])
 
 
-def _pass(rng, mode, beta, shifted, config, order, rows):
+def _fast_shift(shifted, fast, token, c, step):
+    """Add ``step`` to the entries of configuration ``c`` in every row of ``token`` (:class:`TokenRows`)."""
+    for r in range(fast.numerators.shape[1]):
+        shifted[fast.numerators[token, r, c]] += step
+    for r in range(fast.denominators.shape[1]):
+        shifted[fast.denominators[token, r, c]] += step
+
+
+def _fast_conditional(weight, prob, shifted, fast, token, beta):
+    """:func:`_conditional` read from the token's own entries (:class:`TokenRows`), in linear space."""
+    num_configs = weight.shape[0]
+    total = 0.0
+    for c in range(num_configs):
+        w = 1.0
+        for r in range(fast.numerators.shape[1]):
+            w *= shifted[fast.numerators[token, r, c]]
+        for r in range(fast.denominators.shape[1]):
+            w /= shifted[fast.denominators[token, r, c]]
+        weight[c] = w
+        prob[c] = w if beta == 1.0 else w ** beta
+        total += prob[c]
+    for c in range(num_configs):
+        prob[c] /= total
+
+
+def _pass(rng, mode, beta, shifted, config, order, rows, fast):
     """One pass over the tokens in ``order``, in place, with ``shifted`` = concentration + counts.
 
     DRAW draws from the conditional raised to the power ``beta`` (1: the Gibbs sweep; below 1:
     a sweep of the annealed target p(X, z)^beta). DRAW and ICM return the change of log p(X, z)
     (zero for ICM when no token moved); PLACE returns the log probability of the placed
-    configurations.
+    configurations. ``fast``: (usable, FactorisedRows) of :class:`_Problem`; where usable the
+    rows are read as the collapsed-Gibbs backend's fast sweep reads them, with the same results.
     """
     (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
      logs, has_valid) = rows
@@ -187,14 +214,19 @@ def _pass(rng, mode, beta, shifted, config, order, rows):
     for position in range(order.shape[0]):
         token = order[position]
         cell = token_cell[token]
-        for r in range(num_rows):
-            base[r] = row_base[r, cell]
         old = config[token]
-        if mode != PLACE:
-            for m in moved:
-                shifted[base[m] + row_offset[m, old]] -= 1.0
-        _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                     tie_rows, tie_earlier, valid, cell, has_valid, logs, beta)
+        if fast.usable:
+            if mode != PLACE:
+                _fast_shift(shifted, fast, token, old, -1.0)
+            _fast_conditional(weight, prob, shifted, fast, token, beta)
+        else:
+            for r in range(num_rows):
+                base[r] = row_base[r, cell]
+            if mode != PLACE:
+                for m in moved:
+                    shifted[base[m] + row_offset[m, old]] -= 1.0
+            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                         tie_rows, tie_earlier, valid, cell, has_valid, logs, beta)
         if mode == ICM:
             new = old
             for c in range(num_configs):
@@ -217,13 +249,16 @@ def _pass(rng, mode, beta, shifted, config, order, rows):
             result += math.log(prob[new])
         elif new != old:
             result += _log_ratio(weight, new, old, logs)
-        for m in moved:
-            shifted[base[m] + row_offset[m, new]] += 1.0
+        if fast.usable:
+            _fast_shift(shifted, fast, token, new, 1.0)
+        else:
+            for m in moved:
+                shifted[base[m] + row_offset[m, new]] += 1.0
         config[token] = new
     return result
 
 
-def _log_transition(shifted, config, star, relabel, cutoff, rows):
+def _log_transition(shifted, config, star, relabel, cutoff, rows, fast):
     """log T(z → relabel(z*)): the log probability that one sweep in token order from the state
     (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``.
 
@@ -239,18 +274,23 @@ def _log_transition(shifted, config, star, relabel, cutoff, rows):
     result = 0.0
     done = num_tokens
     for token in range(num_tokens):
-        cell = token_cell[token]
-        for r in range(num_rows):
-            base[r] = row_base[r, cell]
         old = config[token]
         new = relabel[star[token]]
-        for m in moved:
-            shifted[base[m] + row_offset[m, old]] -= 1.0
-        _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                     tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
+        if fast.usable:
+            _fast_shift(shifted, fast, token, old, -1.0)
+            _fast_conditional(weight, prob, shifted, fast, token, 1.0)
+            _fast_shift(shifted, fast, token, new, 1.0)
+        else:
+            cell = token_cell[token]
+            for r in range(num_rows):
+                base[r] = row_base[r, cell]
+            for m in moved:
+                shifted[base[m] + row_offset[m, old]] -= 1.0
+            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+                         tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
+            for m in moved:
+                shifted[base[m] + row_offset[m, new]] += 1.0
         result += math.log(prob[new])
-        for m in moved:
-            shifted[base[m] + row_offset[m, new]] += 1.0
         if result < cutoff:
             done = token + 1
             result = -np.inf
@@ -273,23 +313,23 @@ def _table_log_joint(shifted, concentration, num_entries):
     return value
 
 
-def _start(rng, shifted, config, concentration, num_entries, structure):
+def _start(rng, shifted, config, concentration, num_entries, structure, fast):
     """A Pólya-urn allocation of every token (random order), in place; returns its table part of
     log p(X, z) (see :func:`_table_log_joint`)."""
     order = np.arange(config.shape[0])
     shuffle(rng, order)
-    _pass(rng, PLACE, 1.0, shifted, config, order, structure)
+    _pass(rng, PLACE, 1.0, shifted, config, order, structure, fast)
     return _table_log_joint(shifted, concentration, num_entries)
 
 
-def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, best, structure):
+def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, best, structure, fast):
     """Random-order sweeps of p(X, z)^β for β in ``betas``, in place, from a state whose table
     part of log p(X, z) is ``current``; the best end-of-sweep state goes to ``best_shifted`` /
     ``best_config`` when it beats ``best``. Returns (current, best)."""
     order = np.arange(config.shape[0])
     for beta in betas:
         shuffle(rng, order)
-        current += _pass(rng, DRAW, beta, shifted, config, order, structure)
+        current += _pass(rng, DRAW, beta, shifted, config, order, structure, fast)
         if current > best:
             best = current
             best_config[:] = config
@@ -297,19 +337,19 @@ def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, bes
     return current, best
 
 
-def _modes(rng, shifted, config, structure):
+def _modes(rng, shifted, config, structure, fast):
     """Iterated conditional modes in token order, in place, until no token moves; returns the
     number of passes."""
     fixed = np.arange(config.shape[0])
     passes = 0
     while passes < MAX_ICM_PASSES:
         passes += 1
-        if _pass(rng, ICM, 1.0, shifted, config, fixed, structure) <= 1e-12:
+        if _pass(rng, ICM, 1.0, shifted, config, fixed, structure, fast) <= 1e-12:
             break
     return passes
 
 
-def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, best, structure):
+def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, best, structure, fast):
     """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g; returns (value, new best).
 
     The relabellings come grouped by their action on z* (:func:`_ordered_relabellings`): row 0
@@ -324,7 +364,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     g = 0
     while g < num_relabellings:
         cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g], done = _log_transition(shifted, config, star, relabellings[g], cutoff, structure)
+        terms[g], done = _log_transition(shifted, config, star, relabellings[g], cutoff, structure, fast)
         if terms[g] > best:
             best = terms[g]
         following = g + 1
@@ -351,7 +391,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     return largest + math.log(total) - math.log(group_order), best
 
 
-def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, structure):
+def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, structure, fast):
     """log T'(z^(j) → z*) for j = 1..S around z* (held in ``shifted``/``config``), chain started
     at step s: z^(s) ~ T̃(z* → ·), T forward from it, T̃ backward. T' averages T over the label
     symmetries (``relabellings``)."""
@@ -360,27 +400,27 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
     backward = forward[::-1].copy()
     star = config.copy()
     log_transition = np.empty(num_steps)
-    _pass(rng, DRAW, 1.0, shifted, config, backward, structure)
+    _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
     mid_shifted = shifted.copy()
     mid_config = config.copy()
     best = -np.inf
     for j in range(s, num_steps + 1):
         if j > s:
-            _pass(rng, DRAW, 1.0, shifted, config, forward, structure)
+            _pass(rng, DRAW, 1.0, shifted, config, forward, structure, fast)
         log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, best, structure)
+            shifted, config, star, relabellings, images, log_sizes, distinct, best, structure, fast)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
-        _pass(rng, DRAW, 1.0, shifted, config, backward, structure)
+        _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
         log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, best, structure)
+            shifted, config, star, relabellings, images, log_sizes, distinct, best, structure, fast)
     return log_transition
 
 
 
 if HAVE_NUMBA:
-    compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio"),
+    compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio", "_fast_shift", "_fast_conditional"),
                   nogil=("_pass", "_log_transition", "_transition_into_star", "_table_log_joint", "_start",
                          "_anneal", "_modes", "_chib_steps"))
 
@@ -531,6 +571,33 @@ def configs_of_allocation(bound, data, layout, token_cell, allocation, name: str
     return config
 
 
+class TokenRows(NamedTuple):
+    """Every token's entries of the urn conditional, read by the kernel where ``usable``: no tied
+    members, no restricted cells, linear space, every row moved with the token, and at most
+    MAX_TOKEN_ROW_ENTRIES entries in all."""
+
+    usable: bool
+    numerators: np.ndarray  # (T, numerator rows, L) int64: entry of row r at configuration c
+    denominators: np.ndarray  # (T, denominator rows, L)
+
+
+MAX_TOKEN_ROW_ENTRIES = 2**23  # 64 MB of indices
+
+
+def token_rows(rows) -> TokenRows:
+    """:class:`TokenRows` of an :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`."""
+    num_tokens, num_configs = rows.token_cell.shape[0], rows.row_offset.shape[1]
+    every = [*rows.numerator_rows, *rows.denominator_rows]
+    usable = (not rows.tie_rows.size and not rows.has_valid and not rows.log_space and bool(every)
+              and sorted(rows.moved) == sorted(every) and num_tokens * len(every) * num_configs <= MAX_TOKEN_ROW_ENTRIES)
+    if not usable:
+        return TokenRows(False, np.zeros((0, 0, 0), np.int64), np.zeros((0, 0, 0), np.int64))
+    index = lambda group: np.ascontiguousarray(  # noqa: E731
+        (rows.row_base[group][:, rows.token_cell][:, :, None] + rows.row_offset[group][:, None, :]).transpose(1, 0, 2),
+        np.int64)
+    return TokenRows(True, index(np.asarray(rows.numerator_rows, np.int64)), index(np.asarray(rows.denominator_rows, np.int64)))
+
+
 class _Problem:
     """The host arrays one run needs, from :func:`bam_ppl.infer.gibbs.collapsed.build_problem`."""
 
@@ -546,6 +613,7 @@ class _Problem:
             spec, np.asarray(problem.token_cell, np.int64), np.asarray(problem.row_base, np.int64),
             np.asarray(problem.row_offset, np.int64), problem.valid, num_factors * extremes.max() > 280)
         self.fixed_counts = np.asarray(problem.fixed_counts, np.float64)
+        self.fast = token_rows(self.structure)
         self.num_entries = int(spec.num_table_entries)
         self.num_configs = int(spec.num_configs)
         self.num_tokens = int(problem.token_cell.shape[0])
@@ -606,13 +674,13 @@ class _Searcher:
         self.shifted = problem.concentration + problem.fixed_counts
         self.config = np.zeros(problem.num_tokens, np.int32)
         self.current = _start(rng, self.shifted, self.config, problem.concentration, problem.num_entries,
-                              problem.structure)
+                              problem.structure, problem.fast)
         self.best, self.best_shifted, self.best_config = self.current, self.shifted.copy(), self.config.copy()
 
     def anneal(self, betas) -> None:
         self.current, self.best = _anneal(self.rng, betas, self.shifted, self.config, self.current,
                                           self.best_shifted, self.best_config, self.best,
-                                          self.problem.structure)
+                                          self.problem.structure, self.problem.fast)
 
     def take(self, other: _Searcher) -> None:
         """Continue from ``other``'s current state (its best so far stays its own)."""
@@ -645,7 +713,7 @@ def _search(problem: _Problem, rngs, num_warmup: int, pool) -> list[dict]:
 def _refine(problem: _Problem, rng: np.random.Generator, shifted, config) -> dict:
     """A searched state refined by iterated conditional modes (in place): its configuration,
     shifted counts, log p(X, z) and log π(S(z))."""
-    passes = _modes(rng, shifted, config, problem.structure)
+    passes = _modes(rng, shifted, config, problem.structure, problem.fast)
     shifted = np.rint(shifted - problem.concentration) + problem.concentration
     return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
                 log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
@@ -678,7 +746,7 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
     s = int(rng.integers(1, num_steps + 1))
     relabellings, images, log_sizes, distinct = _ordered_relabellings(problem.relabellings, star["config"])
     log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(),
-                                 relabellings, images, log_sizes, distinct, problem.structure)
+                                 relabellings, images, log_sizes, distinct, problem.structure, problem.fast)
     return float(logsumexp(log_transition) - math.log(num_steps))
 
 
