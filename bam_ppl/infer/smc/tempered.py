@@ -273,38 +273,49 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
 
 
 class FactorisedTempered(NamedTuple):
-    """The rows of a token's tempered weights as :func:`_sweeps_factorised` reads them, where every
-    row reads consecutive entries, no members are tied, no cell restricts the configurations, every
-    row moves with the token and the weights stay in the float64 range (``usable``). Rows are in four
-    groups — latent numerators, latent denominators, visible numerators, visible denominators —
-    and within each those that read one place at every cell (``constant_starts``, their product
-    cached per configuration) come apart from those that vary (``token_starts``, per token)."""
+    """The rows of a token's tempered weights as :func:`_sweeps_factorised` reads them, where no
+    members are tied, no cell restricts the configurations, every row moves with the token, the
+    weights stay in the float64 range and the indices fit MAX_FACTORISED_ENTRIES (``usable``). Rows
+    are in four groups — latent numerators, latent denominators, visible numerators, visible
+    denominators — and within each those that read the same entries at every cell
+    (``constant_index``, their product cached per configuration) come apart from those that vary
+    (``token_index``, every token's own entries)."""
 
     usable: bool
-    token_starts: np.ndarray  # (T, V) int32: start of each varying row at the token's cell, by group
+    token_index: np.ndarray  # (T, V, L) int32: entry of each varying row at the token's cell and configuration c
     varying_ends: np.ndarray  # (4,) end of each group among the varying rows
-    constant_starts: np.ndarray  # (K,) start of each constant row, by group
+    constant_index: np.ndarray  # (K, L) int64: entry of each constant row at configuration c, by group
     constant_ends: np.ndarray  # (4,) end of each group among the constant rows
+    constant_shared: bool  # whether configurations share a constant row's entries (Tucker): a move changes them all
+
+
+MAX_FACTORISED_ENTRIES = 2**24  # 64 MB of indices
 
 
 def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) -> FactorisedTempered:
     """:class:`FactorisedTempered` of a problem's rows in kernel numbering: ``groups`` the four groups
     of rows, ``usable`` whether ties, restricted cells, log space or rows that do not move rule the
-    fast path out (checked here too: rows that do not read consecutive entries)."""
+    fast path out (checked here too: the size of the indices)."""
     num_configs = row_offset.shape[1]
-    starts = row_base + row_offset[:, :1]  # (R, U)
-    usable = (bool(usable) and sum(len(group) for group in groups) > 0 and starts.max() + num_configs < 2**31
-              and bool(np.all(row_offset == row_offset[:, :1] + np.arange(num_configs))))
-    constant = np.all(starts == starts[:, :1], axis=1)
-    varying = [[r for r in group if not constant[r]] for group in groups]
-    fixed = [[r for r in group if constant[r]] for group in groups]
+    constant = np.all(row_base == row_base[:, :1], axis=1)
+    varying = [[int(r) for r in group if not constant[r]] for group in groups]
+    fixed = [[int(r) for r in group if constant[r]] for group in groups]
     order = [r for group in varying for r in group]
+    usable = (bool(usable) and sum(len(group) for group in groups) > 0
+              and len(token_cell) * len(order) * num_configs <= MAX_FACTORISED_ENTRIES
+              and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
+    if not usable:
+        order = []
+    index = row_base[order][:, token_cell][:, :, None] + row_offset[order][:, None, :]  # (V, T, L)
     return FactorisedTempered(
         usable=usable,
-        token_starts=np.ascontiguousarray(starts[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
-        varying_ends=np.cumsum([len(group) for group in varying]).astype(np.int64),
-        constant_starts=np.array([starts[r, 0] for group in fixed for r in group], np.int64),
+        token_index=np.ascontiguousarray(index.transpose(1, 0, 2), np.int32).reshape(len(token_cell), len(order),
+                                                                                   num_configs),
+        varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
+        constant_index=np.array([row_base[r, 0] + row_offset[r] for group in fixed for r in group],
+                                np.int64).reshape(-1, num_configs),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
+        constant_shared=any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group),
     )
 
 
@@ -999,24 +1010,24 @@ def _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, coun
                 accepted[kind] += 1
 
 
-def _constant_product(counts, starts, first, stop, c):
+def _constant_product(counts, index, first, stop, c):
     product = 1.0
     for k in range(first, stop):
-        product *= counts[starts[k] + c]
+        product *= counts[index[k, c]]
     return product
 
 
-def _set_constant(counts, starts, ends, c, lat, vis):
+def _set_constant(counts, index, ends, c, lat, vis):
     """lat[c], vis[c]: the constant rows' factors of configuration c (FactorisedTempered's groups)."""
-    lat[c] = _constant_product(counts, starts, 0, ends[0], c) / _constant_product(counts, starts, ends[0], ends[1], c)
-    vis[c] = _constant_product(counts, starts, ends[1], ends[2], c) / _constant_product(counts, starts, ends[2], ends[3], c)
+    lat[c] = _constant_product(counts, index, 0, ends[0], c) / _constant_product(counts, index, ends[0], ends[1], c)
+    vis[c] = _constant_product(counts, index, ends[1], ends[2], c) / _constant_product(counts, index, ends[2], ends[3], c)
 
 
-def _shift_factorised(counts, token_starts, token, constant_starts, c, step):
-    for v in range(token_starts.shape[1]):
-        counts[token_starts[token, v] + c] += step
-    for k in range(constant_starts.shape[0]):
-        counts[constant_starts[k] + c] += step
+def _shift_factorised(counts, token_index, token, constant_index, c, step):
+    for v in range(token_index.shape[1]):
+        counts[token_index[token, v, c]] += step
+    for k in range(constant_index.shape[0]):
+        counts[constant_index[k, c]] += step
 
 
 def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, referenced,
@@ -1025,38 +1036,38 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
-    leaves and joins, and each token reads only its varying rows (NMF(4): two of five), from a
-    record of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
-    _, token_starts, varying_ends, constant_starts, constant_ends = factorised
+    leaves and joins (every configuration's where they share entries), and each token reads only its varying rows (NMF(4): two of five) through
+    indices of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
+    _, token_index, varying_ends, constant_index, constant_ends, shared = factorised
     num_configs = weight.shape[0]
     num_tokens = order.shape[0]
     constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
     for c in range(num_configs):
-        _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
+        _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
     for _ in range(num_sweeps):
         shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
             old = conf[token]
-            _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
-            _set_constant(counts, constant_starts, constant_ends, old, constant_lat, constant_vis)
+            _shift_factorised(counts, token_index, token, constant_index, old, -1.0)
+            for c in range(num_configs) if shared else range(old, old + 1):
+                _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
             for c in range(num_configs):
                 lat[c] = constant_lat[c]
                 vis[c] = constant_vis[c]
             for v in range(varying_ends[3]):
-                at = token_starts[token, v]
                 if v < varying_ends[0]:
                     for c in range(num_configs):
-                        lat[c] *= counts[at + c]
+                        lat[c] *= counts[token_index[token, v, c]]
                 elif v < varying_ends[1]:
                     for c in range(num_configs):
-                        lat[c] /= counts[at + c]
+                        lat[c] /= counts[token_index[token, v, c]]
                 elif v < varying_ends[2]:
                     for c in range(num_configs):
-                        vis[c] *= counts[at + c]
+                        vis[c] *= counts[token_index[token, v, c]]
                 else:
                     for c in range(num_configs):
-                        vis[c] /= counts[at + c]
+                        vis[c] /= counts[token_index[token, v, c]]
             cell = token_cell[token]
             for c in range(num_configs):
                 if referenced:
@@ -1074,8 +1085,9 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
                 else:
                     weight[c] = lat[c] * math.exp(beta * math.log(vis[c]))
             new = _draw(rng, weight)
-            _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
-            _set_constant(counts, constant_starts, constant_ends, new, constant_lat, constant_vis)
+            _shift_factorised(counts, token_index, token, constant_index, new, 1.0)
+            for c in range(num_configs) if shared else range(new, new + 1):
+                _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
             conf[token] = new
             if new != old:
                 logs[0] += math.log(lat[new] / lat[old])
@@ -1164,23 +1176,22 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
     num_configs = row_offset.shape[1]
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
     if factorised[0]:  # the constant rows once, each cell's varying rows from its first token's record
-        _, token_starts, varying_ends, constant_starts, constant_ends = factorised
+        _, token_index, varying_ends, constant_index, constant_ends, _ = factorised
         constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
         for c in range(num_configs):
-            _set_constant(shifted, constant_starts, constant_ends, c, constant_lat, constant_vis)
+            _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
             constant_lat[c] *= constant_vis[c]
         for cell in range(out.shape[0]):
             token = cell_start[cell]
             for c in range(num_configs):
                 weight[c] = constant_lat[c]
             for v in range(varying_ends[3]):
-                at = token_starts[token, v]
                 if v < varying_ends[0] or varying_ends[1] <= v < varying_ends[2]:
                     for c in range(num_configs):
-                        weight[c] *= shifted[at + c]
+                        weight[c] *= shifted[token_index[token, v, c]]
                 else:
                     for c in range(num_configs):
-                        weight[c] /= shifted[at + c]
+                        weight[c] /= shifted[token_index[token, v, c]]
             total = 0.0
             for c in range(num_configs):
                 total += weight[c]
