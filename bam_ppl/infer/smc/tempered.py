@@ -275,7 +275,8 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
 class FactorisedTempered(NamedTuple):
     """The rows of a token's tempered weights as :func:`_sweeps_factorised` reads them, where no
     members are tied, no cell restricts the configurations, every row moves with the token, the
-    weights stay in the float64 range and the indices fit MAX_FACTORISED_ENTRIES (``usable``). Rows
+    weights stay in the float64 range, no two configurations share an entry of a constant row and
+    the indices fit MAX_FACTORISED_ENTRIES (``usable``). Rows
     are in four groups — latent numerators, latent denominators, visible numerators, visible
     denominators — and within each those that read the same entries at every cell
     (``constant_index``, their product cached per configuration) come apart from those that vary
@@ -286,7 +287,6 @@ class FactorisedTempered(NamedTuple):
     varying_ends: np.ndarray  # (4,) end of each group among the varying rows
     constant_index: np.ndarray  # (K, L) int64: entry of each constant row at configuration c, by group
     constant_ends: np.ndarray  # (4,) end of each group among the constant rows
-    constant_shared: bool  # whether configurations share a constant row's entries (Tucker): a move changes them all
 
 
 MAX_FACTORISED_ENTRIES = 2**24  # 64 MB of indices
@@ -301,7 +301,11 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) 
     varying = [[int(r) for r in group if not constant[r]] for group in groups]
     fixed = [[int(r) for r in group if constant[r]] for group in groups]
     order = [r for group in varying for r in group]
-    usable = (bool(usable) and sum(len(group) for group in groups) > 0
+    # Where configurations share a constant row's entries (Tucker: a row of one latent node), a
+    # move changes the cached products of many configurations and refreshing them costs more than
+    # the general path (ICEWS, Tucker(4, 4, 1): 0.5 against 1.0 M token moves a second).
+    shared = any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group)
+    usable = (bool(usable) and not shared and sum(len(group) for group in groups) > 0
               and len(token_cell) * len(order) * num_configs <= MAX_FACTORISED_ENTRIES
               and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
     if not usable:
@@ -315,7 +319,6 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) 
         constant_index=np.array([row_base[r, 0] + row_offset[r] for group in fixed for r in group],
                                 np.int64).reshape(-1, num_configs),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
-        constant_shared=any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group),
     )
 
 
@@ -1036,9 +1039,9 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
-    leaves and joins (every configuration's where they share entries), and each token reads only its varying rows (NMF(4): two of five) through
+    leaves and joins, and each token reads only its varying rows (NMF(4): two of five) through
     indices of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
-    _, token_index, varying_ends, constant_index, constant_ends, shared = factorised
+    _, token_index, varying_ends, constant_index, constant_ends = factorised
     num_configs = weight.shape[0]
     num_tokens = order.shape[0]
     constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
@@ -1050,8 +1053,7 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
             token = order[position]
             old = conf[token]
             _shift_factorised(counts, token_index, token, constant_index, old, -1.0)
-            for c in range(num_configs) if shared else range(old, old + 1):
-                _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
+            _set_constant(counts, constant_index, constant_ends, old, constant_lat, constant_vis)
             for c in range(num_configs):
                 lat[c] = constant_lat[c]
                 vis[c] = constant_vis[c]
@@ -1086,8 +1088,7 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
                     weight[c] = lat[c] * math.exp(beta * math.log(vis[c]))
             new = _draw(rng, weight)
             _shift_factorised(counts, token_index, token, constant_index, new, 1.0)
-            for c in range(num_configs) if shared else range(new, new + 1):
-                _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
+            _set_constant(counts, constant_index, constant_ends, new, constant_lat, constant_vis)
             conf[token] = new
             if new != old:
                 logs[0] += math.log(lat[new] / lat[old])
@@ -1176,7 +1177,7 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
     num_configs = row_offset.shape[1]
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
     if factorised[0]:  # the constant rows once, each cell's varying rows from its first token's record
-        _, token_index, varying_ends, constant_index, constant_ends, _ = factorised
+        _, token_index, varying_ends, constant_index, constant_ends = factorised
         constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
         for c in range(num_configs):
             _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
