@@ -221,7 +221,7 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
 
 def test_factorised_sweeps_are_not_used_where_they_do_not_apply():
     # a cell restricts the configurations; tied members; configurations sharing a constant row's entries
-    cases = [CASES["missing_entries"], CASES["symmetric_nmf_tied"], (bam.models.tucker((2, 3, 1)), X1)]
+    cases = [CASES["missing_entries"], CASES["symmetric_nmf_tied"], (bam.models.tucker((2, 3, 1)), CASES["cp"][1])]
     for model, X in cases:
         data, bound, layout, _ = prepare(model, X, algorithm="test")
         assert not tempered.build_tempered_problem(bound, data, layout).factorised.usable
