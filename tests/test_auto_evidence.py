@@ -152,11 +152,11 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
     assert tempered_stage_options(model, MEDIUM, 0, {"num_particles": 8})[1]["num_particles"] == 8
     _, stage, _ = tempered_stage_options(model, MEDIUM, 0, {"schedule": np.linspace(0.02, 1, 50)})
     assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}
-    # Many tokens: the reference part carries the estimate, half the particles.
+    # Many tokens: the reference part carries the estimate, fewer particles.
     _, X = model.sample(5, shape=(6, 8), total=AUTO_REFERENCE_CARRIES_TOKENS)
     _, stage, _ = tempered_stage_options(model, X, 0, {})
     assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
-    assert stage["num_particles"] == AUTO_TEMPERED_PARTICLES // 2
+    assert stage["num_particles"] == auto.AUTO_CARRIED_PARTICLES < AUTO_TEMPERED_PARTICLES
 
 
 def test_auto_passes_chib_its_options_but_chooses_its_start_itself():

@@ -58,8 +58,11 @@ AUTO_SHORT_SCHEDULE = 40
 AUTO_TEMPERED_PARTICLES = 256
 # From AUTO_REFERENCE_CARRIES_TOKENS tokens on the reference part carries the estimate (NMF(4),
 # T = 4000: reference ± 0.11 against the prior-started SMC's ± 2.27 with 256 particles), and the
-# prior-started SMC, the largest cost of a call (19 of 61 s), runs with half the particles.
+# prior-started SMC, the largest cost of a call (19 of 61 s), runs with AUTO_CARRIED_PARTICLES:
+# 128 gave −5241.40 ± 0.22, −5242.04 ± 0.24, −5241.30 ± 0.35 in 52-64 s (keys 0-2), 64 gives
+# −5241.64 ± 0.15, −5241.77 ± 0.31, −5241.09 ± 1.26 in 48-60 s (benchmarks/README.md).
 AUTO_REFERENCE_CARRIES_TOKENS = 3000
+AUTO_CARRIED_PARTICLES = 64
 AUTO_LONG_SCHEDULE_PARTICLES = 64
 # tempered_then_chib pools the runs of both estimators when they agree within this many combined
 # standard errors (the rule by which bam.compare calls two rows indistinguishable) and the pooled
@@ -208,7 +211,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     the reference-started SMC runs with AUTO_REFERENCE_OPTIONS).
 
     The tempered SMC runs with 256 particles where a pilot run's schedule is short and 64 where
-    it is long, at most 128 from AUTO_REFERENCE_CARRIES_TOKENS tokens on
+    it is long, at most 64 from AUTO_REFERENCE_CARRIES_TOKENS tokens on
     (:func:`tempered_stage_options`), unless ``num_particles`` is given.
 
     ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of the pooled
@@ -383,5 +386,5 @@ def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict,
     else:
         particles = AUTO_TEMPERED_PARTICLES if temperatures <= AUTO_SHORT_SCHEDULE else AUTO_LONG_SCHEDULE_PARTICLES
         if model.as_data(data).total >= AUTO_REFERENCE_CARRIES_TOKENS:
-            particles = min(particles, AUTO_TEMPERED_PARTICLES // 2)
+            particles = min(particles, AUTO_CARRIED_PARTICLES)
     return dict(options, num_particles=particles), dict(num_particles=particles, pilot_temperatures=temperatures), pilot
