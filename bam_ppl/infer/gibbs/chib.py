@@ -81,8 +81,8 @@ import itertools
 import math
 import os
 import warnings
-from typing import NamedTuple
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import jax
 import numpy as np

@@ -142,7 +142,7 @@ class TemperedProblem(NamedTuple):
     node_swap: np.ndarray  # (N, L, V): configuration l with latent node n set to v (node moves); −1 past its size
     node_size: np.ndarray  # (N,) number of values of each latent node with two or more
     node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
-    factorised: "FactorisedTempered"  # the rows as the sweep's fast path reads them (usable False: the general path)
+    factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
 
 
 def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
