@@ -97,7 +97,7 @@ from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, sh
 from ..prepare import prepare
 from ..registry import register_evidence
 from .collapsed import build_problem
-from .collapsed_numba import urn_rows
+from .collapsed_numba import token_entries, urn_rows
 
 KERNELS = ("auto", "jax", "numba")
 DEFAULT_NUM_RUNS = 4
@@ -592,10 +592,8 @@ def token_rows(rows) -> TokenRows:
               and sorted(rows.moved) == sorted(every) and num_tokens * len(every) * num_configs <= MAX_TOKEN_ROW_ENTRIES)
     if not usable:
         return TokenRows(False, np.zeros((0, 0, 0), np.int64), np.zeros((0, 0, 0), np.int64))
-    index = lambda group: np.ascontiguousarray(  # noqa: E731
-        (rows.row_base[group][:, rows.token_cell][:, :, None] + rows.row_offset[group][:, None, :]).transpose(1, 0, 2),
-        np.int64)
-    return TokenRows(True, index(np.asarray(rows.numerator_rows, np.int64)), index(np.asarray(rows.denominator_rows, np.int64)))
+    return TokenRows(True, *(token_entries(rows.row_base, rows.row_offset, group, rows.token_cell)
+                             for group in (rows.numerator_rows, rows.denominator_rows)))
 
 
 class _Problem:

@@ -247,6 +247,14 @@ class FactorisedRows(NamedTuple):
     denominator_starts: np.ndarray
 
 
+def token_entries(row_base, row_offset, rows, token_cell, dtype=np.int64) -> np.ndarray:
+    """(T, len(rows), L): the entry that each token reads in each of ``rows`` at each configuration
+    (the kernels' per-token indices where rows do not read consecutive entries)."""
+    rows = np.asarray(rows, np.int64).reshape(-1)
+    index = row_base[rows][:, token_cell][:, :, None] + row_offset[rows][:, None, :]  # (R, T, L)
+    return np.ascontiguousarray(index.transpose(1, 0, 2), dtype).reshape(len(token_cell), rows.size, row_offset.shape[1])
+
+
 def factorised_rows(rows: UrnRows, concentration, num_tokens):
     """:class:`FactorisedRows` of a problem, or None when :func:`_sweep_factorised` does not apply.
 

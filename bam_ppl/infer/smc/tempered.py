@@ -310,11 +310,9 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) 
               and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
     if not usable:
         order = []
-    index = row_base[order][:, token_cell][:, :, None] + row_offset[order][:, None, :]  # (V, T, L)
     return FactorisedTempered(
         usable=usable,
-        token_index=np.ascontiguousarray(index.transpose(1, 0, 2), np.int32).reshape(len(token_cell), len(order),
-                                                                                   num_configs),
+        token_index=gibbs_numba.token_entries(row_base, row_offset, order, token_cell, np.int32),
         varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
         constant_index=np.array([row_base[r, 0] + row_offset[r] for group in fixed for r in group],
                                 np.int64).reshape(-1, num_configs),
@@ -794,22 +792,24 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
             weight[c] = math.exp(weight[c] - largest)
         return largest
     for c in range(num_configs):
-        if tilted:
-            if beta == 0.0:
-                weight[c] = math.exp(start[c])
-            elif beta == 1.0:
-                weight[c] = lat[c] * vis[c]
-            else:
-                weight[c] = math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
-        elif beta == 0.0:
-            weight[c] = lat[c]
-        elif beta == 1.0:
-            weight[c] = lat[c] * vis[c]
-        else:
-            weight[c] = lat[c] * math.exp(beta * math.log(vis[c]))
-        if has_valid and not valid[cell, c]:
-            weight[c] = 0.0
+        weight[c] = 0.0 if has_valid and not valid[cell, c] else _linear_weight(lat, vis, start, c, beta, tilted)
     return 0.0
+
+
+def _linear_weight(lat, vis, start, c, beta, tilted):
+    """A token's tempered weight at configuration c in linear space: start^(1−β) (lat · vis)^β
+    (``start`` a log), or lat · vis^β untilted."""
+    if tilted:
+        if beta == 0.0:
+            return math.exp(start[c])
+        if beta == 1.0:
+            return lat[c] * vis[c]
+        return math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
+    if beta == 0.0:
+        return lat[c]
+    if beta == 1.0:
+        return lat[c] * vis[c]
+    return lat[c] * math.exp(beta * math.log(vis[c]))
 
 
 def _weight_scratch(num_rows, num_configs):
@@ -1034,6 +1034,28 @@ def _shift_factorised(counts, token_index, token, constant_index, c, step):
         counts[constant_index[k, c]] += step
 
 
+def _factorised_factors(counts, token_index, varying_ends, token, constant_lat, constant_vis, lat, vis):
+    """lat, vis (L,) of ``token`` (removed from ``counts``): the constant rows' cached products times
+    its varying rows, read through its own indices (:class:`FactorisedTempered`)."""
+    num_configs = lat.shape[0]
+    for c in range(num_configs):
+        lat[c] = constant_lat[c]
+        vis[c] = constant_vis[c]
+    for v in range(varying_ends[3]):
+        if v < varying_ends[0]:
+            for c in range(num_configs):
+                lat[c] *= counts[token_index[token, v, c]]
+        elif v < varying_ends[1]:
+            for c in range(num_configs):
+                lat[c] /= counts[token_index[token, v, c]]
+        elif v < varying_ends[2]:
+            for c in range(num_configs):
+                vis[c] *= counts[token_index[token, v, c]]
+        else:
+            for c in range(num_configs):
+                vis[c] /= counts[token_index[token, v, c]]
+
+
 def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, referenced,
                        log_reference, lat, vis, start, weight):
     """``num_sweeps`` Gibbs sweeps of one particle targeting π_β, as the _SWEEP pass of
@@ -1055,38 +1077,12 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
             old = conf[token]
             _shift_factorised(counts, token_index, token, constant_index, old, -1.0)
             _set_constant(counts, constant_index, constant_ends, old, constant_lat, constant_vis)
-            for c in range(num_configs):
-                lat[c] = constant_lat[c]
-                vis[c] = constant_vis[c]
-            for v in range(varying_ends[3]):
-                if v < varying_ends[0]:
-                    for c in range(num_configs):
-                        lat[c] *= counts[token_index[token, v, c]]
-                elif v < varying_ends[1]:
-                    for c in range(num_configs):
-                        lat[c] /= counts[token_index[token, v, c]]
-                elif v < varying_ends[2]:
-                    for c in range(num_configs):
-                        vis[c] *= counts[token_index[token, v, c]]
-                else:
-                    for c in range(num_configs):
-                        vis[c] /= counts[token_index[token, v, c]]
+            _factorised_factors(counts, token_index, varying_ends, token, constant_lat, constant_vis, lat, vis)
             cell = token_cell[token]
             for c in range(num_configs):
                 if referenced:
                     start[c] = log_reference[cell, c]
-                    if beta == 0.0:
-                        weight[c] = math.exp(start[c])
-                    elif beta == 1.0:
-                        weight[c] = lat[c] * vis[c]
-                    else:
-                        weight[c] = math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
-                elif beta == 0.0:
-                    weight[c] = lat[c]
-                elif beta == 1.0:
-                    weight[c] = lat[c] * vis[c]
-                else:
-                    weight[c] = lat[c] * math.exp(beta * math.log(vis[c]))
+                weight[c] = _linear_weight(lat, vis, start, c, beta, referenced)
             new = _draw(rng, weight)
             _shift_factorised(counts, token_index, token, constant_index, new, 1.0)
             _set_constant(counts, constant_index, constant_ends, new, constant_lat, constant_vis)
@@ -1177,31 +1173,18 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
     row_base, row_offset = st[0], st[1]
     num_configs = row_offset.shape[1]
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
-    if factorised[0]:  # the constant rows once, each cell's varying rows from its first token's record
-        _, token_index, varying_ends, constant_index, constant_ends = factorised
-        constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
-        for c in range(num_configs):
-            _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
-            constant_lat[c] *= constant_vis[c]
-        for cell in range(out.shape[0]):
-            token = cell_start[cell]
-            for c in range(num_configs):
-                weight[c] = constant_lat[c]
-            for v in range(varying_ends[3]):
-                if v < varying_ends[0] or varying_ends[1] <= v < varying_ends[2]:
-                    for c in range(num_configs):
-                        weight[c] *= shifted[token_index[token, v, c]]
-                else:
-                    for c in range(num_configs):
-                        weight[c] /= shifted[token_index[token, v, c]]
-            total = 0.0
-            for c in range(num_configs):
-                total += weight[c]
-            for c in range(num_configs):
-                out[cell, c] = weight[c] / total
-        return
+    # Factorised: the constant rows once, each cell's varying rows through its first token's indices.
+    usable, token_index, varying_ends, constant_index, constant_ends = factorised
+    constant_lat, constant_vis = np.ones(num_configs), np.ones(num_configs)
+    for c in range(num_configs if usable else 0):
+        _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
     for cell in range(out.shape[0]):
-        _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
+        if usable:
+            _factorised_factors(shifted, token_index, varying_ends, cell_start[cell], constant_lat, constant_vis, lat, vis)
+            for c in range(num_configs):
+                weight[c] = lat[c] * vis[c]
+        else:
+            _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
         total = 0.0
         for c in range(num_configs):
             total += weight[c]
@@ -1215,7 +1198,8 @@ if numba is not None:
     # install; the call costs nothing measurable next to the loops inside it. Inlining the small
     # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
-                                     "_constant_product", "_set_constant", "_shift_factorised", "_shift_token", "_set_base", "_log_total", "_restrict"),
+                                     "_constant_product", "_set_constant", "_shift_factorised", "_factorised_factors",
+                                     "_linear_weight", "_shift_token", "_set_base", "_log_total", "_restrict"),
                   nogil=("_log_permanent", "_log_permanents", "_log_permanent_by_subsets", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_sweeps_factorised", "_log_multinomial_block",
                          "_cell_probabilities"))
 
