@@ -34,8 +34,9 @@ ADVICE = {
 
 
 class EvidenceWarning(UserWarning):
-    """An evidence estimate that should not be trusted as it stands (runs disagree, or it lies
-    below a sure lower bound); the message says what to do."""
+    """An evidence estimate that should not be trusted as it stands (runs disagree, it rests on a
+    basin that one start of several reached, or it lies below a sure lower bound); the message
+    says what to do."""
 
 
 def pool_runs(run_log_evidence) -> tuple[float, float]:
@@ -75,8 +76,9 @@ def below_bound(value, stderr, bound) -> bool:
 
 
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
-    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or it lies below a sure
-    lower bound; returns the estimate unchanged."""
+    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
+    that only one of several independent starts reached (``method="auto"``'s reference stage,
+    ``basin_starts``), or when it lies below a sure lower bound; returns the estimate unchanged."""
     if estimate.kind != "estimate":
         return estimate
     details = estimate.details
@@ -91,6 +93,14 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
+            EvidenceWarning, stacklevel=stacklevel)
+    stage = details.get("reference_stage") or {}
+    if "reference" in estimate.method.split("+") and stage.get("basin_starts") == 1 and len(set(stage["starts"])) > 1:
+        warnings.warn(
+            f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, reached "
+            f"from one of {len(set(stage['starts']))} independent starts ({stage['starts'][stage['chosen'][0]]!r}): "
+            "where the best basin is one that few starts reach, another rng_key may find a higher one, and "
+            "the stated error cannot show that. Repeat with a few rng_key values and keep the highest.",
             EvidenceWarning, stacklevel=stacklevel)
     if below_bound(estimate.value, estimate.stderr, bound):
         warnings.warn(

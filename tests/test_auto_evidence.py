@@ -245,6 +245,35 @@ def test_scout_chains_grow_with_the_tokens_up_to_a_fixed_cost():
     assert [auto.scout_sweeps(T) for T in (10, 1000, 2000, 4000, 16_000)] == [100, 6400, 12_800, 6400, 1600]
 
 
+def test_more_scouts_while_few_references_pilot_near_the_best(monkeypatch):
+    # Another batch of AUTO_SCOUTS while fewer than AUTO_SCOUT_CLOSE pilots lie near the best
+    # (forced here: no count is enough); batch 0 is what a call without batches runs.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_runs"]
+
+    def stage(batches, close):
+        monkeypatch.setattr(auto, "AUTO_SCOUT_BATCHES", batches)
+        monkeypatch.setattr(auto, "AUTO_SCOUT_CLOSE", close)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", bam.EvidenceWarning)
+            return bam.log_evidence(model, MEDIUM, rng_key=3).details["reference_stage"]
+
+    one, two = stage(1, 10**6), stage(2, 10**6)
+    assert len(two["scout_estimates"]) == 2 * scouts and len(two["pilots"]) == len(two["starts"])
+    assert two["starts"][-2 * scouts:] == [f"scout {i}" for i in range(2 * scouts)]
+    assert two["scout_estimates"][:scouts] == one["scout_estimates"]
+    assert two["pilots"][:len(one["pilots"])] == one["pilots"]
+    assert stage(2, 1) == one  # enough pilots near the best after batch 0: no second batch
+    assert two["basin_starts"] == auto.basin_starts(two["starts"], two["pilots"]) >= 1
+
+
+def test_basin_starts_counts_independent_starts_near_the_best_pilot():
+    starts = ["sampled", "sampled", "vb", "scout 0", "scout 1"]
+    assert auto.basin_starts(starts, [-1.0, -2.0, -30.0, -40.0, -50.0]) == 1
+    assert auto.basin_starts(starts, [-1.0, -2.0, -5.0, -40.0, -9.0]) == 3
+    assert auto.close_to_best([-1.0, -2.0, -30.0, -11.5]) == 2
+
+
 def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():
     assert auto.runs_from_pilots([-30.0, -1.0, -5.0, -2.0], 4) == [1, 3, 2, 1]
     assert auto.runs_from_pilots([-30.0, -1.0, -50.0], 4) == [1, 1, 1, 1]

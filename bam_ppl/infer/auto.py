@@ -106,6 +106,16 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 # estimates −1790 to −2040) gave references piloting above −1490 in each of eight keys, 18 of
 # the 64; from four scouts with two chains each, two calls of four missed (benchmarks/README.md).
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
+# Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while fewer than AUTO_SCOUT_CLOSE
+# candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of the best: where the best basin is one that
+# few starts reach, one batch of eight often has no start in it. Letter bigrams under NMF(4), key 2:
+# two of eight scouts piloted near the best (−1488.0, −1491.1; every other candidate −1504.8 or
+# lower) and the call gave −1486.44 ± 0.39, 4 nats below the other keys; a second batch found two
+# starts piloting at −1485.6 and −1484.8, and the call gave −1481.56 ± 1.56. Where the samplers'
+# chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5 nats) no batch is
+# added (benchmarks/README.md).
+AUTO_SCOUT_BATCHES = 3
+AUTO_SCOUT_CLOSE = 4
 # The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
 # AUTO_REFERENCE_MIN_TOKENS tokens on it has AUTO_VB_RESTARTS restarts, and its best fit, rounded
 # to an allocation, always starts AUTO_VB_REFERENCES references (half of the candidates where its
@@ -280,7 +290,8 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     basins the good starts' chains do not reach (see AUTO_SCOUTS and AUTO_VB_RESTARTS).
     References are built from the good starts and one from each scout
     by independent chains (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each
-    is tried by a pilot run (AUTO_REFERENCE_PILOT), and the main estimate
+    is tried by a pilot run (AUTO_REFERENCE_PILOT); while fewer than AUTO_SCOUT_CLOSE pilots lie
+    near the best, another batch of scouts is sent (AUTO_SCOUT_BATCHES); and the main estimate
     (AUTO_REFERENCE_OPTIONS) runs from the candidates whose pilots lie within
     AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
     pilots cannot tell apart, so that their spread, the stated error, includes how much it
@@ -292,7 +303,6 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     starts = {"sampled": (found.details["best_cells"], found.details["best_counts"]),
               "vb": allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)}
     build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
-    scout_key, scout_build_key = jax.random.split(jax.random.fold_in(key, 2))
     if vb.value > found.details["lower_bound"]:  # the samplers never reached VB's region
         per_start = dict(sampled=AUTO_REFERENCE_CANDIDATES // 2, vb=AUTO_REFERENCE_CANDIDATES // 2)
     else:
@@ -300,21 +310,32 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     names = [name for name in starts for _ in range(per_start[name])]
     candidates = list(zip(names, references_from_allocations(model, data, [starts[name] for name in names], build_key,
                                                              max_configs=max_configs)))
+    pilots, scout_estimates = [], []
+    scout_keys = jax.random.split(jax.random.fold_in(key, 2))
     with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
         warnings.simplefilter("ignore")
-        scouts = tempered_fn(model, data, rng_key=scout_key, **AUTO_SCOUTS, **shared, progress_bar=False)
-        scout_bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
-        candidates += [(f"scout {i}", ref) for i, ref in enumerate(references_from_allocations(
-            model, data, scout_bests, scout_build_key, scout_sweeps(model.as_data(data).total), max_configs))]
-        pilots = [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
-                              **AUTO_REFERENCE_PILOT, **shared).value for i, (_, ref) in enumerate(candidates)]
+        for batch in range(AUTO_SCOUT_BATCHES):
+            # Batch 0 from the stage's own keys, the others from keys folded from them.
+            scout_key, scout_build_key = (jax.random.fold_in(k, batch) if batch else k for k in scout_keys)
+            scouts = tempered_fn(model, data, rng_key=scout_key, **AUTO_SCOUTS, **shared, progress_bar=False)
+            scout_bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
+            first = len(scout_estimates)
+            scout_estimates += list(scouts.details["run_log_evidence"])
+            candidates += [(f"scout {first + i}", ref) for i, ref in enumerate(references_from_allocations(
+                model, data, scout_bests, scout_build_key, scout_sweeps(model.as_data(data).total), max_configs))]
+            pilots += [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
+                                   **AUTO_REFERENCE_PILOT, **shared).value
+                       for i, (_, ref) in enumerate(candidates) if i >= len(pilots)]
+            if close_to_best(pilots) >= AUTO_SCOUT_CLOSE:
+                break
+    names = [name for name, _ in candidates]
     chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
     estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], vb_restarts=vb.value,
-                          starts=[name for name, _ in candidates],
-                          pilots=pilots, chosen=chosen, reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
-                          scout_estimates=scouts.details["run_log_evidence"])
+                          starts=names, pilots=pilots, chosen=chosen, basin_starts=basin_starts(names, pilots),
+                          reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
+                          scout_estimates=scout_estimates)
 
 
 def scout_sweeps(num_tokens: int) -> int:
@@ -323,6 +344,20 @@ def scout_sweeps(num_tokens: int) -> int:
     grow with T), at least REFERENCE_MIN_SWEEPS."""
     per_token = int(round(AUTO_SCOUT_SWEEPS_PER_TOKEN * num_tokens))
     return max(REFERENCE_MIN_SWEEPS, min(per_token, AUTO_SCOUT_TOKEN_MOVES // num_tokens))
+
+
+def close_to_best(pilots) -> int:
+    """How many pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best."""
+    pilots = np.asarray(pilots, np.float64)
+    return int(np.sum(pilots >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN))
+
+
+def basin_starts(starts, pilots) -> int:
+    """How many independent starts (``"sampled"``, ``"vb"``, each scout) have a reference piloting
+    within AUTO_REFERENCE_PILOT_MARGIN of the best: one means the best basin was reached once, and
+    another key may find a better one (EvidenceWarning)."""
+    pilots = np.asarray(pilots, np.float64)
+    return len({start for start, pilot in zip(starts, pilots) if pilot >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN})
 
 
 def runs_from_pilots(pilots, num_runs: int) -> list[int]:
