@@ -3,7 +3,8 @@
 Runs ``bam.log_evidence(model, X, rng_key=key)`` (the default, ``method="auto"``) once per key on
 the data and models of ``benchmarks/real_data_evidence.py`` (``letters``, ``abalone``,
 ``icews``) and prints each call's value ± stated stderr, the part kept, the starts of the
-references its main runs used, the sure lower bound and the VB bound, and wall seconds; then the mean, the sd across keys, the mean
+references its main runs used, how many scouts it sent and how many independent starts reached
+the best basin (``basin_starts``), the sure lower bound and the VB bound, and wall seconds; then the mean, the sd across keys, the mean
 stated stderr, and whether the sd stays within 2 × the mean stated stderr + 0.5 (the issue's
 goal for T ≤ 4000).
 
@@ -47,7 +48,8 @@ def main(argv=None) -> None:
         stage = est.details.get("reference_stage") or {}
         used = [stage["starts"][i] for i in stage.get("chosen", [])]
         print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "
-              f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, references from {used}, "
+              f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, references from {used} "
+              f"({len(stage.get('scout_estimates', []))} scouts; starts near the best pilot: {stage.get('basin_starts')}), "
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
         values.append(est.value)
