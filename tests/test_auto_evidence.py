@@ -246,14 +246,15 @@ def test_scout_chains_grow_with_the_tokens_up_to_a_fixed_cost():
 
 
 def test_more_scouts_while_few_references_pilot_near_the_best(monkeypatch):
-    # Another batch of AUTO_SCOUTS while fewer than AUTO_SCOUT_CLOSE pilots lie near the best
-    # (forced here: no count is enough); batch 0 is what a call without batches runs.
+    # Another batch of AUTO_SCOUTS while a scout pilots best and fewer than AUTO_SCOUT_CLOSE pilots
+    # lie near it (forced here: no count is enough, any start counts as a scout); batch 0 is what a
+    # call without batches runs.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
     model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_runs"]
 
     def stage(batches, close):
         monkeypatch.setattr(auto, "AUTO_SCOUT_BATCHES", batches)
-        monkeypatch.setattr(auto, "AUTO_SCOUT_CLOSE", close)
+        monkeypatch.setattr(auto, "more_scouts", lambda starts, pilots: auto.close_to_best(pilots) < close)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
             return bam.log_evidence(model, MEDIUM, rng_key=3).details["reference_stage"]
@@ -272,6 +273,10 @@ def test_basin_starts_counts_independent_starts_near_the_best_pilot():
     assert auto.basin_starts(starts, [-1.0, -2.0, -30.0, -40.0, -50.0]) == 1
     assert auto.basin_starts(starts, [-1.0, -2.0, -5.0, -40.0, -9.0]) == 3
     assert auto.close_to_best([-1.0, -2.0, -30.0, -11.5]) == 2
+    # More scouts only where a scout pilots best and few others come near it.
+    assert auto.more_scouts(starts, [-20.0, -30.0, -40.0, -1.0, -50.0])
+    assert not auto.more_scouts(starts, [-1.0, -30.0, -40.0, -2.0, -50.0])  # the samplers' start leads
+    assert not auto.more_scouts(starts, [-3.0, -2.0, -5.0, -1.0, -50.0])  # four near the best
 
 
 def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():

@@ -106,14 +106,15 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 # estimates −1790 to −2040) gave references piloting above −1490 in each of eight keys, 18 of
 # the 64; from four scouts with two chains each, two calls of four missed (benchmarks/README.md).
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
-# Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while fewer than AUTO_SCOUT_CLOSE
-# candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of the best: where the best basin is one that
-# few starts reach, one batch of eight often has no start in it. Letter bigrams under NMF(4), key 2:
+# Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while the best pilot is a scout's and
+# fewer than AUTO_SCOUT_CLOSE candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of it: where the
+# best basin is one that few starts reach, one batch of eight often has no start in it. Letter bigrams under NMF(4), key 2:
 # two of eight scouts piloted near the best (−1488.0, −1491.1; every other candidate −1504.8 or
 # lower) and the call gave −1486.44 ± 0.39, 4 nats below the other keys; a second batch found two
 # starts piloting at −1485.6 and −1484.8, and the call gave −1481.56 ± 1.56. Where the samplers'
 # chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5 nats) no batch is
-# added (benchmarks/README.md).
+# added; nor where a start of the samplers' or of VB pilots best (NMF(4) at T = 16 000: without
+# that condition a second batch was sent, and the call took 365 s instead of 288; benchmarks/README.md).
 AUTO_SCOUT_BATCHES = 3
 AUTO_SCOUT_CLOSE = 4
 # The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
@@ -290,8 +291,9 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     basins the good starts' chains do not reach (see AUTO_SCOUTS and AUTO_VB_RESTARTS).
     References are built from the good starts and one from each scout
     by independent chains (:func:`bam_ppl.infer.smc.tempered.references_from_allocations`), each
-    is tried by a pilot run (AUTO_REFERENCE_PILOT); while fewer than AUTO_SCOUT_CLOSE pilots lie
-    near the best, another batch of scouts is sent (AUTO_SCOUT_BATCHES); and the main estimate
+    is tried by a pilot run (AUTO_REFERENCE_PILOT); while the best pilot is a scout's and fewer
+    than AUTO_SCOUT_CLOSE pilots lie near it, another batch of scouts is sent
+    (AUTO_SCOUT_BATCHES, :func:`more_scouts`); and the main estimate
     (AUTO_REFERENCE_OPTIONS) runs from the candidates whose pilots lie within
     AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
     pilots cannot tell apart, so that their spread, the stated error, includes how much it
@@ -326,7 +328,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
             pilots += [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
                                    **AUTO_REFERENCE_PILOT, **shared).value
                        for i, (_, ref) in enumerate(candidates) if i >= len(pilots)]
-            if close_to_best(pilots) >= AUTO_SCOUT_CLOSE:
+            if not more_scouts([name for name, _ in candidates], pilots):
                 break
     names = [name for name, _ in candidates]
     chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
@@ -344,6 +346,12 @@ def scout_sweeps(num_tokens: int) -> int:
     grow with T), at least REFERENCE_MIN_SWEEPS."""
     per_token = int(round(AUTO_SCOUT_SWEEPS_PER_TOKEN * num_tokens))
     return max(REFERENCE_MIN_SWEEPS, min(per_token, AUTO_SCOUT_TOKEN_MOVES // num_tokens))
+
+
+def more_scouts(starts, pilots) -> bool:
+    """Whether to send another batch of scouts: the best pilot is a scout's, and fewer than
+    AUTO_SCOUT_CLOSE pilots lie near it (see AUTO_SCOUT_BATCHES)."""
+    return starts[int(np.argmax(pilots))].startswith("scout") and close_to_best(pilots) < AUTO_SCOUT_CLOSE
 
 
 def close_to_best(pilots) -> int:
