@@ -35,7 +35,7 @@ ADVICE = {
 
 class EvidenceWarning(UserWarning):
     """An evidence estimate that should not be trusted as it stands (runs disagree, it rests on a
-    basin that one start of several reached, or it lies below a sure lower bound); the message
+    basin that one secondary start reached, or it lies below a sure lower bound); the message
     says what to do."""
 
 
@@ -77,8 +77,8 @@ def below_bound(value, stderr, bound) -> bool:
 
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
     """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
-    that only one of several independent starts reached (``method="auto"``'s reference stage,
-    ``basin_starts``), or when it lies below a sure lower bound; returns the estimate unchanged."""
+    that only one start other than the samplers' best allocation reached (``method="auto"``'s
+    reference stage, ``basin_starts``), or when it lies below a sure lower bound; returns the estimate unchanged."""
     if estimate.kind != "estimate":
         return estimate
     details = estimate.details
@@ -95,13 +95,16 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
             EvidenceWarning, stacklevel=stacklevel)
     stage = details.get("reference_stage") or {}
-    if "reference" in estimate.method.split("+") and stage.get("basin_starts") == 1 and len(set(stage["starts"])) > 1:
-        warnings.warn(
-            f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, reached "
-            f"from one of {len(set(stage['starts']))} independent starts ({stage['starts'][stage['chosen'][0]]!r}): "
-            "where the best basin is one that few starts reach, another rng_key may find a higher one, and "
-            "the stated error cannot show that. Repeat with a few rng_key values and keep the highest.",
-            EvidenceWarning, stacklevel=stacklevel)
+    if "reference" in estimate.method.split("+") and stage.get("basin_starts") == 1:
+        start = stage["starts"][stage["chosen"][0]]
+        if start != "sampled":  # the samplers' search missed the basin, and one other start found it
+            warnings.warn(
+                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
+                f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
+                "the samplers' best allocation: where the best basin is one that few starts reach, another "
+                "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
+                "rng_key values and keep the highest.",
+                EvidenceWarning, stacklevel=stacklevel)
     if below_bound(estimate.value, estimate.stderr, bound):
         warnings.warn(
             f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "

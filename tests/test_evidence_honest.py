@@ -49,24 +49,27 @@ def test_warning_fires_when_it_should_and_not_otherwise():
     assert issubclass(bam.EvidenceWarning, UserWarning)
 
 
-def _referenced(method, basin_starts, starts=("sampled", "vb", "scout 0", "scout 1")):
+def _referenced(method, basin_starts, chosen="vb"):
     est = _estimate([-3451.2, -3451.2, -3453.0, -3454.0])
-    stage = dict(starts=list(starts), chosen=[1, 1, 1, 1], basin_starts=basin_starts)
+    starts = ["sampled", "vb", "scout 0", "scout 1"]
+    stage = dict(starts=starts, chosen=[starts.index(chosen)] * 4, basin_starts=basin_starts)
     return EvidenceEstimate(est.value, est.stderr, method, "estimate", dict(est.details, reference_stage=stage))
 
 
-def test_warning_when_the_reference_runs_rest_on_a_basin_one_start_reached():
+def test_warning_when_the_reference_runs_rest_on_a_basin_one_secondary_start_reached():
     # ICEWS under Tucker(4, 4, 1), key 2: every reference piloting near the best came from the VB fit,
     # and the call gave −3451.8 ± 0.7 where other keys give −3445 (benchmarks/README.md).
     with pytest.warns(bam.EvidenceWarning, match="one of 4 independent starts \\('vb'\\).*rng_key"):
         check_estimate(_referenced("reference", 1))
     with pytest.warns(bam.EvidenceWarning, match="rests on one basin"):
-        check_estimate(_referenced("chib+reference", 1))
+        check_estimate(_referenced("chib+reference", 1, chosen="scout 1"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_estimate(_referenced("reference", 2))  # two starts reached it
         check_estimate(_referenced("chib", 1))  # the reference runs are not what is reported
-        check_estimate(_referenced("reference", 1, starts=("sampled", "sampled")))  # only one start was tried
+        # The samplers' search reached it (NMF(4), T = 16 000: their start's references lead, the
+        # scouts' short chains lie 20 nats and more below, and keys agree).
+        check_estimate(_referenced("reference", 1, chosen="sampled"))
 
 
 def test_smc_reports_runs_and_a_sure_lower_bound(x1):

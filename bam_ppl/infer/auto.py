@@ -362,8 +362,9 @@ def close_to_best(pilots) -> int:
 
 def basin_starts(starts, pilots) -> int:
     """How many independent starts (``"sampled"``, ``"vb"``, each scout) have a reference piloting
-    within AUTO_REFERENCE_PILOT_MARGIN of the best: one means the best basin was reached once, and
-    another key may find a better one (EvidenceWarning)."""
+    within AUTO_REFERENCE_PILOT_MARGIN of the best: one other than the samplers' (``"sampled"``)
+    means their search missed the best basin and one other start found it, so another key may find
+    a better one (EvidenceWarning)."""
     pilots = np.asarray(pilots, np.float64)
     return len({start for start, pilot in zip(starts, pilots) if pilot >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN})
 
