@@ -108,13 +108,15 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
 # Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while the best pilot is a scout's and
 # fewer than AUTO_SCOUT_CLOSE candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of it: where the
-# best basin is one that few starts reach, one batch of eight often has no start in it. Letter bigrams under NMF(4), key 2:
-# two of eight scouts piloted near the best (−1488.0, −1491.1; every other candidate −1504.8 or
-# lower) and the call gave −1486.44 ± 0.39, 4 nats below the other keys; a second batch found two
-# starts piloting at −1485.6 and −1484.8, and the call gave −1481.56 ± 1.56. Where the samplers'
-# chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5 nats) no batch is
-# added; nor where a start of the samplers' or of VB pilots best (NMF(4) at T = 16 000: without
-# that condition a second batch was sent, and the call took 365 s instead of 288; benchmarks/README.md).
+# best basin is one that few starts reach, one batch of eight often has no start in it. Letter
+# bigrams under NMF(4), key 2: two of eight scouts piloted near the best (−1488.0, −1491.1; every
+# other candidate −1504.8 or lower) and the call gave −1486.44 ± 0.39, 4 nats below the other
+# keys; two more batches found starts piloting at −1487.7, −1485.4 and −1487.1, and the call gives
+# −1482.62 ± 1.28 (six keys: sd 1.01 against a mean stated 1.11, before 2.07 against 0.72). Where
+# the samplers' chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5
+# nats) no batch is added; nor where a start of the samplers' or of VB pilots best (NMF(4) at
+# T = 16 000: without that condition a second batch was sent, and the call took 365 s instead of
+# 316; benchmarks/README.md).
 AUTO_SCOUT_BATCHES = 3
 AUTO_SCOUT_CLOSE = 4
 # The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
