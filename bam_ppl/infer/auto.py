@@ -116,7 +116,7 @@ AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
 # the samplers' chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5
 # nats) no batch is added; nor where a start of the samplers' or of VB pilots best (NMF(4) at
 # T = 16 000: without that condition a second batch was sent, and the call took 365 s instead of
-# 316; benchmarks/README.md).
+# 287-316; benchmarks/README.md).
 AUTO_SCOUT_BATCHES = 3
 AUTO_SCOUT_CLOSE = 4
 # The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
