@@ -356,10 +356,15 @@ def more_scouts(starts, pilots) -> bool:
     return starts[int(np.argmax(pilots))].startswith("scout") and close_to_best(pilots) < AUTO_SCOUT_CLOSE
 
 
+def near_best(pilots) -> np.ndarray:
+    """Which pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best (a boolean mask)."""
+    pilots = np.asarray(pilots, np.float64)
+    return pilots >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN
+
+
 def close_to_best(pilots) -> int:
     """How many pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best."""
-    pilots = np.asarray(pilots, np.float64)
-    return int(np.sum(pilots >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN))
+    return int(np.sum(near_best(pilots)))
 
 
 def basin_starts(starts, pilots) -> int:
@@ -367,8 +372,7 @@ def basin_starts(starts, pilots) -> int:
     within AUTO_REFERENCE_PILOT_MARGIN of the best: one other than the samplers' (``"sampled"``)
     means their search missed the best basin and one other start found it, so another key may find
     a better one (EvidenceWarning)."""
-    pilots = np.asarray(pilots, np.float64)
-    return len({start for start, pilot in zip(starts, pilots) if pilot >= pilots.max() - AUTO_REFERENCE_PILOT_MARGIN})
+    return len({start for start, near in zip(starts, near_best(pilots)) if near})
 
 
 def runs_from_pilots(pilots, num_runs: int) -> list[int]:
@@ -376,7 +380,7 @@ def runs_from_pilots(pilots, num_runs: int) -> list[int]:
     AUTO_REFERENCE_PILOT_MARGIN of the best, best first, taken in turn."""
     pilots = np.asarray(pilots, np.float64)
     order = np.argsort(-pilots, kind="stable")
-    close = order[pilots[order] >= pilots[order[0]] - AUTO_REFERENCE_PILOT_MARGIN]
+    close = order[near_best(pilots)[order]]
     return [int(close[r % close.size]) for r in range(num_runs)]
 
 
