@@ -4,6 +4,10 @@ reference runs, scouts), found by wrapping the stage functions that ``bam_ppl.in
 
     .venv/bin/python benchmarks/evidence_stages.py --tokens 4000 --key 1
     .venv/bin/python benchmarks/evidence_stages.py --experiment icews --model "Tucker(4, 4, 1)" --key 1
+    .venv/bin/python benchmarks/evidence_stages.py --experiment confusion --model "CP(8)" --true-rank 7
+
+``--experiment confusion`` takes tensor 0 of ``--true-rank`` and the key of
+``benchmarks/rank_confusion.py`` (``--key`` is ignored there).
 
 A warm-up call on other data (NMF(4), T = 1200) comes first, so that numba's caches are loaded;
 VB's JAX programs are still compiled for the timed call's data shape, as in a user's first call.
@@ -18,6 +22,7 @@ import time
 import warnings
 
 import numpy as np
+import rank_confusion as confusion
 from evidence_accuracy import data_for
 from real_data_evidence import experiment_data, experiment_models
 
@@ -48,12 +53,20 @@ def stage_timer(spent: dict):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=4000, help="synthetic NMF(4) on 50 x 70 counts (default)")
-    parser.add_argument("--experiment", choices=("abalone", "letters", "icews"), help="real data instead")
+    parser.add_argument("--experiment", choices=("abalone", "letters", "icews", "confusion"), help="real data instead")
     parser.add_argument("--model", default="NMF(4)", help='with --experiment: e.g. "Tucker(4, 4, 1)"')
     parser.add_argument("--key", type=int, default=1)
+    parser.add_argument("--true-rank", type=int, default=7, help="with --experiment confusion")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    if args.experiment:
+    if args.experiment == "confusion":
+        rank = int(re.findall(r"\d+", args.model)[0])
+        model = bam.models.cp(rank, a=confusion.DEFAULT_A)
+        _, X = bam.models.cp(args.true_rank, a=confusion.DEFAULT_A).sample(1000 * args.true_rank,
+                                                                          shape=confusion.SHAPE, total=1000)
+        args.key = 1000 * args.true_rank * 100 + rank
+        label = f"confusion tensor 0 of true rank {args.true_rank}, {args.model}"
+    elif args.experiment:
         rank = int(re.findall(r"\d+", args.model)[0])
         model = dict(experiment_models(args.experiment, 1.0, [rank], small=False))[args.model]
         X, label = experiment_data(args.experiment, small=False), f"{args.experiment}, {args.model}"

@@ -37,6 +37,7 @@ import bam_ppl as bam
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "_output" / "rank_confusion" / "rows.csv"
 SHAPE = (20, 25, 30)
+DEFAULT_A = 10.0
 PAPER = {"Pólya-urn SMC (authors)": 0.925, "VB lower bound (authors)": 0.525}
 KEY_COLUMNS = ["true_rank", "tensor", "R"]
 
@@ -145,7 +146,7 @@ def parse(argv=None):
     parser.add_argument("--true-ranks", type=int, nargs="+", default=list(range(2, 8)))
     parser.add_argument("--candidates", type=int, nargs="+", default=list(range(1, 10)))
     parser.add_argument("--total", type=int, default=1000)
-    parser.add_argument("--a", type=float, default=10.0)
+    parser.add_argument("--a", type=float, default=DEFAULT_A)
     parser.add_argument("--method", default="auto")
     parser.add_argument("--num-particles", type=int)
     parser.add_argument("--num-runs", type=int)
