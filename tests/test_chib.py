@@ -89,7 +89,6 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
     problem, data, bound, layout = problem_of(model, X)
     labellings = all_labellings(problem)
     identity = np.arange(problem.num_configs)
-    order = np.random.default_rng(0).permutation(len(labellings[0]))  # any fixed scan order
     log_joint = np.array([problem.log_joint(state_of(problem, z)[0]) for z in labellings])
     # Σ_z p(X, z) over token labellings is the evidence.
     assert logsumexp(log_joint) == pytest.approx(bam.log_evidence(model, X, method="exact").value, abs=1e-9)
@@ -99,7 +98,7 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
         shifted, config = state_of(problem, z)
         before = shifted.copy()
         for j, target in enumerate(labellings):
-            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf, order,
+            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf,
                                                            problem.structure, problem.fast)[0])
         np.testing.assert_allclose(shifted, before, atol=1e-9)  # the state is restored
     np.testing.assert_allclose(kernel.sum(axis=1), 1.0, atol=1e-12)  # a distribution over z*
@@ -109,9 +108,8 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
 @pytest.mark.parametrize("model", [bam.models.cp(4, a=0.5), bam.models.tucker((2, 3, 2), a=1.0)],
                          ids=["cp4", "tucker"])
 def test_relabelling_average_resumes_shared_prefixes_exactly(model):
-    # The sweeps of the relabellings resume from the prefix they share with the one before
-    # (in z*'s scan order): the average equals the one of independent sweeps from z, and the
-    # state is left as it was.
+    # The sweeps of the relabellings resume from the prefix they share with the one before: the
+    # average equals the one of independent sweeps from z, and the state is left as it was.
     X = np.random.default_rng(4).integers(0, 3, (3, 3, 2))
     problem = problem_of(model, X)[0]
     assert problem.relabellings.shape[0] > 6 and not problem.structure.has_valid
@@ -122,22 +120,16 @@ def test_relabelling_average_resumes_shared_prefixes_exactly(model):
         star[: num_tokens // 2] = star[0]  # a large class, as a searched z* has
         z = rng.integers(0, problem.num_configs, num_tokens).astype(np.int32)
         shifted, config = state_of(problem, z)
-        order = chib.scan_order(star)
-        one_by_one = [chib._log_transition(shifted, config, star, relabel, -np.inf, order, problem.structure,
+        one_by_one = [chib._log_transition(shifted, config, star, relabel, -np.inf, problem.structure,
                                            problem.fast)[0] for relabel in problem.relabellings]
         expected = logsumexp(one_by_one) - np.log(len(one_by_one))
         before = shifted.copy()
-        ordered = chib._ordered_relabellings(problem.relabellings, star, order)
-        value, best = chib._transition_into_star(shifted, config, star, *ordered, -np.inf, order, problem.structure,
+        ordered = chib._ordered_relabellings(problem.relabellings, star)
+        value, best = chib._transition_into_star(shifted, config, star, *ordered, -np.inf, problem.structure,
                                                  problem.fast)
         assert value == pytest.approx(expected, abs=1e-9)
         assert best == pytest.approx(max(one_by_one), abs=1e-9)
         np.testing.assert_allclose(shifted, before, atol=1e-9)
-
-
-def test_scan_order_groups_tokens_by_their_class_in_z_star_largest_first():
-    star = np.array([2, 0, 2, 1, 2, 0])
-    np.testing.assert_array_equal(chib.scan_order(star), [0, 2, 4, 1, 5, 3])
 
 
 @pytest.mark.parametrize("model", [bam.models.nmf(3, a=1.0), bam.models.cp(2, a=0.5)], ids=["nmf", "cp"])

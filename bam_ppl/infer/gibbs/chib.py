@@ -45,10 +45,11 @@ T'(z → z*) = (1/|G|) Σ_g T(z → g(z*)), and the chain itself need not be rel
 found by checking that relabellings permute the count entries while preserving their
 concentrations (the whole symmetric group of a latent node when its transposition and cycle
 pass); terms more than ABANDON_NATS below the largest so far are dropped, which changes the
-log estimate by less than S·|G|·e^(−ABANDON_NATS). The chains scan the tokens grouped by their
-class in z*, largest first (:func:`scan_order`), and the sweeps into the relabelled z*'s share
-the partial sums of the classes they map alike, so the average over 8! relabellings costs about
-two sweeps a step. Groups larger than MAX_RELABELLINGS are
+log estimate by less than S·|G|·e^(−ABANDON_NATS); the sweeps into the relabelled z*'s resume
+from the longest prefix of tokens that the one before moved alike (:func:`_transition_into_star`).
+(Scanning the tokens grouped by their class in z* would make that prefix far longer, 1 250
+token visits a step instead of 33 000 for CP(8) at T = 1000, but the estimate came out lower:
+on Abalone, CP(8), by 1.6 to 10.5 nats per z*, four chains each; benchmarks/README.md.) Groups larger than MAX_RELABELLINGS are
 not averaged over (with a warning).
 
 z*. Every run has its own z*, so that the runs are independent and their spread shows how much
@@ -261,8 +262,8 @@ def _pass(rng, mode, beta, shifted, config, order, rows, fast):
     return result
 
 
-def _advance(shifted, config, star, relabel, partial, position, cutoff, order, rows, fast):
-    """Move the tokens in ``order`` from ``position`` on to their targets relabel(z*), summing
+def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fast):
+    """Move the tokens from ``position`` on (in token order) to their targets relabel(z*), summing
     each one's log conditional probability of its target given the earlier tokens at their
     targets and the later ones at z: ``partial[t]`` is the sum over the first t tokens (``partial``
     up to ``position`` must hold already). Returns (log T, T) after the last token, or (−inf, t)
@@ -270,10 +271,9 @@ def _advance(shifted, config, star, relabel, partial, position, cutoff, order, r
     returned position stay at their targets (:func:`_retreat` moves them back)."""
     (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
      logs, has_valid) = rows
-    num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], order.shape[0]
+    num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
     base, values, weight, prob = _scratch(num_rows, num_configs)
-    for t in range(position, num_tokens):
-        token = order[t]
+    for token in range(position, num_tokens):
         old = config[token]
         new = relabel[star[token]]
         if fast.usable:
@@ -290,34 +290,33 @@ def _advance(shifted, config, star, relabel, partial, position, cutoff, order, r
                          tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
             for m in moved:
                 shifted[base[m] + row_offset[m, new]] += 1.0
-        partial[t + 1] = partial[t] + math.log(prob[new])
-        if partial[t + 1] < cutoff:
-            return -np.inf, t + 1
+        partial[token + 1] = partial[token] + math.log(prob[new])
+        if partial[token + 1] < cutoff:
+            return -np.inf, token + 1
     return partial[num_tokens], num_tokens
 
 
-def _retreat(shifted, config, star, relabel, start, stop, order, rows):
-    """Move the tokens at positions ``start``..``stop`` − 1 of ``order`` from their targets
-    relabel(z*) back to z (undoes :func:`_advance`)."""
+def _retreat(shifted, config, star, relabel, start, stop, rows):
+    """Move the tokens ``start``..``stop`` − 1 from their targets relabel(z*) back to z (undoes
+    :func:`_advance`)."""
     token_cell, row_base, row_offset, moved = rows[0], rows[1], rows[2], rows[8]
-    for t in range(start, stop):
-        token = order[t]
+    for token in range(start, stop):
         cell = token_cell[token]
         for m in moved:
             shifted[row_base[m, cell] + row_offset[m, relabel[star[token]]]] -= 1.0
             shifted[row_base[m, cell] + row_offset[m, config[token]]] += 1.0
 
 
-def _log_transition(shifted, config, star, relabel, cutoff, order, rows, fast):
-    """log T(z → relabel(z*)): the log probability that one sweep over the tokens in ``order``
-    from the state (``shifted``, ``config``) lands on z* with its configurations relabelled by
-    ``relabel`` (:func:`_advance` from the first token). Returns the value and the number of
+def _log_transition(shifted, config, star, relabel, cutoff, rows, fast):
+    """log T(z → relabel(z*)): the log probability that one sweep in token order from the state
+    (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``
+    (:func:`_advance` from the first token). Returns the value and the number of
     tokens visited: (−inf, t) when the partial sum over the first t tokens falls below
     ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
-    partial = np.zeros(order.shape[0] + 1)
-    result, done = _advance(shifted, config, star, relabel, partial, 0, cutoff, order, rows, fast)
-    _retreat(shifted, config, star, relabel, 0, done, order, rows)
+    partial = np.zeros(config.shape[0] + 1)
+    result, done = _advance(shifted, config, star, relabel, partial, 0, cutoff, rows, fast)
+    _retreat(shifted, config, star, relabel, 0, done, rows)
     return result, done
 
 
@@ -368,14 +367,13 @@ def _modes(rng, shifted, config, structure, fast):
 
 
 def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best,
-                          order, structure, fast):
-    """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g, T the sweep in ``order``; returns
-    (value, new best).
+                          structure, fast):
+    """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g; returns (value, new best).
 
     The relabellings come grouped by their action on z* (:func:`_ordered_relabellings`): the
     identity's group first, the others in the order of a trie of their images, each weighted by
     its group size exp(``log_sizes``). Two groups whose images agree on z*'s first d
-    configurations (in ``order``) move the first ``shared_tokens[d]`` tokens alike, so each
+    configurations move the first ``shared_tokens[d]`` tokens alike, so each
     sweep resumes from the longest prefix it shares with the one before, whose tokens stay at
     their targets, with its partial sum. Terms below ``best`` − ABANDON_NATS are dropped; when one
     is dropped after t tokens, the following groups that map the ``distinct[t − 1]``
@@ -384,7 +382,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     """
     num_relabellings, width = images.shape
     terms = np.full(num_relabellings, -np.inf)
-    partial = np.zeros(order.shape[0] + 1)
+    partial = np.zeros(config.shape[0] + 1)
     position = 0  # the first `position` tokens sit at the targets of group `previous`
     previous = 0
     g = 0
@@ -394,11 +392,11 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
             while same < width and images[g, same] == images[previous, same]:
                 same += 1
             keep = min(shared_tokens[same], position)
-            _retreat(shifted, config, star, relabellings[previous], keep, position, order, structure)
+            _retreat(shifted, config, star, relabellings[previous], keep, position, structure)
             position = keep
         cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g], position = _advance(shifted, config, star, relabellings[g], partial, position, cutoff, order,
-                                      structure, fast)
+        terms[g], position = _advance(shifted, config, star, relabellings[g], partial, position, cutoff, structure,
+                                      fast)
         previous = g
         if terms[g] > best:
             best = terms[g]
@@ -415,7 +413,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
                     break
                 following += 1
         g = following
-    _retreat(shifted, config, star, relabellings[previous], 0, position, order, structure)
+    _retreat(shifted, config, star, relabellings[previous], 0, position, structure)
     group_order = 0.0
     for g in range(num_relabellings):
         terms[g] += log_sizes[g]
@@ -427,11 +425,13 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     return largest + math.log(total) - math.log(group_order), best
 
 
-def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, shared_tokens, forward,
+def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, shared_tokens,
                 structure, fast):
     """log T'(z^(j) → z*) for j = 1..S around z* (held in ``shifted``/``config``), chain started
-    at step s: z^(s) ~ T̃(z* → ·), T (the sweep in ``forward`` order) forward from it, T̃
-    backward. T' averages T over the label symmetries (``relabellings``)."""
+    at step s: z^(s) ~ T̃(z* → ·), T forward from it, T̃ backward. T' averages T over the label
+    symmetries (``relabellings``)."""
+    num_tokens = config.shape[0]
+    forward = np.arange(num_tokens)
     backward = forward[::-1].copy()
     star = config.copy()
     log_transition = np.empty(num_steps)
@@ -443,15 +443,13 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
         if j > s:
             _pass(rng, DRAW, 1.0, shifted, config, forward, structure, fast)
         log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, forward, structure,
-            fast)
+            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
         _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
         log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, forward, structure,
-            fast)
+            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
     return log_transition
 
 
@@ -754,19 +752,18 @@ def _refine(problem: _Problem, rng: np.random.Generator, shifted, config) -> dic
                 log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
 
 
-def _ordered_relabellings(relabellings, star, order):
+def _ordered_relabellings(relabellings, star):
     """The distinct actions of the relabellings on z*, for :func:`_transition_into_star`.
 
     T(z → g(z*)) depends on g only through its images of the configurations z* uses, so the
     relabellings are grouped by those images (``images``, (U, D), in order of first appearance
-    along the tokens in ``order``): one representative per group (``relabellings``, (U, L)), with
+    along the tokens): one representative per group (``relabellings``, (U, L)), with
     the log of the group sizes (``log_sizes``), ordered as the leaves of a trie of their images in
     which each position ranks z*'s own configuration first, so that the identity's group comes
     first and groups that share a prefix of images follow one another. ``distinct[t]`` is the
-    number of distinct configurations among z*'s first t + 1 tokens in ``order``, and
+    number of distinct configurations among z*'s first t + 1 tokens, and
     ``shared_tokens[d]`` the number of leading tokens whose configurations are among the first d.
     """
-    star = star[order]
     _, first = np.unique(star, return_index=True)
     first = np.sort(first)
     images = relabellings[:, star[first]]
@@ -786,25 +783,11 @@ def _ordered_relabellings(relabellings, star, order):
             np.log(sizes[trie].astype(np.float64)), distinct, shared_tokens)
 
 
-def scan_order(star_config) -> np.ndarray:
-    """The systematic scan of the chains around z*: the tokens grouped by their configuration in
-    z*, the most used first (ties in token order). Any fixed order gives an unbiased estimate; in
-    this one a relabelling that moves a large class of z* is dropped after a few of its tokens,
-    and the sweeps of :func:`_transition_into_star` share the long prefix of the large classes.
-    CP(8) on a confusion tensor (T = 1000, 8! relabellings): about 1 250 token visits a step for
-    the average over the relabellings, against 33 000 in token order, where the first few tokens
-    already use several configurations; the Chib call took 7.0 s instead of 42.6 s
-    (benchmarks/README.md)."""
-    sizes = np.bincount(star_config)
-    return np.lexsort((np.arange(star_config.size), -sizes[star_config]))
-
-
 def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: int) -> float:
     """log p̂(z* | X) of one chain of ``num_steps`` sweeps around z*."""
     s = int(rng.integers(1, num_steps + 1))
-    order = scan_order(star["config"])
-    ordered = _ordered_relabellings(problem.relabellings, star["config"], order)
-    log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), *ordered, order,
+    ordered = _ordered_relabellings(problem.relabellings, star["config"])
+    log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), *ordered,
                                  problem.structure, problem.fast)
     return float(logsumexp(log_transition) - math.log(num_steps))
 
