@@ -4,12 +4,19 @@ Runs ``bam.log_evidence(model, X, rng_key=key)`` (the default, ``method="auto"``
 the data and models of ``benchmarks/real_data_evidence.py`` (``letters``, ``abalone``,
 ``icews``) and prints each call's value ± stated stderr, the part kept, the starts of the
 references its main runs used, how many scouts it sent and how many independent starts reached
-the best basin (``basin_starts``), the sure lower bound and the VB bound, and wall seconds; then the mean, the sd across keys, the mean
-stated stderr, and whether the sd stays within 2 × the mean stated stderr + 0.5 (the issue's
-goal for T ≤ 4000).
+the best basin (``basin_starts``), the sure lower bound and the VB bound, Chib's estimator from
+the best allocation (``details["chib_at_best"]``, and whether it agrees within two combined
+stderr), and wall seconds; then the mean, the sd across keys, the mean stated stderr, and whether
+the sd stays within 2 × the mean stated stderr + 0.5 (the issue's goal for T ≤ 4000).
 
     .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
+    .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
+    .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008
+
+``nmf``: the synthetic 50 × 70 counts of ``benchmarks/evidence_accuracy.py`` (``--tokens``);
+``confusion``: tensor 0 of ``--true-rank`` of ``benchmarks/rank_confusion.py`` (a = 10; that
+script's key for CP(R) is 100 000 · true rank + R).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import time
 import warnings
 
 import numpy as np
+import rank_confusion as confusion
+from evidence_accuracy import data_for
 from real_data_evidence import experiment_data, experiment_models
 
 import bam_ppl as bam
@@ -27,18 +36,26 @@ import bam_ppl as bam
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=("abalone", "letters", "icews"))
+    parser.add_argument("experiment", choices=("abalone", "letters", "icews", "nmf", "confusion"))
     parser.add_argument("model", help='a model name of that experiment, e.g. "NMF(4)", "CP(3)", "Tucker(4, 4, 1)"')
     parser.add_argument("--a", type=float, default=1.0)
     parser.add_argument("--keys", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--tokens", type=int, default=4000, help="with nmf")
+    parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     args = parser.parse_args(argv)
     rank = int(re.findall(r"\d+", args.model)[0])
-    models = dict(experiment_models(args.experiment, args.a, [rank], small=False))
-    if args.model not in models:
-        parser.error(f"model: one of {sorted(models)}")
-    X, model = experiment_data(args.experiment, small=False), models[args.model]
-    print(f"{args.experiment}, {args.model}, a = {args.a:g}: T = {int(np.sum(X.counts))} in {len(X.counts)} cells",
-          flush=True)
+    if args.experiment == "nmf":
+        X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)
+    elif args.experiment == "confusion":
+        _, X = bam.models.cp(args.true_rank, a=confusion.DEFAULT_A).sample(1000 * args.true_rank,
+                                                                          shape=confusion.SHAPE, total=1000)
+        model = bam.models.cp(rank, a=confusion.DEFAULT_A)
+    else:
+        models = dict(experiment_models(args.experiment, args.a, [rank], small=False))
+        if args.model not in models:
+            parser.error(f"model: one of {sorted(models)}")
+        X, model = experiment_data(args.experiment, small=False), models[args.model]
+    print(f"{args.experiment}, {args.model}, a = {model.a:g}: T = {model.as_data(X).total}", flush=True)
     values, stated = [], []
     for key in args.keys:
         start = time.perf_counter()
@@ -52,6 +69,10 @@ def main(argv=None) -> None:
               f"({len(stage.get('scout_estimates', []))} scouts; starts near the best pilot: {stage.get('basin_starts')}), "
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
+        check = est.details.get("chib_at_best")
+        if check is not None:
+            print(f"  Chib from the best allocation: {check['value']:.2f} ± {check['stderr']:.2f}, runs "
+                  f"{np.round(check['run_log_evidence'], 1).tolist()}, agrees: {check['agrees']}", flush=True)
         values.append(est.value)
         stated.append(est.stderr)
     values, stated = np.asarray(values), np.asarray(stated)
