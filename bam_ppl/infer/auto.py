@@ -140,11 +140,6 @@ AUTO_VB_REFERENCES = 2
 # key 7: −1500.2 from the reference part's best allocation against −1558.7 for 100 restarts; ICEWS
 # under Tucker(4, 4, 1), key 1: −3468.1 against −3608.5 (benchmarks/README.md). A bound that much
 # closer makes "an estimate below the VB bound is wrong" a check that bites.
-# Chib's estimator from the best allocation visited, as a cross-check of the reported estimate in
-# its own basin (details["chib_at_best"]): no search (num_warmup=0, one search chain, which the
-# start beats), chains only. Letter bigrams, NMF(4), key 2: −1487.06 ± 2.03 in 1.2 s beside the
-# estimate −1482.62 ± 1.28, where Chib from its own z* gave −1526.94 ± 11.31 (benchmarks/README.md).
-AUTO_CHIB_AT_BEST = dict(num_warmup=0, num_searches=1)
 AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
 AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain: about 7 s for the eight on two cores (NMF(4))
 
@@ -238,13 +233,8 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     and the pilot's sure lower bounds (``best_cells``, ``best_counts``: its allocation), ``vb_bound`` the VB lower bound (the best ELBO of its restarts and of its
     runs from the parts' best allocations),
     ``kept`` and ``cross_check`` (when one part is kept) its name and the next highest part's
-    value, stderr and lower bound, ``tempered_stage`` the tempered SMC's particles and the
-    pilot's number of temperatures, and, where Chib and the reference part both ran,
-    ``chib_at_best``: Chib's estimator with z* the best allocation visited (AUTO_CHIB_AT_BEST;
-    :func:`summary`'s fields and ``agrees``, whether it lies within AGREE_STDERRS combined
-    standard errors of the estimate), a second estimator of another kind in the estimate's own
-    basin. It is not part of the estimate: its log is low by Jensen's gap, a few nats where the
-    posterior is broad (letter bigrams), and its runs share one z*.
+    value, stderr and lower bound, and ``tempered_stage`` the tempered SMC's particles and the
+    pilot's number of temperatures.
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
     key = as_key(rng_key)
@@ -283,13 +273,6 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
               "vb_bound": vb_bound, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     est = combine(parts, common)
-    if {"chib", "reference"} <= set(parts):
-        with warnings.catch_warnings():  # its own warnings concern a cross-check, not the estimate
-            warnings.simplefilter("ignore")
-            at_best = chib_fn(model, data, rng_key=jax.random.fold_in(key, 4), **{**chib_options, **AUTO_CHIB_AT_BEST},
-                              start=(best.details["best_cells"], best.details["best_counts"]))
-        check = dict(summary(at_best), agrees=agree(at_best, est))
-        est = replace(est, details={**est.details, "chib_at_best": check})
     for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
         # of: the reference-started SMC kept alone sums over them.
