@@ -49,8 +49,8 @@ log estimate by less than S·|G|·e^(−ABANDON_NATS); the sweeps into the relab
 from the longest prefix of tokens that the one before moved alike (:func:`_transition_into_star`).
 (Scanning the tokens grouped by their class in z* would make that prefix far longer, 1 250
 token visits a step instead of 33 000 for CP(8) at T = 1000, but the estimate came out lower:
-on Abalone, CP(8), by 1.6 to 10.5 nats per z*, four chains each; benchmarks/README.md.) Groups larger than MAX_RELABELLINGS are
-not averaged over (with a warning).
+on Abalone, CP(8), by 1.6 to 10.5 nats per z*, four chains each; benchmarks/README.md.) Groups
+larger than MAX_RELABELLINGS are not averaged over (with a warning).
 
 z*. Every run has its own z*, so that the runs are independent and their spread shows how much
 the estimate depends on where the search ended. The ``num_searches`` search chains are split
@@ -456,8 +456,8 @@ def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_si
 
 if HAVE_NUMBA:
     compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio", "_fast_shift", "_fast_conditional"),
-                  nogil=("_pass", "_advance", "_retreat", "_log_transition", "_transition_into_star", "_table_log_joint", "_start",
-                         "_anneal", "_modes", "_chib_steps"))
+                  nogil=("_pass", "_advance", "_retreat", "_log_transition", "_transition_into_star",
+                         "_table_log_joint", "_start", "_anneal", "_modes", "_chib_steps"))
 
 
 def _resolve_kernel(kernel) -> str:
@@ -768,8 +768,8 @@ def _ordered_relabellings(relabellings, star):
     first = np.sort(first)
     images = relabellings[:, star[first]]
     groups, representative, sizes = np.unique(images, axis=0, return_index=True, return_counts=True)
-    # Rank each configuration by its first appearance in z*, the others after: the identity's
-    # images, z*'s configurations in that order, then read (0, 1, …, D − 1), the smallest key.
+    # Rank each configuration by its first appearance in z* (unused ones after): the identity's
+    # images then read (0, 1, …, D − 1), the smallest key, and it comes first.
     rank = np.empty(relabellings.shape[1], np.int64)
     rank[star[first]] = np.arange(first.size)
     unused = np.setdiff1d(np.arange(relabellings.shape[1]), star[first])
