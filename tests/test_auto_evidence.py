@@ -141,7 +141,7 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
     stage = medium_estimates[0].details["tempered_stage"]
     assert stage["num_particles"] == AUTO_TEMPERED_PARTICLES
     assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
-    # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 64.
+    # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 16.
     _, X = bam.models.cp(3, a=10.0).sample(3000, shape=(20, 25, 30), total=1000)
     options, stage, pilot = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
     assert stage["pilot_temperatures"] > AUTO_SHORT_SCHEDULE
