@@ -40,7 +40,7 @@ $(STAMP312): pyproject.toml | $(PY312)
 
 # The tests that exercise ArviZ, NumPyro and JAX directly: what .ci/run checks on Python 3.12
 # (`make test-py312` alone runs the whole suite there).
-PY312_SUBSET := tests/test_arviz_user.py tests/test_numpyro.py tests/test_plots.py tests/test_named_dims.py \
+PY312_SUBSET := -m "not slow" tests/test_arviz_user.py tests/test_numpyro.py tests/test_plots.py tests/test_named_dims.py \
 	tests/test_smc.py tests/test_nbmf.py tests/test_selection.py tests/test_pmf.py tests/test_data.py \
 	"tests/test_tutorials.py::test_tutorial_runs[arviz_checks]"
 
@@ -55,8 +55,9 @@ test-py312-subset:
 test-all: $(STAMP)
 	$(PY) -m pytest -q $(PARALLEL) -m "slow or not slow"
 
+# Every tutorial end to end with small settings (outside `make test`; .ci/run runs them after it).
 tutorials: $(STAMP)
-	$(PY) -m pytest -q $(PARALLEL) tests/test_tutorials.py
+	$(PY) -m pytest -q $(PARALLEL) -m tutorial tests/test_tutorials.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

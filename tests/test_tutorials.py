@@ -81,6 +81,8 @@ def _free_compiled_programs():
     jax.clear_caches()
 
 
+# Outside `make test` (a third of its CPU time on 2 cores): `make tutorials`, `make test-all` and CI run them.
+@pytest.mark.tutorial
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs(path, tmp_path, monkeypatch, capsys):
     if (path.stem in REAL_DATA or path.stem in FETCHED_DATA) and not _real_data_available():
