@@ -77,6 +77,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_slowest_first)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which a plain `pytest` run may lack
 def pytest_xdist_make_scheduler(config, log):
     """Under ``--dist loadgroup`` (make test), each test module runs on one worker, each tutorial
     on its own.
