@@ -39,9 +39,9 @@ def _elbo(idata):
 
 @pytest.fixture(scope="module")
 def small_problem():
-    """N = 5, I_n = 6, true rank 3, 30 % missing, T = 10,000 (papers/001 §V-A generation)."""
+    """N = 5, I_n = 6, true rank 3, 30 % missing, T = 5,000 (papers/001 §V-A generation)."""
     weights, factors = random_pmf(31, 3, 5, 6)
-    samples = sample_pmf(32, weights, factors, 10_000, missing_prob=0.3)
+    samples = sample_pmf(32, weights, factors, 5_000, missing_prob=0.3)
     return weights, factors, samples
 
 
@@ -255,8 +255,8 @@ def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
     from bam_ppl.families.pmf.em import information_criteria
 
-    # The first 3,000 of the 10,000 samples: the same checks at under a third of the memory (the
-    # EM over five candidate ranks peaked at 8.8 GB RSS on all 10,000, 2.8 GB on 3,000).
+    # The first 3,000 samples: the EM over five candidate ranks peaked at 8.8 GB RSS on 10,000
+    # samples, 2.8 GB on 3,000.
     samples = samples[:3000]
     # em_bic is em_rank_selection plus the BIC choice; its sample_stats carry the selection's
     # per-candidate log-likelihood, AIC and BIC, so one EM run checks both.
