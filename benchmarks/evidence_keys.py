@@ -13,6 +13,7 @@ in the estimate's basin, and whether it agrees within two combined stderr.
 
     .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
+    .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 2 --vb-restarts 400
     .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
     .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008 --chib-at-best
 
@@ -60,7 +61,10 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, default=4000, help="with nmf")
     parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     parser.add_argument("--chib-at-best", action="store_true", help="Chib from each call's best allocation")
+    parser.add_argument("--vb-restarts", type=int, help="auto.AUTO_VB_RESTARTS for these calls (default: as set)")
     args = parser.parse_args(argv)
+    if args.vb_restarts:
+        auto.AUTO_VB_RESTARTS = args.vb_restarts
     rank = int(re.findall(r"\d+", args.model)[0])
     if args.experiment == "nmf":
         X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)

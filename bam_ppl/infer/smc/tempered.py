@@ -1183,8 +1183,8 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
             _factorised_factors(shifted, token_index, varying_ends, cell_start[cell], constant_lat, constant_vis, lat, vis)
             for c in range(num_configs):
                 weight[c] = lat[c] * vis[c]
-        else:
-            _token_weights(shifted, base, cell, 1.0, lat, vis, start, weight, st)
+        else:  # the cell as int32, as the moves pass it: one compilation of _token_weights
+            _token_weights(shifted, base, np.int32(cell), 1.0, lat, vis, start, weight, st)
         total = 0.0
         for c in range(num_configs):
             total += weight[c]
