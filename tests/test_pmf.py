@@ -192,11 +192,13 @@ def test_kl_decreases_with_more_samples_quick(small_problem):
     weights, factors, _ = small_problem
     truth = joint_pmf(weights, factors)
     kls = []
+    # R_init = 4, one above the true rank, prunes as a larger one does (R_init = 8: the same KLs
+    # within 5 %, in three times the time).
     for T in (300, 3000):
         samples = sample_pmf(T, weights, factors, T, missing_prob=0.3)
-        kls.append(kl_divergence(truth, joint_pmf(*point_estimate(_vi(pmf_tensor(8), samples,
+        kls.append(kl_divergence(truth, joint_pmf(*point_estimate(_vi(pmf_tensor(4), samples,
                                                                       num_categories=6))[:2])))
-    assert kls[1] < kls[0]
+    assert kls[1] < kls[0] / 4  # 0.29 → 0.028: about 1/T
 
 
 @pytest.mark.slow
