@@ -119,6 +119,9 @@ ANIMALS_RUNS = {
     "cvb": dict(num_iters=100),
     "gibbs": dict(num_warmup=200, num_samples=200),
 }
+# The Gibbs run takes 13-16 s, the longest test of make test: it runs with make test-all (the
+# sampler is checked against enumeration and the bICA start below).
+ANIMALS_SLOW = ("gibbs",)
 # The mask tests compare runs with one another, not with the data: a few iterations show it.
 MASK_RUNS = {
     "cvb": dict(num_iters=10),
@@ -126,7 +129,8 @@ MASK_RUNS = {
 }
 
 
-@pytest.mark.parametrize("method", sorted(ANIMALS_RUNS))
+@pytest.mark.parametrize("method", [pytest.param(method, marks=pytest.mark.slow) if method in ANIMALS_SLOW else method
+                                    for method in sorted(ANIMALS_RUNS)])
 def test_animals_heldout_perplexity_beats_constant_rate(animals_split, method):
     data, heldout, constant = animals_split
     assert constant == pytest.approx(0.646, abs=0.01)
