@@ -55,15 +55,6 @@ if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_accepts(f"{_XLA_FLAG
     _XLA_FLAGS = f"{_XLA_FLAGS} {_NO_FUSION_EMITTERS}"
 os.environ["XLA_FLAGS"] = _XLA_FLAGS
 
-# The numba kernels likewise: LLVM's -O1 instead of numba's default -O3 compiles them faster
-# and the suite runs them briefly (tests/test_chib.py, test_smc.py and test_tempered.py with an
-# empty cache: 131 instead of 167 s). -O1 code must not reach the cache that benchmarks and users
-# of this checkout load (numba's cache does not record the level), so it has a folder of its own,
-# kept between runs. Where the user chose a level or a cache folder, both are left alone.
-if "NUMBA_OPT" not in os.environ and "NUMBA_CACHE_DIR" not in os.environ:
-    os.environ["NUMBA_OPT"] = "1"
-    os.environ["NUMBA_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".numba-test-cache")
-
 # Reference matrices of papers/000 Example 3.3 and §5.1.1 (notes/bam_digest.md §14).
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
