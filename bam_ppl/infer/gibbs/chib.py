@@ -119,6 +119,7 @@ MAX_RELABELLINGS = 40_320  # label symmetries averaged over at most (8!)
 DRAW = np.int64(0)  # remove the token, redraw it from its conditional, add it back
 PLACE = np.int64(1)  # add the (not yet placed) token, drawn from the urn given those placed so far
 ICM = np.int64(2)  # remove the token, add it back at the mode of its conditional (ties keep the old value)
+FIRST_TOKEN = np.int64(0)  # where the sweeps into z* start (an int64 for the same reason)
 # Transition probabilities into a relabelled z* below (best so far) − ABANDON_NATS are dropped:
 # each is < e^-ABANDON_NATS of the sum, far below any error that matters.
 ABANDON_NATS = 30.0
@@ -317,9 +318,8 @@ def _log_transition(shifted, config, star, relabel, cutoff, rows, fast):
     ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
     partial = np.zeros(config.shape[0] + 1)
-    first = np.int64(0)  # not the constant 0 (see DRAW)
-    result, done = _advance(shifted, config, star, relabel, partial, first, cutoff, rows, fast)
-    _retreat(shifted, config, star, relabel, first, done, rows)
+    result, done = _advance(shifted, config, star, relabel, partial, FIRST_TOKEN, cutoff, rows, fast)
+    _retreat(shifted, config, star, relabel, FIRST_TOKEN, done, rows)
     return result, done
 
 
@@ -386,7 +386,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     num_relabellings, width = images.shape
     terms = np.full(num_relabellings, -np.inf)
     partial = np.zeros(config.shape[0] + 1)
-    position = np.int64(0)  # the first `position` tokens sit at the targets of group `previous` (int64: see DRAW)
+    position = FIRST_TOKEN  # the first `position` tokens sit at the targets of group `previous`
     previous = 0
     g = 0
     while g < num_relabellings:
@@ -416,7 +416,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
                     break
                 following += 1
         g = following
-    _retreat(shifted, config, star, relabellings[previous], np.int64(0), position, structure)  # see DRAW
+    _retreat(shifted, config, star, relabellings[previous], FIRST_TOKEN, position, structure)
     group_order = 0.0
     for g in range(num_relabellings):
         terms[g] += log_sizes[g]
