@@ -15,7 +15,8 @@ chain or restart, one grid point). This module holds what every one of them shar
   (``client.scatter(..., broadcast=True)``), not once per task;
 * **errors** — a task that raises surfaces as a :class:`TaskError` that names the task (the
   model's name, the chain); a Dask worker lost mid-sweep is not an error: the scheduler runs
-  its tasks again on another worker;
+  its tasks again on another worker, and tasks it cancels because the scattered data went with
+  the worker are submitted again (:data:`DASK_RESUBMISSIONS`);
 * **merging** — results come back in task order; chains are concatenated into one
   InferenceData (:func:`concat_chains`), attributes that pool the chains recomputed
   (:func:`chain_summary`); restarts merge as the backend keeps them (:func:`restart_layout`).
@@ -36,6 +37,7 @@ chains of collapsed Gibbs across ``jax.devices()`` (a no-op on one device).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import inspect
 import sys
 import uuid
@@ -132,20 +134,52 @@ def run_tasks(executor, fn: Callable, tasks: Sequence[Task], shared=None) -> lis
     if isinstance(executor, concurrent.futures.Executor):
         futures = [executor.submit(fn, shared, *task.args) for task in tasks]
         return _gather(futures, tasks, cancel=lambda: [f.cancel() for f in futures])
-    # A list around ``shared`` keeps scatter from splitting a list or dict of data into parts.
-    [remote] = executor.scatter([shared], broadcast=True, hash=False)
-    token = uuid.uuid4().hex[:8]
-    futures = [executor.submit(fn, remote, *task.args, pure=False, key=f"{task.label}-{token}-{i}")
-               for i, task in enumerate(tasks)]
-    return _gather(futures, tasks, cancel=lambda: executor.cancel(futures))
+    return _dask_tasks(executor, fn, tasks, shared)
 
 
-def _gather(futures, tasks: Sequence[Task], cancel) -> list:
+# Scattered data does not survive the loss of a worker that holds a replica: the scheduler may
+# forget it and cancel the tasks that read it, though it was broadcast (dask/distributed#3149;
+# a worker killed mid-task, then another task: cancelled nearly every time). Such tasks are
+# submitted again, with the data scattered again, up to this many times.
+DASK_RESUBMISSIONS = 3
+
+
+def _dask_tasks(client, fn: Callable, tasks: Sequence[Task], shared) -> list:
+    results, pending = [None] * len(tasks), list(range(len(tasks)))
+    for attempt in range(DASK_RESUBMISSIONS + 1):
+        if attempt:
+            client.wait_for_workers(1)
+        # A list around ``shared`` keeps scatter from splitting a list or dict of data into parts.
+        [remote] = client.scatter([shared], broadcast=True, hash=False)
+        token = uuid.uuid4().hex[:8]
+        futures = [client.submit(fn, remote, *tasks[i].args, pure=False, key=f"{tasks[i].label}-{token}-{i}")
+                   for i in pending]
+        done = _gather(futures, [tasks[i] for i in pending], cancel=functools.partial(client.cancel, futures),
+                       lost=concurrent.futures.CancelledError)
+        for i, result in zip(pending, done):
+            if result is not _LOST:
+                results[i] = result
+        pending = [i for i, result in zip(pending, done) if result is _LOST]
+        if not pending:
+            return results
+    label = tasks[pending[0]].label
+    raise TaskError(label, RuntimeError(f"cancelled by the Dask scheduler {DASK_RESUBMISSIONS + 1} times (its data "
+                                        "was lost with a worker each time)"))
+
+
+_LOST = object()
+
+
+def _gather(futures, tasks: Sequence[Task], cancel, lost=()) -> list:
+    """The results in task order; a task that raises ``lost`` gives ``_LOST`` (to be submitted
+    again), any other error stops the others and is raised as a TaskError naming the task."""
     results = []
     for future, task in zip(futures, tasks):
         try:
             results.append(future.result())
-        except Exception as error:  # any task error: stop the others and name the task
+        except lost:
+            results.append(_LOST)
+        except Exception as error:
             cancel()
             raise TaskError(task.label, error) from error
     return results

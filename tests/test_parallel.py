@@ -113,6 +113,30 @@ def test_lost_worker_is_retried(client, tmp_path):
     pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
 
 
+def _sum_killing_its_worker_once(shared, i, marker):
+    if i == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return float(np.sum(shared)) + i
+
+
+def test_tasks_cancelled_with_their_scattered_data_run_again(tmp_path):
+    """One worker holds the only copy of the scattered data and dies: the scheduler cancels the tasks
+    that read it ("already forgotten", dask/distributed#3149); they are submitted again."""
+    distributed = pytest.importorskip("distributed")
+    import cloudpickle
+
+    from bam_ppl.parallel import Task, run_tasks
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this file
+
+    tasks = [Task(f"task {i}", (i, str(tmp_path / "killed"))) for i in range(3)]
+    with distributed.LocalCluster(processes=True, n_workers=1, threads_per_worker=1, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as one_worker:
+        assert run_tasks(one_worker, _sum_killing_its_worker_once, tasks, np.ones(10)) == [10.0, 11.0, 12.0]
+    assert (tmp_path / "killed").exists()
+
+
 def test_forking_process_pool_is_refused():
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool, \
             pytest.raises(ValueError, match="spawn"):
