@@ -75,18 +75,6 @@ def below_bound(value, stderr, bound) -> bool:
     return bool(value < bound - slack)
 
 
-def lone_basin_start(estimate: EvidenceEstimate) -> str | None:
-    """The start from which alone ``method="auto"``'s reference stage reached the basin its estimate
-    rests on (``details["reference_stage"]``: one independent start, ``basin_starts``, and not the
-    samplers' best allocation, ``"sampled"``), or None: the samplers' search missed that basin and
-    one other start found it, so another key may find a better one."""
-    stage = estimate.details.get("reference_stage") or {}
-    if "reference" not in estimate.method.split("+") or stage.get("basin_starts") != 1:
-        return None
-    start = stage["starts"][stage["chosen"][0]]
-    return None if start == "sampled" else start
-
-
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
     """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
     that only one start other than the samplers' best allocation reached (``method="auto"``'s
@@ -106,18 +94,17 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
             EvidenceWarning, stacklevel=stacklevel)
-    start = lone_basin_start(estimate)
-    if start is not None:
-        searches = len(details.get("searches") or [None])
-        done = (f" The search ran {searches} times (keys of their own) and this is the highest." if searches > 1
-                else "")
-        warnings.warn(
-            f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
-            f"reached from one of {len(set(details['reference_stage']['starts']))} independent starts ({start!r}) "
-            "and not from the samplers' best allocation: where the best basin is one that few starts reach, "
-            f"another rng_key may find a higher one, and the stated error cannot show that.{done} Repeat with a "
-            "few rng_key values and keep the highest.",
-            EvidenceWarning, stacklevel=stacklevel)
+    stage = details.get("reference_stage") or {}
+    if "reference" in estimate.method.split("+") and stage.get("basin_starts") == 1:
+        start = stage["starts"][stage["chosen"][0]]
+        if start != "sampled":  # the samplers' search missed the basin, and one other start found it
+            warnings.warn(
+                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
+                f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
+                "the samplers' best allocation: where the best basin is one that few starts reach, another "
+                "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
+                "rng_key values and keep the highest.",
+                EvidenceWarning, stacklevel=stacklevel)
     if below_bound(estimate.value, estimate.stderr, bound):
         warnings.warn(
             f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "

@@ -91,9 +91,6 @@ def main(argv=None) -> None:
               f"({len(stage.get('scout_estimates', []))} scouts; starts near the best pilot: {stage.get('basin_starts')}), "
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
-        for i, search in enumerate(est.details.get("searches") or []):
-            print(f"  search {i + 1}: {search['value']:.2f} ± {search['stderr']:.2f} ({search['method']}), starts near "
-                  f"the best pilot: {search['basin_starts']}, sure bound {search['lower_bound']:.1f}", flush=True)
         if args.chib_at_best:
             chib_at_best(model, X, key, est)
         values.append(est.value)

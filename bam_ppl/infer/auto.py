@@ -19,7 +19,7 @@ from dataclasses import replace
 import jax
 import numpy as np
 
-from ..estimate import EvidenceEstimate, lone_basin_start, pool_runs
+from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
 from .exact import log_count_allocations
@@ -139,13 +139,6 @@ AUTO_SCOUT_CLOSE = 4
 # the best after 1000 in keys 1 and 2, and 100 restarts run to the end took 12-23 s there and
 # 12 s on NMF(4) at T = 4000, against 1-3 s for 10 (benchmarks/README.md).
 AUTO_VB_RESTARTS = 100
-# Where the estimate rests on a basin that one start other than the samplers' reached (the case
-# EvidenceWarning reports: another key may find a better basin), the whole search runs once more
-# with the key fold_in(rng_key, AUTO_SEARCH_AGAIN) and the higher estimate is kept, as the warning
-# advises the user to do (the highest of two costs at most log 2 of the stochastic-lower-bound
-# guarantee). ICEWS under Tucker(4, 4, 1) (benchmarks/README.md): key 2 landed at −3451.77 ± 0.71
-# in a basin of its VB start's, 6 nats below keys 1 and 3.
-AUTO_SEARCH_AGAIN = 1_000_003
 AUTO_VB_SCREEN = dict(screen_iters=200, screen_keep=10)
 AUTO_VB_REFERENCES = 2
 # The VB bound (details["vb_bound"]) is the best of those restarts and of VB runs from the best
@@ -205,47 +198,10 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
         reason += f", {AUTO_DENSE_SMC_PARTICLES} particles"
     options = dict(options, max_configs=max_configs)
     if method == "tempered":
-        est = searched_again_if_one_start(model, data, rng_key, options)
+        est = tempered_then_chib(model, data, rng_key, options)
     else:
         est = fn(model, data, rng_key=rng_key, **{k: v for k, v in options.items() if k in option_names(fn)})
     return replace(est, details={**est.details, "selected_by": "auto", "reason": reason})
-
-
-def searched_again_if_one_start(model, data, rng_key, options) -> EvidenceEstimate:
-    """:func:`tempered_then_chib`, run once more with keys of its own when its estimate rests on a
-    basin that one start other than the samplers' reached (:func:`bam_ppl.estimate.lone_basin_start`,
-    the case EvidenceWarning reports), keeping the higher of the two (see AUTO_SEARCH_AGAIN).
-    ``details["searches"]`` then holds both (value, stderr, method, sure lower bound), and
-    ``lower_bound`` and ``vb_bound`` are the larger of the two; only the kept run's warnings are
-    passed on."""
-    first, caught = _recording_warnings(tempered_then_chib, model, data, rng_key, options)
-    if lone_basin_start(first) is None:
-        return _passed_on(first, caught)
-    again_key = jax.random.fold_in(as_key(rng_key), AUTO_SEARCH_AGAIN)
-    second, caught_again = _recording_warnings(tempered_then_chib, model, data, again_key, options)
-    runs = [first, second]
-    kept, kept_caught = (second, caught_again) if second.value > first.value else (first, caught)
-    best = max(runs, key=lambda est: est.details["lower_bound"])
-    details = {**kept.details,
-               "searches": [dict(value=est.value, stderr=est.stderr, method=est.method,
-                                 lower_bound=est.details["lower_bound"],
-                                 basin_starts=est.details["reference_stage"].get("basin_starts")) for est in runs],
-               "lower_bound": best.details["lower_bound"], "best_cells": best.details["best_cells"],
-               "best_counts": best.details["best_counts"],
-               "vb_bound": max(est.details["vb_bound"] for est in runs)}
-    return _passed_on(replace(kept, details=details), kept_caught)
-
-
-def _recording_warnings(fn, *args):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        return fn(*args), list(caught)
-
-
-def _passed_on(est: EvidenceEstimate, caught) -> EvidenceEstimate:
-    for warning in caught:
-        warnings.warn(warning.message, warning.category, stacklevel=4)
-    return est
 
 
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
