@@ -44,7 +44,7 @@ vocabularies make them very peaked) and restarts stall in poorer optima."""
 
 INIT_EXTRA_CONCENTRATION = 0.1
 CHUNK_ITERS = 25
-MIN_BATCH = 16  # restarts run side by side at the least (:func:`iterate`)
+MIN_BATCH = 16  # restarts run side by side at the least in evidence calls (:func:`iterate`, vb_log_evidence)
 """Iterations per compiled scan; convergence and the progress bar are checked between chunks."""
 
 AUTO_PROGRESS_WORK = 5e8
@@ -419,19 +419,22 @@ _run_chunk_jit = jax.jit(_run_chunk, static_argnames="length")
 _training_log_likelihood_batch = jax.jit(jax.vmap(training_log_likelihood, in_axes=(None, 0)))
 
 
-def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_bar: bool, desc: str):
+def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_bar: bool, desc: str,
+            min_batch: int = 1):
     """Scan chunks of iterations until every restart converged or used ``num_iters``.
 
     Returns the final states and the stacked per-iteration outputs ``(restart, iteration, ...)``,
     cut at the last iteration any restart ran.
     """
     outputs = []
-    # Fewer restarts than MIN_BATCH run padded with copies of the first (which converge with it),
-    # so that small batches — auto's ten screened restarts, its runs from a few allocations —
-    # share one compiled program instead of compiling one each (1.2-1.4 s apiece).
+    # Fewer restarts than ``min_batch`` run padded with copies of the first (which converge with
+    # it), so that the small batches of one evidence call — auto's ten screened restarts, its runs
+    # from a few allocations — share one compiled program instead of compiling one each (1.2-1.4 s
+    # apiece). Elsewhere (one fit, min_batch=1) the copies would only multiply the work: VB-PMF on
+    # 5000 samples ran 16 of them.
     batch = int(jax.tree.leaves(states)[0].shape[0])
-    if batch < MIN_BATCH:
-        states = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], MIN_BATCH - batch, axis=0)]), states)
+    if batch < min_batch:
+        states = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], min_batch - batch, axis=0)]), states)
 
     def advance(states, start, stop):
         states, out = run_chunk(problem, states, num_iters, tol, length=CHUNK_ITERS)
@@ -447,10 +450,10 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
 
 
 def run_from(states: VBState, problem: CellProblem, *, num_iters: int, tol: float, progress_bar: bool = False,
-             desc: str = "vb") -> VBResult:
+             desc: str = "vb", min_batch: int = 1) -> VBResult:
     """Run VB from given states (leading axis: restart), e.g. a family's own initialisation."""
     states, elbo_trace = iterate(_run_chunk_jit, states, problem, num_iters=num_iters, tol=tol,
-                                 progress_bar=progress_bar, desc=desc)
+                                 progress_bar=progress_bar, desc=desc, min_batch=min_batch)
     return VBResult(np.asarray(states.alpha_hat), np.asarray(elbo_trace), np.asarray(states.elbo),
                     np.asarray(states.iteration), np.asarray(states.converged))
 
@@ -466,7 +469,7 @@ class VBResult(NamedTuple):
 
 def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "responsibilities",
         progress_bar: bool = False, screen_iters: int | None = None, screen_keep: int = 10,
-        start_phi: np.ndarray | None = None) -> VBResult:
+        start_phi: np.ndarray | None = None, min_batch: int = 1) -> VBResult:
     """Run one vmapped VB restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``),
     then one from each of the responsibilities ``start_phi`` (S, U, L) where given, all of them to
     the end, or with ``screen_iters`` screened (:func:`run_screened`)."""
@@ -481,12 +484,12 @@ def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: st
         states = _init_responsibilities(problem, jnp.asarray(np.concatenate([start, start_phi]) if given else start))
     if screen_iters is not None and screen_iters < num_iters and screen_keep < states.elbo.shape[0]:
         return run_screened(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar,
-                            screen_iters=screen_iters, screen_keep=screen_keep)
-    return run_from(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar)
+                            screen_iters=screen_iters, screen_keep=screen_keep, min_batch=min_batch)
+    return run_from(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar, min_batch=min_batch)
 
 
 def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: float, progress_bar: bool,
-                 screen_iters: int, screen_keep: int) -> VBResult:
+                 screen_iters: int, screen_keep: int, min_batch: int = 1) -> VBResult:
     """Every restart for ``screen_iters`` iterations, then only the ``screen_keep`` with the highest
     ELBO on to ``num_iters`` (or convergence), each exactly as if run alone; the others keep their
     screened state, whose ELBO is a lower bound too (coordinate ascent only raises it). Where a
@@ -495,13 +498,13 @@ def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: 
     costs little more than its screening (benchmarks/README.md). Traces of the restarts left
     behind repeat their last value, as those of converged restarts do."""
     screened, screen_trace = iterate(_run_chunk_jit, states, problem, num_iters=screen_iters, tol=tol,
-                                     progress_bar=progress_bar, desc="vb (screening)")
+                                     progress_bar=progress_bar, desc="vb (screening)", min_batch=min_batch)
     kept = np.sort(np.argsort(-np.asarray(screened.elbo), kind="stable")[:screen_keep])
     # The kept restarts go on counting from zero with the iterations left, so that the chunks stop
     # where they do; their totals are put back together below.
     resumed = jax.tree.map(lambda x: x[kept], screened)._replace(iteration=jnp.zeros(kept.size, jnp.int32))
     resumed, trace = iterate(_run_chunk_jit, resumed, problem, num_iters=num_iters - screen_iters, tol=tol,
-                             progress_bar=progress_bar, desc="vb")
+                             progress_bar=progress_bar, desc="vb", min_batch=min_batch)
     final = jax.tree.map(lambda all_, some: all_.at[kept].set(some), screened,
                          resumed._replace(iteration=resumed.iteration + screened.iteration[kept]))
     screen_trace, trace = np.asarray(screen_trace), np.asarray(trace)
@@ -544,7 +547,7 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
 
 
 def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar, first_restart=0,
-         screen_iters=None, screen_keep=10, start=None):
+         screen_iters=None, screen_keep=10, start=None, min_batch=1):
     """Restarts ``first_restart ..`` and their posterior draw keys; restart r's keys split
     ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`). Runs from the allocations
     ``start`` follow the restarts in the result."""
@@ -559,7 +562,7 @@ def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar,
         problem = build_problem(bound, data, layout)
         init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
         result = run(init_keys, problem, num_iters=num_iters, tol=tol, init=init, progress_bar=show,
-                     screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi)
+                     screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi, min_batch=min_batch)
     return bound, data, problem, result, draw_keys
 
 
@@ -669,7 +672,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
     """
     bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar,
-                                  screen_iters=screen_iters, screen_keep=screen_keep, start=start)
+                                  screen_iters=screen_iters, screen_keep=screen_keep, start=start,
+                                  min_batch=MIN_BATCH)
     best = best_index(result.elbo)
     restarts = result.elbo[:num_restarts]
     return EvidenceEstimate(

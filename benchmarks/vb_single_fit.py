@@ -1,0 +1,50 @@
+"""Seconds of one variational fit (one restart) of each kind: VB-PMF (Chege et al. 2024 §V-A data:
+N = 5, I_n = 6, true rank 3, 30 % missing, R = 10), and mean-field VB and collapsed VB (CVB0) of
+NMF(4) on 50 × 70 counts (T = 4000, drawn from the BAM NMF prior with a = 200, key 0).
+
+Each fit runs twice in one process: the first call includes compiling, the second does not.
+Prints the seconds and the fit's ELBO (or final training log-likelihood), so that two revisions
+run back to back can be compared on the same numbers.
+
+    .venv/bin/python benchmarks/vb_single_fit.py
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+import bam_ppl as bam
+from bam_ppl.convert import attrs_of, group
+from bam_ppl.models.pmf import pmf_tensor, random_pmf, sample_pmf
+
+
+def timed(label: str, fit) -> None:
+    for call in ("first", "second"):
+        start = time.perf_counter()
+        idata = fit()
+        seconds = time.perf_counter() - start
+        stats = group(idata, "sample_stats")
+        value = float(np.asarray(stats["elbo"]).reshape(-1)[-1]) if "elbo" in stats else float("nan")
+        print(f"{label}, {call} call: {seconds:.2f} s, last ELBO {value:.4f}, "
+              f"attrs {({k: v for k, v in attrs_of(idata).items() if k in ('detected_rank', 'num_iterations')})}",
+              flush=True)
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore", message="cvb stopped")  # tol=0: a fixed number of sweeps, on purpose
+    weights, factors = random_pmf(31, 3, 5, 6)
+    samples = sample_pmf(32, weights, factors, 5_000, missing_prob=0.3)
+    timed("VB-PMF, T = 5000", lambda: bam.infer(pmf_tensor(10), samples, method="vb", rng_key=0,
+                                                 num_categories=6, progress_bar=False))
+    _, X = bam.models.nmf(4, a=200.0).sample(0, shape=(50, 70), total=4000)
+    model = bam.models.nmf(4, a=1.0)
+    for method in ("vb", "cvb"):
+        timed(f"NMF(4) {method}, T = 4000", lambda m=method: bam.infer(model, X, method=m, rng_key=0, num_iters=300,
+                                                                   tol=0.0, progress_bar=False))
+
+
+if __name__ == "__main__":
+    main()
