@@ -56,8 +56,9 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         the call with fresh keys, pooling all runs, until the standard error (from the spread of
         the runs, :func:`pool_runs`) is at most this many nats.
     max_time : float, optional
-        Seconds after which the repetitions for ``target_stderr`` stop; the estimate so far is
-        returned with an :class:`EvidenceWarning`. Default: no limit.
+        Seconds within which the repetitions for ``target_stderr`` stop: no round of calls starts
+        that would end later at the pace of the calls so far (the first call always runs); the
+        estimate so far is returned with an :class:`EvidenceWarning`. Default: no limit.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
@@ -131,7 +132,11 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
         size = _next_round(calls, stderr, target_stderr)
         if target_stderr is not None and stderr <= target_stderr and len(runs) > 1:
             break
-        if max_time is not None and elapsed >= max_time:
+        if max_time is not None:
+            # No round that would end past max_time at the pace so far: a round finishes once
+            # started, and calls of a real-data estimate take minutes each.
+            size = min(size, int((max_time - elapsed) // max(elapsed / calls, 1e-9)))
+        if max_time is not None and size < 1:
             if target_stderr is not None:
                 warnings.warn(
                     f"{est.method} evidence stopped after {elapsed:.1f} s (max_time={max_time}) at "

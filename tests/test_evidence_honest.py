@@ -176,3 +176,25 @@ def test_no_warning_for_an_estimate_equal_to_its_bound():
         warnings.simplefilter("error")
         check_estimate(EvidenceEstimate(-1234.5, 0.0, "tempered", "estimate",
                                         {"run_log_evidence": [-1234.5, -1234.5], "lower_bound": -1234.5 + 2e-13}))
+
+
+def test_max_time_starts_no_round_that_would_end_past_it(monkeypatch, x2):
+    # Calls of 100 s each on a clock of our own: with max_time=450 the rounds are 1, 1 and 2 calls
+    # (400 s), and the next would end past 450 s, so none starts (before, rounds started while
+    # under 450 s had passed: 1 + 1 + 2 + 4 calls, 800 s).
+    import bam_ppl.evidence as evidence
+    from bam_ppl.infer.registry import register_evidence
+
+    clock = [0.0]
+    monkeypatch.setattr(evidence.time, "perf_counter", lambda: clock[0])
+
+    @register_evidence("slow_runs_for_max_time")
+    def slow(model, data, *, rng_key=0):
+        clock[0] += 100.0
+        return EvidenceEstimate(-10.5, 1.0, "slow_runs_for_max_time", "estimate",
+                                {"run_log_evidence": [-10.0, -12.0], "lower_bound": -20.0})
+
+    with pytest.warns(bam.EvidenceWarning, match="max_time=450"):
+        est = bam.log_evidence(bam.models.nmf(2), x2, method="slow_runs_for_max_time", target_stderr=1e-3,
+                               max_time=450)
+    assert est.details["num_calls"] == 4 and clock[0] == 400.0
