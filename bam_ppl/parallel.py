@@ -142,6 +142,7 @@ def run_tasks(executor, fn: Callable, tasks: Sequence[Task], shared=None) -> lis
 # a worker killed mid-task, then another task: cancelled nearly every time). Such tasks are
 # submitted again, with the data scattered again, up to this many times.
 DASK_RESUBMISSIONS = 3
+_LOST = object()  # what _gather gives for a task cancelled with its data
 
 
 def _dask_tasks(client, fn: Callable, tasks: Sequence[Task], shared) -> list:
@@ -165,9 +166,6 @@ def _dask_tasks(client, fn: Callable, tasks: Sequence[Task], shared) -> list:
     label = tasks[pending[0]].label
     raise TaskError(label, RuntimeError(f"cancelled by the Dask scheduler {DASK_RESUBMISSIONS + 1} times (its data "
                                         "was lost with a worker each time)"))
-
-
-_LOST = object()
 
 
 def _gather(futures, tasks: Sequence[Task], cancel, lost=()) -> list:

@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 import rank_confusion as confusion
 from evidence_accuracy import data_for
-from real_data_evidence import experiment_data, experiment_models
+from real_data_evidence import experiment_model
 
 import bam_ppl as bam
 from bam_ppl.infer import auto, registry
@@ -73,9 +73,8 @@ def main(argv=None) -> None:
         args.key = 1000 * args.true_rank * 100 + rank
         label = f"confusion tensor 0 of true rank {args.true_rank}, {args.model}"
     elif args.experiment:
-        rank = int(re.findall(r"\d+", args.model)[0])
-        model = dict(experiment_models(args.experiment, 1.0, [rank], small=False))[args.model]
-        X, label = experiment_data(args.experiment, small=False), f"{args.experiment}, {args.model}"
+        model, X = experiment_model(args.experiment, args.model)
+        label = f"{args.experiment}, {args.model}"
     else:
         model, X = bam.models.nmf(4), data_for(args.tokens, 50, 70, 4, seed=0)
         label = f"NMF(4), 50 x 70, T = {args.tokens}"

@@ -16,14 +16,13 @@ chain that switches labels averages the conditionals of several relabelled copie
 from __future__ import annotations
 
 import argparse
-import re
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
-from real_data_evidence import experiment_data, experiment_models
+from real_data_evidence import experiment_model
 
 from bam_ppl.infer import auto
 from bam_ppl.infer.gibbs import collapsed_numba
@@ -62,9 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--moves", type=int, nargs="+", default=[0, 8], help="node moves per four sweeps")
     parser.add_argument("--scout-moves", type=int, default=0, help="node moves per temperature in the scouts")
     args = parser.parse_args(argv)
-    rank = int(re.findall(r"\d+", args.model)[0])
-    model = dict(experiment_models(args.experiment, 1.0, [rank], small=False))[args.model]
-    X = experiment_data(args.experiment, small=False)
+    model, X = experiment_model(args.experiment, args.model)
     data, bound, layout, _ = prepare(model, X)
     tp = tempered.build_tempered_problem(bound, data, layout)
     sweeps = auto.scout_sweeps(data.total)

@@ -17,14 +17,13 @@ estimates.
 from __future__ import annotations
 
 import argparse
-import re
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
-from real_data_evidence import experiment_data, experiment_models
+from real_data_evidence import experiment_model
 
 import bam_ppl as bam
 from bam_ppl.infer import auto
@@ -44,9 +43,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=600, help="swap rounds")
     parser.add_argument("--sweeps", type=int, default=5, help="sweeps of every replica between swap rounds")
     args = parser.parse_args(argv)
-    rank = int(re.findall(r"\d+", args.model)[0])
-    model = dict(experiment_models(args.experiment, 1.0, [rank], small=False))[args.model]
-    X = experiment_data(args.experiment, small=False)
+    model, X = experiment_model(args.experiment, args.model)
     data, bound, layout, _ = prepare(model, X)
     tp = tempered.build_tempered_problem(bound, data, layout)
     betas = np.geomspace(args.beta_min, 1.0, args.replicas)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import time
 import warnings
@@ -109,6 +110,16 @@ def experiment_models(name: str, a: float, ranks, small: bool):
     if name == "letters":
         return letters_models(a, ranks)
     return icews_models(a, ranks, small)
+
+
+def experiment_model(name: str, model_name: str, a: float = 1.0):
+    """One model of an experiment at full size, named as in its rows ("NMF(4)", "Tucker(4, 4, 1)"),
+    and the experiment's data: ``(model, X)``."""
+    rank = int(re.findall(r"\d+", model_name)[0])
+    models = dict(experiment_models(name, a, [rank], small=False))
+    if model_name not in models:
+        raise ValueError(f"model: one of {sorted(models)}, got {model_name!r}")
+    return models[model_name], experiment_data(name, small=False)
 
 
 # ---------------------------------------------------------------------------- measuring

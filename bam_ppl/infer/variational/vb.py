@@ -44,8 +44,8 @@ vocabularies make them very peaked) and restarts stall in poorer optima."""
 
 INIT_EXTRA_CONCENTRATION = 0.1
 CHUNK_ITERS = 25
-MIN_BATCH = 16  # restarts run side by side at the least in evidence calls (:func:`iterate`, vb_log_evidence)
 """Iterations per compiled scan; convergence and the progress bar are checked between chunks."""
+MIN_BATCH = 16  # restarts run side by side at the least in evidence calls (:func:`iterate`, vb_log_evidence)
 
 AUTO_PROGRESS_WORK = 5e8
 """With ``progress_bar=None`` a bar is shown when cells × configurations × members × restarts ×
