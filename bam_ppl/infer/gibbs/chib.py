@@ -670,8 +670,9 @@ class _Problem:
         return shifted
 
     def configs_of_allocation(self, bound, data, layout, start) -> np.ndarray:
-        """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,))."""
-        return configs_of_allocation(bound, data, layout, self.structure.token_cell, start, "start")
+        """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,)),
+        as int32 like the searched ones, so that the kernels are compiled for one type only."""
+        return configs_of_allocation(bound, data, layout, self.structure.token_cell, start, "start").astype(np.int32)
 
     def log_joint(self, shifted) -> float:
         """log p(X, z) of token-labelled z, from its shifted counts (exact, NumPy)."""
