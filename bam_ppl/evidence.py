@@ -22,6 +22,7 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
     EvidenceWarning,
     below_bound,
     check_estimate,
+    pool_calls,
     pool_runs,
 )
 from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
@@ -35,7 +36,7 @@ ROUND_GROWTH = 2
 
 def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
                  target_stderr: float | None = None, max_time: float | None = None,
-                 executor=None, **options) -> EvidenceEstimate:
+                 min_calls: int | None = None, executor=None, **options) -> EvidenceEstimate:
     """log marginal likelihood of ``data`` under ``model``.
 
     Parameters
@@ -54,11 +55,19 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     target_stderr : float, optional
         For estimators that report independent runs (``details["run_log_evidence"]``): repeat
         the call with fresh keys, pooling all runs, until the standard error (from the spread of
-        the runs, :func:`pool_runs`) is at most this many nats.
+        the runs and of the calls, :func:`pool_calls`) is at most this many nats.
     max_time : float, optional
         Seconds within which the repetitions for ``target_stderr`` stop: no round of calls starts
         that would end later at the pace of the calls so far (the first call always runs); the
         estimate so far is returned with an :class:`EvidenceWarning`. Default: no limit.
+    min_calls : int, optional
+        Make at least this many independent calls (keys ``fold_in(rng_key, c)``) and pool all
+        their runs, as ``target_stderr`` does; on its own, exactly this many. Where the posterior
+        has several basins and one call finds one of them (``method="auto"`` on ICEWS under
+        Tucker(4, 4, 1); docs/evidence_methods.md), a call's runs agree within their own error,
+        whichever basin it found: only calls with keys of their own show the spread between
+        basins, and then the stated error does too (:func:`pool_calls`), and
+        :class:`EvidenceWarning` says that the runs disagree. Default: 1.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
@@ -73,23 +82,27 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
-    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor)
+    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor, min_calls)
 
 
-def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None):
+def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None, min_calls=None):
     """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
     an EvidenceWarning (``stacklevel``) points at the user's line."""
+    from .validation import check_int
+
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     check_executor(executor)
-    if target_stderr is None and max_time is None:
+    if min_calls is not None:
+        check_int(min_calls, "min_calls", minimum=1)
+    if target_stderr is None and max_time is None and (min_calls or 1) == 1:
         if executor is None:
             est = fn(model, data, rng_key=rng_key, **options)
         else:
             [est] = run_tasks(executor, evidence_task, [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))],
                               data)
         return check_estimate(est, stacklevel=4)
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor)
+    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls or 1)
 
 
 def _label(model, estimator: str, call: int | None = None) -> str:
@@ -106,9 +119,11 @@ def _next_round(calls: int, stderr: float, target_stderr: float | None) -> int:
     return int(np.clip(needed - calls, 1, (ROUND_GROWTH - 1) * calls))
 
 
-def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor) -> EvidenceEstimate:
+def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor,
+                   min_calls: int = 1) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
-    ``executor`` when given), until the pooled error meets the target."""
+    ``executor`` when given), until the pooled error meets the target; the first round makes
+    ``min_calls`` calls (without a target or a time limit, the only round)."""
     from .validation import check_positive
 
     if target_stderr is not None:
@@ -116,7 +131,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
     if max_time is not None:
         check_positive(max_time, "max_time")
     start = time.perf_counter()
-    runs, bounds, calls, size = [], [], 0, 1
+    made, calls, size = [], 0, min_calls
     while True:
         tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
                  for call in range(calls, calls + size)]
@@ -125,10 +140,12 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
         for est in estimates:
             if est.kind != "estimate" or "run_log_evidence" not in est.details:
                 return est  # exact values and bounds have nothing to add up
-            runs.extend(est.details["run_log_evidence"])
-            bounds.append(est.details.get("lower_bound", -np.inf))
-        value, stderr = pool_runs(runs)
+            made.append(est)
+        value, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
+        runs = [run for est in made for run in est.details["run_log_evidence"]]
         elapsed = time.perf_counter() - start
+        if target_stderr is None and max_time is None:
+            break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
         if target_stderr is not None and stderr <= target_stderr and len(runs) > 1:
             break
@@ -143,9 +160,15 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
                     f"± {stderr:.3g} nats, above target_stderr={target_stderr}; raise max_time or "
                     "use a more efficient method (method='tempered')", EvidenceWarning, stacklevel=3)
             break
-    details = {**est.details, "run_log_evidence": list(map(float, runs)), "lower_bound": float(max(bounds)),
-               "num_calls": calls, "seconds": elapsed}
-    return check_estimate(replace(est, value=value, stderr=stderr, details=details), stacklevel=5)
+    # The details of the highest call (it dominates the pooled value), the sure bound and its
+    # allocation from the call that visited the best one.
+    top = max(made, key=lambda est: est.value)
+    bounded = max(made, key=lambda est: est.details.get("lower_bound", -np.inf))
+    details = {**top.details, "run_log_evidence": list(map(float, runs)), "num_calls": calls,
+               "call_values": [float(est.value) for est in made], "seconds": elapsed,
+               **{name: bounded.details[name] for name in ("lower_bound", "best_cells", "best_counts")
+                  if name in bounded.details}}
+    return check_estimate(replace(top, value=value, stderr=stderr, details=details), stacklevel=5)
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, *, executor=None,

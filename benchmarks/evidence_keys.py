@@ -9,11 +9,14 @@ the mean, the sd across keys, the mean stated stderr, and whether the sd stays w
 mean stated stderr + 0.5 (the issue's goal for T ≤ 4000). With ``--chib-at-best``, after each
 call (and outside its seconds), Chib's estimator with z* the call's best allocation (chains only:
 ``num_warmup=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another kind
-in the estimate's basin, and whether it agrees within two combined stderr.
+in the estimate's basin, and whether it agrees within two combined stderr. With ``--min-calls
+N``, each key's estimate pools N calls with keys of their own (``min_calls=N``), and each call's
+value is printed too.
 
     .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 2 --vb-restarts 400
+    .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 --min-calls 3
     .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
     .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008 --chib-at-best
 
@@ -62,6 +65,7 @@ def main(argv=None) -> None:
     parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     parser.add_argument("--chib-at-best", action="store_true", help="Chib from each call's best allocation")
     parser.add_argument("--vb-restarts", type=int, help="auto.AUTO_VB_RESTARTS for these calls (default: as set)")
+    parser.add_argument("--min-calls", type=int, default=1, help="calls pooled per key (min_calls)")
     args = parser.parse_args(argv)
     if args.vb_restarts:
         auto.AUTO_VB_RESTARTS = args.vb_restarts
@@ -83,7 +87,7 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
-            est = bam.log_evidence(model, X, rng_key=key)
+            est = bam.log_evidence(model, X, rng_key=key, min_calls=args.min_calls)
         stage = est.details.get("reference_stage") or {}
         used = [stage["starts"][i] for i in stage.get("chosen", [])]
         print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "
@@ -91,6 +95,8 @@ def main(argv=None) -> None:
               f"({len(stage.get('scout_estimates', []))} scouts; starts near the best pilot: {stage.get('basin_starts')}), "
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
+        if "call_values" in est.details:
+            print(f"  calls: {np.round(est.details['call_values'], 2).tolist()}", flush=True)
         if args.chib_at_best:
             chib_at_best(model, X, key, est)
         values.append(est.value)

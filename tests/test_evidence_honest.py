@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import bam_ppl as bam
-from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_runs
+from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
 
 
 def test_pool_runs_grows_with_disagreement():
@@ -198,3 +198,67 @@ def test_max_time_starts_no_round_that_would_end_past_it(monkeypatch, x2):
         est = bam.log_evidence(bam.models.nmf(2), x2, method="slow_runs_for_max_time", target_stderr=1e-3,
                                max_time=450)
     assert est.details["num_calls"] == 4 and clock[0] == 400.0
+
+
+def test_min_calls_pools_that_many_calls_with_keys_of_their_own(x2):
+    from bam_ppl.parallel import task_key
+
+    model, options = bam.models.nmf(2), dict(method="smc", num_particles=16, num_chains=2)
+    est = bam.log_evidence(model, x2, rng_key=3, min_calls=3, **options)
+    calls = [bam.log_evidence(model, x2, rng_key=task_key(3, c), **options) for c in range(3)]
+    runs = [run for call in calls for run in call.details["run_log_evidence"]]
+    assert est.details["num_calls"] == 3
+    assert est.details["call_values"] == pytest.approx([call.value for call in calls])
+    assert est.details["run_log_evidence"] == pytest.approx(runs)
+    assert (est.value, est.stderr) == pytest.approx(pool_calls([call.details["run_log_evidence"] for call in calls]))
+    assert est.value == pytest.approx(pool_runs(runs)[0]) and est.stderr >= pool_runs(runs)[1]
+    # With a target, the first round makes min_calls calls however precise the first call is.
+    assert bam.log_evidence(model, x2, rng_key=3, min_calls=3, target_stderr=100.0,
+                            **options).details["num_calls"] == 3
+    assert "num_calls" not in bam.log_evidence(model, x2, rng_key=3, min_calls=1, **options).details
+
+
+def test_min_calls_shows_the_spread_between_basins_that_one_call_hides(x2):
+    """Each call's runs agree within a tenth of a nat in the basin it found; the calls found two
+    basins 6 nats apart (as on ICEWS under Tucker(4, 4, 1)). One call states ± 0.05; three calls
+    state the spread, warn, and report the details of the highest call and the best bound's."""
+    from bam_ppl.infer.registry import register_evidence
+
+    basins = iter([-16.0, -10.0, -16.0])
+
+    @register_evidence("one_basin_per_call")
+    def one_basin(model, data, *, rng_key=0):
+        level = next(basins)
+        return EvidenceEstimate(level, 0.05, "one_basin_per_call", "estimate",
+                                {"run_log_evidence": [level - 0.1, level, level + 0.1, level],
+                                 "lower_bound": level - 30.0, "best_cells": np.array([[int(level)]]),
+                                 "best_counts": np.array([1]), "which": level})
+
+    model = bam.models.nmf(2)
+    with pytest.warns(bam.EvidenceWarning, match="runs disagree"):
+        est = bam.log_evidence(model, x2, method="one_basin_per_call", min_calls=3)
+    assert est.details["call_values"] == [-16.0, -10.0, -16.0]
+    assert est.value == pytest.approx(-10.0 - np.log(3), abs=0.01)
+    assert est.stderr > 1.0  # the one call's ± 0.05 hid a spread of 6 nats
+    assert est.details["which"] == -10.0 and est.details["lower_bound"] == -40.0
+    assert est.details["best_cells"].tolist() == [[-10]]
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_bad_min_calls_is_named_before_any_call(x2, bad, error):
+    with pytest.raises(error, match="min_calls"):
+        bam.log_evidence(bam.models.nmf(2), x2, method="smc", min_calls=bad)
+
+
+def test_pool_calls_is_the_jackknife_over_calls_where_they_disagree():
+    # Calls that agree: the runs' own error. Calls in two basins: leave-one-call-out values
+    # (−10.41, −16.0, −10.41 here) give the error, 3.73 nats, where the runs' gives 0.85.
+    agree = [[-10.0, -10.2], [-10.1, -9.9]]
+    assert pool_calls(agree) == pytest.approx(pool_runs(sum(agree, [])))
+    apart = [[-16.1, -16.0, -15.9, -16.0], [-10.1, -10.0, -9.9, -10.0], [-16.1, -16.0, -15.9, -16.0]]
+    value, stderr = pool_calls(apart)
+    leave_one_out = [pool_runs(sum(apart[:c] + apart[c + 1:], []))[0] for c in range(3)]
+    assert value == pytest.approx(pool_runs(sum(apart, []))[0])
+    assert stderr == pytest.approx(np.sqrt(2 / 3 * np.sum((np.array(leave_one_out) - np.mean(leave_one_out)) ** 2)))
+    assert stderr > 3.5 > 1.0 > pool_runs(sum(apart, []))[1]
+    assert pool_calls([[-3.0, -3.5]]) == pool_runs([-3.0, -3.5])
