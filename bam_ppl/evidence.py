@@ -172,7 +172,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, *, executor=None,
-            **options):
+            min_calls: int | None = None, **options):
     """Rank models by their log evidence.
 
     Parameters
@@ -183,11 +183,15 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         Estimator for every model, or a dict name -> method.
     rng_key : int or jax key
         Every model's estimator gets this key, so a row equals
-        ``log_evidence(model, data, method, rng_key)``.
+        ``log_evidence(model, data, method, rng_key, min_calls=min_calls)``.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs one task per model there (:mod:`bam_ppl.parallel`), the data sent to each worker
         once; the table is the same as without an executor. A model whose estimator raises
-        surfaces as a :class:`~bam_ppl.parallel.TaskError` naming the model.
+        surfaces as a :class:`~bam_ppl.parallel.TaskError` naming the model. With ``min_calls``,
+        the models run one after another, each model's calls at once there.
+    min_calls : int, optional
+        Independent calls pooled per model (:func:`log_evidence`): where a posterior has several
+        basins, only their spread shows it in a row's ``stderr``. Default: 1.
     **options
         Passed to every estimator call.
 
@@ -209,7 +213,12 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     if not isinstance(models, Mapping) or not models:
         raise ValueError("models must be a non-empty dict of name -> model")
     check_executor(executor)
-    remote = {} if executor is None else _remote_estimates(models, data, method, rng_key, options, executor)
+    if min_calls is not None:
+        from .validation import check_int
+
+        check_int(min_calls, "min_calls", minimum=1)
+    pooled = (min_calls or 1) > 1
+    remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)
     rows = []
     for name, model in models.items():
         if isinstance(model, EvidenceEstimate):
@@ -217,7 +226,8 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         elif name in remote:
             est = check_estimate(remote[name], stacklevel=3)
         else:
-            est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options)
+            est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options,
+                                executor if pooled else None, min_calls)
         rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
                          method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
     table = pd.DataFrame(rows).set_index("model")

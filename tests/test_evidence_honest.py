@@ -262,3 +262,18 @@ def test_pool_calls_is_the_jackknife_over_calls_where_they_disagree():
     assert stderr == pytest.approx(np.sqrt(2 / 3 * np.sum((np.array(leave_one_out) - np.mean(leave_one_out)) ** 2)))
     assert stderr > 3.5 > 1.0 > pool_runs(sum(apart, []))[1]
     assert pool_calls([[-3.0, -3.5]]) == pool_runs([-3.0, -3.5])
+
+
+def test_compare_pools_calls_per_model_like_log_evidence(x2):
+    from concurrent.futures import ThreadPoolExecutor
+
+    models, options = {"1": bam.models.nmf(1), "2": bam.models.nmf(2)}, dict(method="smc", num_particles=16, num_chains=2)
+    table = bam.compare(models, x2, rng_key=5, min_calls=2, **options)
+    alone = bam.log_evidence(models["2"], x2, rng_key=5, min_calls=2, **options)
+    assert table.loc["2", "log_evidence"] == pytest.approx(alone.value)
+    assert table.loc["2", "stderr"] == pytest.approx(alone.stderr)
+    with ThreadPoolExecutor(2) as pool:
+        on_pool = bam.compare(models, x2, rng_key=5, min_calls=2, executor=pool, **options)
+    np.testing.assert_allclose(on_pool["log_evidence"], table["log_evidence"])
+    with pytest.raises(ValueError, match="min_calls"):
+        bam.compare(models, x2, min_calls=0, **options)
