@@ -30,6 +30,10 @@ ADVICE = {
             "num_warmup or num_searches, and cross-check with method='tempered'.",
     "default": "Use more particles, runs or sweeps, target_stderr= to add runs, and cross-check with an "
                "estimator of another kind (method='tempered', 'chib').",
+    # Several calls pooled (min_calls, target_stderr) whose values differ: they found different basins.
+    "calls": "The calls found different basins (details['call_values']): the pooled value rests on the "
+             "highest, and a basin that no call reached may be higher still. More calls (min_calls=) "
+             "make missing the best basin less likely; the stated error includes the calls' spread.",
 }
 
 
@@ -106,7 +110,11 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
     vb_bound = details.get("vb_bound")
     if vb_bound is not None and np.isfinite(vb_bound) and (bound is None or vb_bound > bound):
         bound, what = vb_bound, "the VB bound, the best ELBO of its runs"
-    advice = ADVICE.get(estimate.method, ADVICE["default"])
+    calls = np.asarray(details.get("call_values", []), dtype=np.float64)
+    if calls.size > 1 and calls.max() - calls.min() > DISAGREEING_RUNS_SD:
+        advice = ADVICE["calls"]
+    else:
+        advice = ADVICE.get(estimate.method, ADVICE["default"])
     if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
         warnings.warn(
             f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
