@@ -28,6 +28,7 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
 from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
 from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
 from .types import KeyLike
+from .validation import check_int, check_positive
 
 # Independent calls of an estimator under target_stderr run in rounds; a round at most doubles
 # the calls made so far, so the calls never overshoot the projected need by more than twice.
@@ -88,8 +89,6 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
 def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None, min_calls=None):
     """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
     an EvidenceWarning (``stacklevel``) points at the user's line."""
-    from .validation import check_int
-
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     check_executor(executor)
@@ -124,8 +123,6 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
     ``executor`` when given), until the pooled error meets the target; the first round makes
     ``min_calls`` calls (without a target or a time limit, the only round)."""
-    from .validation import check_positive
-
     if target_stderr is not None:
         check_positive(target_stderr, "target_stderr")
     if max_time is not None:
@@ -142,12 +139,11 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
                 return est  # exact values and bounds have nothing to add up
             made.append(est)
         value, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
-        runs = [run for est in made for run in est.details["run_log_evidence"]]
         elapsed = time.perf_counter() - start
         if target_stderr is None and max_time is None:
             break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
-        if target_stderr is not None and stderr <= target_stderr and len(runs) > 1:
+        if target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
             break
         if max_time is not None:
             # No round that would end past max_time at the pace so far: a round finishes once
@@ -164,7 +160,8 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
     # allocation from the call that visited the best one.
     top = max(made, key=lambda est: est.value)
     bounded = max(made, key=lambda est: est.details.get("lower_bound", -np.inf))
-    details = {**top.details, "run_log_evidence": list(map(float, runs)), "num_calls": calls,
+    runs = [float(run) for est in made for run in est.details["run_log_evidence"]]
+    details = {**top.details, "run_log_evidence": runs, "num_calls": calls,
                "call_values": [float(est.value) for est in made], "seconds": elapsed,
                **{name: bounded.details[name] for name in ("lower_bound", "best_cells", "best_counts")
                   if name in bounded.details}}
@@ -214,8 +211,6 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         raise ValueError("models must be a non-empty dict of name -> model")
     check_executor(executor)
     if min_calls is not None:
-        from .validation import check_int
-
         check_int(min_calls, "min_calls", minimum=1)
     pooled = (min_calls or 1) > 1
     remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)

@@ -19,18 +19,13 @@ import time
 import warnings
 
 import numpy as np
+from node_moves import log_joint
 from real_data_evidence import experiment_model
 
 import bam_ppl as bam
 from bam_ppl.infer import auto
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.smc import tempered
-
-
-def log_joint(tp, config) -> float:
-    """log π(S) of the allocation with token configurations ``config``."""
-    prior, like = tempered.exact_log_terms(tp, tempered.counts_of_configs(tp, config))
-    return tp.joint_constant + prior + like - tempered.log_multinomial(tp, config)
 
 
 def config_of_maps(tp, child, maps) -> np.ndarray:
