@@ -131,8 +131,9 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
                 f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
                 "the samplers' best allocation: where the best basin is one that few starts reach, another "
                 "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
-                "rng_key values and keep the highest, or pass min_calls=3: three calls with keys of their own, "
-                "pooled, whose spread the stated error then includes.",
+                "rng_key values and keep the highest, or leave min_calls unset (method='auto' then pools the "
+                "three calls it advises) or pass min_calls=3: calls with keys of their own, pooled, whose "
+                "spread the stated error then includes.",
                 EvidenceWarning, stacklevel=stacklevel)
     if below_bound(estimate.value, estimate.stderr, bound):
         warnings.warn(

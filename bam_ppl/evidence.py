@@ -68,7 +68,11 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         Tucker(4, 4, 1); docs/evidence_methods.md), a call's runs agree within their own error,
         whichever basin it found: only calls with keys of their own show the spread between
         basins, and then the stated error does too (:func:`pool_calls`), and
-        :class:`EvidenceWarning` says that the runs disagree. Default: 1.
+        :class:`EvidenceWarning` says that the runs disagree. Default (None): one call, or as
+        many as that call advises (``details["advised_calls"]``): ``method="auto"`` advises three
+        where at most two independent starts of its search reached the basin it reports
+        (:func:`bam_ppl.infer.auto.advised_calls`), the further calls with the keys
+        ``fold_in(rng_key, c)``, c = 1, 2; ``min_calls=1`` makes one call whatever it advises.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
@@ -95,13 +99,29 @@ def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
     if target_stderr is None and max_time is None and (min_calls or 1) == 1:
+        start = time.perf_counter()
         if executor is None:
             est = fn(model, data, rng_key=rng_key, **options)
         else:
             [est] = run_tasks(executor, evidence_task, [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))],
                               data)
+        if min_calls is None:
+            est = _advised_calls(est, start, fn, model, data, rng_key, options, executor)
         return check_estimate(est, stacklevel=4)
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls or 1)
+    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls)
+
+
+def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_key, options,
+                   executor=None) -> EvidenceEstimate:
+    """``first`` pooled with the further calls its estimator advises (``details["advised_calls"]``:
+    ``method="auto"`` where few independent starts reached the basin it reports), call ``c`` with
+    the key ``fold_in(rng_key, c)``; ``first`` itself where it advises none."""
+    advised = int(first.details.get("advised_calls", 1)) if first.kind == "estimate" else 1
+    if advised <= 1 or "run_log_evidence" not in first.details:
+        return first
+    tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
+             for call in range(1, advised)]
+    return _pooled([first, *run_tasks(executor, evidence_task, tasks, data)], time.perf_counter() - start)
 
 
 def _label(model, estimator: str, call: int | None = None) -> str:
@@ -119,16 +139,17 @@ def _next_round(calls: int, stderr: float, target_stderr: float | None) -> int:
 
 
 def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor,
-                   min_calls: int = 1) -> EvidenceEstimate:
+                   min_calls: int | None = None) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
     ``executor`` when given), until the pooled error meets the target; the first round makes
-    ``min_calls`` calls (without a target or a time limit, the only round)."""
+    ``min_calls`` calls (without a target or a time limit, the only round). Without ``min_calls``,
+    at least as many calls as the first call advises (``details["advised_calls"]``)."""
     if target_stderr is not None:
         check_positive(target_stderr, "target_stderr")
     if max_time is not None:
         check_positive(max_time, "max_time")
     start = time.perf_counter()
-    made, calls, size = [], 0, min_calls
+    made, calls, size = [], 0, min_calls or 1
     while True:
         tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
                  for call in range(calls, calls + size)]
@@ -138,12 +159,15 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
             if est.kind != "estimate" or "run_log_evidence" not in est.details:
                 return est  # exact values and bounds have nothing to add up
             made.append(est)
-        value, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
+        _, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
         elapsed = time.perf_counter() - start
         if target_stderr is None and max_time is None:
             break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
-        if target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
+        advised = 1 if min_calls is not None else int(made[0].details.get("advised_calls", 1))
+        if calls < advised:
+            size = max(size, advised - calls)  # a search that one call cannot judge: as many as advised
+        elif target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
             break
         if max_time is not None:
             # No round that would end past max_time at the pace so far: a round finishes once
@@ -156,16 +180,22 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
                     f"± {stderr:.3g} nats, above target_stderr={target_stderr}; raise max_time or "
                     "use a more efficient method (method='tempered')", EvidenceWarning, stacklevel=3)
             break
-    # The details of the highest call (it dominates the pooled value), the sure bound and its
-    # allocation from the call that visited the best one.
+    return check_estimate(_pooled(made, elapsed), stacklevel=5)
+
+
+def _pooled(made: list, elapsed: float) -> EvidenceEstimate:
+    """Independent calls' estimates as one (:func:`pool_calls`): the details of the highest call (it
+    dominates the pooled value), the sure bound and its allocation from the call that visited the
+    best one, each call's value (``call_values``), their number and the seconds they took."""
+    value, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
     top = max(made, key=lambda est: est.value)
     bounded = max(made, key=lambda est: est.details.get("lower_bound", -np.inf))
     runs = [float(run) for est in made for run in est.details["run_log_evidence"]]
-    details = {**top.details, "run_log_evidence": runs, "num_calls": calls,
+    details = {**top.details, "run_log_evidence": runs, "num_calls": len(made),
                "call_values": [float(est.value) for est in made], "seconds": elapsed,
                **{name: bounded.details[name] for name in ("lower_bound", "best_cells", "best_counts")
                   if name in bounded.details}}
-    return check_estimate(replace(top, value=value, stderr=stderr, details=details), stacklevel=5)
+    return replace(top, value=value, stderr=stderr, details=details)
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, *, executor=None,
@@ -188,7 +218,8 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         the models run one after another, each model's calls at once there.
     min_calls : int, optional
         Independent calls pooled per model (:func:`log_evidence`): where a posterior has several
-        basins, only their spread shows it in a row's ``stderr``. Default: 1.
+        basins, only their spread shows it in a row's ``stderr``. Default (None): as many as
+        each model's first call advises, as in :func:`log_evidence`.
     **options
         Passed to every estimator call.
 
@@ -213,13 +244,18 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
     pooled = (min_calls or 1) > 1
+    start = time.perf_counter()
     remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)
     rows = []
     for name, model in models.items():
         if isinstance(model, EvidenceEstimate):
             est = model
         elif name in remote:
-            est = check_estimate(remote[name], stacklevel=3)
+            est = remote[name]
+            if min_calls is None:  # the further calls a model's search advises, on the executor too
+                est = _advised_calls(est, start, find_evidence(_method_of(method, name), model), model, data, rng_key,
+                                     options, executor)
+            est = check_estimate(est, stacklevel=3)
         else:
             est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options,
                                 executor if pooled else None, min_calls)

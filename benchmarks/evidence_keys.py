@@ -10,8 +10,9 @@ mean stated stderr + 0.5 (the issue's goal for T ≤ 4000). With ``--chib-at-bes
 call (and outside its seconds), Chib's estimator with z* the call's best allocation (chains only:
 ``num_warmup=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another kind
 in the estimate's basin, and whether it agrees within two combined stderr. With ``--min-calls
-N``, each key's estimate pools N calls with keys of their own (``min_calls=N``), and each call's
-value is printed too.
+N``, each key's estimate pools N calls with keys of their own (``min_calls=N``); without it, as
+many as the first call advises (``details["advised_calls"]``, the default of ``bam.log_evidence``);
+where there are several, each call's value is printed too.
 
     .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
@@ -65,7 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     parser.add_argument("--chib-at-best", action="store_true", help="Chib from each call's best allocation")
     parser.add_argument("--vb-restarts", type=int, help="auto.AUTO_VB_RESTARTS for these calls (default: as set)")
-    parser.add_argument("--min-calls", type=int, default=1, help="calls pooled per key (min_calls)")
+    parser.add_argument("--min-calls", type=int, help="calls pooled per key (min_calls; default: as the first call advises)")
     args = parser.parse_args(argv)
     if args.vb_restarts:
         auto.AUTO_VB_RESTARTS = args.vb_restarts
@@ -96,7 +97,8 @@ def main(argv=None) -> None:
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
         if "call_values" in est.details:
-            print(f"  calls: {np.round(est.details['call_values'], 2).tolist()}", flush=True)
+            print(f"  calls: {np.round(est.details['call_values'], 2).tolist()} ({est.details.get('reason', '')})",
+                  flush=True)
         if args.chib_at_best:
             chib_at_best(model, X, key, est)
         values.append(est.value)

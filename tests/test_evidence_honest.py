@@ -277,3 +277,73 @@ def test_compare_pools_calls_per_model_like_log_evidence(x2):
     np.testing.assert_allclose(on_pool["log_evidence"], table["log_evidence"])
     with pytest.raises(ValueError, match="min_calls"):
         bam.compare(models, x2, min_calls=0, **options)
+
+
+def _register_advising_estimator():
+    """A stand-in estimator whose level depends on its key and that advises three calls, as
+    method="auto" does where few independent starts reached the basin it reports."""
+    from bam_ppl.infer.registry import register_evidence
+    from bam_ppl.types import as_key
+
+    def level(rng_key) -> float:
+        return float(-20.0 + 10.0 * jax.random.uniform(as_key(rng_key)))
+
+    @register_evidence("advises_three_calls")
+    def advises(model, data, *, rng_key=0):
+        v = level(rng_key)
+        return EvidenceEstimate(v, 0.05, "advises_three_calls", "estimate",
+                                {"run_log_evidence": [v - 0.05, v + 0.05], "lower_bound": v - 30.0, "advised_calls": 3})
+
+    return level
+
+
+def test_calls_advised_by_the_estimator_are_made_unless_min_calls_is_given(x2):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bam_ppl.parallel import task_key
+
+    level, model = _register_advising_estimator(), bam.models.nmf(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)  # the calls' levels differ by up to 10 nats
+        est = bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7)
+        # The first call with the key itself, the further ones with fold_in(key, c), pooled.
+        levels = [level(7), level(task_key(7, 1)), level(task_key(7, 2))]
+        assert est.details["num_calls"] == 3 and est.details["call_values"] == pytest.approx(levels)
+        assert (est.value, est.stderr) == pytest.approx(pool_calls([[v - 0.05, v + 0.05] for v in levels]))
+        # min_calls given: exactly (at least) that many, whatever the estimator advises.
+        assert "num_calls" not in bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
+                                                   min_calls=1).details
+        assert bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
+                                min_calls=4).details["num_calls"] == 4
+        # With a target the first call's own error would meet, the advised calls are still made.
+        assert bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
+                                target_stderr=100.0).details["num_calls"] == 3
+        # compare: each model's row as log_evidence gives it, on an executor too.
+        models = {"a": model, "b": bam.models.nmf(1)}
+        table = bam.compare(models, x2, method="advises_three_calls", rng_key=7)
+        with ThreadPoolExecutor(2) as pool:
+            on_pool = bam.compare(models, x2, method="advises_three_calls", rng_key=7, executor=pool)
+    assert table.loc["a", "log_evidence"] == pytest.approx(est.value)
+    assert table.loc["a", "stderr"] == pytest.approx(est.stderr)
+    np.testing.assert_allclose(on_pool["log_evidence"], table["log_evidence"])
+    np.testing.assert_allclose(on_pool["stderr"], table["stderr"])
+
+
+def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
+    from bam_ppl.infer import auto
+
+    def estimate(method, reached, starts=("sampled", "vb", "scout 0", "scout 1")):
+        names = list(starts)
+        pilots = [-1.0 if i < reached else -50.0 for i in range(len(names))]
+        stage = dict(starts=names, pilots=pilots, basin_starts=auto.basin_starts(names, pilots))
+        return EvidenceEstimate(-1.0, 0.1, method, "estimate", {"reference_stage": stage, "run_log_evidence": [-1.0]})
+
+    fragile = auto.AUTO_FRAGILE_STARTS
+    calls, why = auto.advised_calls(estimate("reference", fragile), 2000)
+    assert calls == auto.AUTO_FRAGILE_CALLS > 1 and f"{fragile} of 4 independent starts" in why
+    assert auto.advised_calls(estimate("chib+reference", 1), 2000)[0] == auto.AUTO_FRAGILE_CALLS
+    assert auto.advised_calls(estimate("reference", fragile + 1), 2000) == (1, None)
+    # Not where the reference runs are not reported, nor where the samplers' start is relied on.
+    assert auto.advised_calls(estimate("chib", 1), 2000) == (1, None)
+    assert auto.advised_calls(estimate("reference", 1), auto.AUTO_SAMPLERS_MAX_TOKENS) == (1, None)
+    assert auto.advised_calls(EvidenceEstimate(-1.0, 0.1, "smc", "estimate", {}), 2000) == (1, None)

@@ -147,6 +147,20 @@ AUTO_VB_REFERENCES = 2
 # key 7: −1500.2 from the reference part's best allocation against −1558.7 for 100 restarts; ICEWS
 # under Tucker(4, 4, 1), key 1: −3468.1 against −3608.5 (benchmarks/README.md). A bound that much
 # closer makes "an estimate below the VB bound is wrong" a check that bites.
+# A search whose best basin at most AUTO_FRAGILE_STARTS independent starts reached (the samplers'
+# best allocation, the VB fit, each scout: ``basin_starts``) is one that another key may end in
+# another basin, and the runs of one call, which share its search, cannot show that: bam.log_evidence
+# then pools AUTO_FRAGILE_CALLS calls with keys of their own (details["advised_calls"]), whose
+# spread the stated error includes (bam_ppl.estimate.pool_calls). ICEWS under Tucker(4, 4, 1),
+# T = 3519: one or two starts reached the best basin in keys 1-5, whose single calls spread by
+# sd 16.4 across six keys while each stated 0.1-1.8; three calls pooled stated ± 23.5 and ± 4.6 on
+# two keys whose values lay 0.84 apart. Where starts agree (NMF(4) at T = 1000: 9-10 of 10 starts;
+# T = 4000: 16 of 18 candidates; Abalone CP(8): 5-9) one call stays enough. Letter bigrams under
+# NMF(4): 2-6 starts in six keys, so one key in six pools three calls (benchmarks/README.md).
+# Not from AUTO_SAMPLERS_MAX_TOKENS tokens on, where the samplers' start was reliable (NMF(4),
+# T = 16 000: five keys spread by sd 0.90) and three calls would take 15 minutes.
+AUTO_FRAGILE_STARTS = 2
+AUTO_FRAGILE_CALLS = 3
 AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
 AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain: about 7 s for the eight on two cores (NMF(4))
 
@@ -201,7 +215,24 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
         est = tempered_then_chib(model, data, rng_key, options)
     else:
         est = fn(model, data, rng_key=rng_key, **{k: v for k, v in options.items() if k in option_names(fn)})
-    return replace(est, details={**est.details, "selected_by": "auto", "reason": reason})
+    calls, why = advised_calls(est, model.as_data(data).total)
+    if calls > 1:
+        reason += f"; {why}: {calls} calls advised"
+    return replace(est, details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
+
+
+def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | None]:
+    """How many independent calls ``est``'s search asks for (AUTO_FRAGILE_CALLS where at most
+    AUTO_FRAGILE_STARTS independent starts reached the basin of the reported reference runs, else
+    one), and why. :func:`bam_ppl.log_evidence` makes them unless ``min_calls`` is given."""
+    stage = est.details.get("reference_stage") or {}
+    if not stage or num_tokens >= AUTO_SAMPLERS_MAX_TOKENS or "reference" not in est.method.split("+"):
+        return 1, None
+    reached = stage["basin_starts"]
+    if reached > AUTO_FRAGILE_STARTS:
+        return 1, None
+    return AUTO_FRAGILE_CALLS, (f"{reached} of {len(set(stage['starts']))} independent starts reached the best "
+                                "basin, so another key may end in another")
 
 
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
