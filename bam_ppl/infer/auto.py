@@ -157,6 +157,9 @@ AUTO_VB_REFERENCES = 2
 # two keys whose values lay 0.84 apart. Where starts agree (NMF(4) at T = 1000: 9-10 of 10 starts;
 # T = 4000: 16 of 18 candidates; Abalone CP(8): 5-9) one call stays enough. Letter bigrams under
 # NMF(4): 2-6 starts in six keys, so one key in six pools three calls (benchmarks/README.md).
+# Also where the scout batches ran out while their rule still asked for more (the best basin a
+# scout's, fewer than AUTO_SCOUT_CLOSE references near it): ICEWS key 6, whose samplers' and VB
+# starts missed every good basin and 3 of 24 scouts reached one 43 nats below the best.
 # Not from AUTO_SAMPLERS_MAX_TOKENS tokens on, where the samplers' start was reliable (NMF(4),
 # T = 16 000: five keys spread by sd 0.90) and three calls would take 15 minutes.
 AUTO_FRAGILE_STARTS = 2
@@ -228,11 +231,15 @@ def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | No
     stage = est.details.get("reference_stage") or {}
     if not stage or num_tokens >= AUTO_SAMPLERS_MAX_TOKENS or "reference" not in est.method.split("+"):
         return 1, None
-    reached = stage["basin_starts"]
-    if reached > AUTO_FRAGILE_STARTS:
+    reached, starts = stage["basin_starts"], len(set(stage["starts"]))
+    if reached <= AUTO_FRAGILE_STARTS:
+        why = f"{reached} of {starts} independent starts reached the best basin"
+    elif stage.get("scouts_wanted"):
+        why = (f"the scouts' {AUTO_SCOUT_BATCHES} batches ended with a scout's basin best and {reached} of {starts} "
+               "independent starts in it")
+    else:
         return 1, None
-    return AUTO_FRAGILE_CALLS, (f"{reached} of {len(set(stage['starts']))} independent starts reached the best "
-                                "basin, so another key may end in another")
+    return AUTO_FRAGILE_CALLS, why + ", so another key may end in another"
 
 
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
@@ -376,6 +383,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], vb_restarts=vb.value,
                           starts=names, pilots=pilots, chosen=chosen, basin_starts=basin_starts(names, pilots),
+                          scouts_wanted=more_scouts(names, pilots),
                           reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
                           scout_estimates=scout_estimates)
 
