@@ -121,7 +121,10 @@ def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_k
         return first
     tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
              for call in range(1, advised)]
-    return _pooled([first, *run_tasks(executor, evidence_task, tasks, data)], time.perf_counter() - start)
+    pooled = _pooled([first, *run_tasks(executor, evidence_task, tasks, data)], time.perf_counter() - start)
+    # Why the calls were made is the first call's to say (the other details are the highest call's).
+    why = {name: first.details[name] for name in ("reason", "advised_calls") if name in first.details}
+    return replace(pooled, details={**pooled.details, **why})
 
 
 def _label(model, estimator: str, call: int | None = None) -> str:

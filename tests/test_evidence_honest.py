@@ -292,7 +292,8 @@ def _register_advising_estimator():
     def advises(model, data, *, rng_key=0):
         v = level(rng_key)
         return EvidenceEstimate(v, 0.05, "advises_three_calls", "estimate",
-                                {"run_log_evidence": [v - 0.05, v + 0.05], "lower_bound": v - 30.0, "advised_calls": 3})
+                                {"run_log_evidence": [v - 0.05, v + 0.05], "lower_bound": v - 30.0, "advised_calls": 3,
+                                 "reason": f"level {v}"})
 
     return level
 
@@ -309,6 +310,7 @@ def test_calls_advised_by_the_estimator_are_made_unless_min_calls_is_given(x2):
         # The first call with the key itself, the further ones with fold_in(key, c), pooled.
         levels = [level(7), level(task_key(7, 1)), level(task_key(7, 2))]
         assert est.details["num_calls"] == 3 and est.details["call_values"] == pytest.approx(levels)
+        assert est.details["reason"] == f"level {levels[0]}"  # why: the first call's, whichever is highest
         assert (est.value, est.stderr) == pytest.approx(pool_calls([[v - 0.05, v + 0.05] for v in levels]))
         # min_calls given: exactly (at least) that many, whatever the estimator advises.
         assert "num_calls" not in bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
