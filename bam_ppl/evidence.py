@@ -119,12 +119,17 @@ def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_k
     advised = int(first.details.get("advised_calls", 1)) if first.kind == "estimate" else 1
     if advised <= 1 or "run_log_evidence" not in first.details:
         return first
-    tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
-             for call in range(1, advised)]
-    pooled = _pooled([first, *run_tasks(executor, evidence_task, tasks, data)], time.perf_counter() - start)
+    pooled = _pooled([first, *_calls(executor, fn, model, data, rng_key, options, range(1, advised))],
+                     time.perf_counter() - start)
     # Why the calls were made is the first call's to say (the other details are the highest call's).
     why = {name: first.details[name] for name in ("reason", "advised_calls") if name in first.details}
     return replace(pooled, details={**pooled.details, **why})
+
+
+def _calls(executor, fn, model, data, rng_key, options, calls) -> list:
+    """The estimator's calls ``calls`` (on ``executor`` when given), call ``c`` with the key ``fold_in(rng_key, c)``."""
+    tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options)) for call in calls]
+    return run_tasks(executor, evidence_task, tasks, data)
 
 
 def _label(model, estimator: str, call: int | None = None) -> str:
@@ -154,9 +159,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
     start = time.perf_counter()
     made, calls, size = [], 0, min_calls or 1
     while True:
-        tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options))
-                 for call in range(calls, calls + size)]
-        estimates = run_tasks(executor, evidence_task, tasks, data)
+        estimates = _calls(executor, fn, model, data, rng_key, options, range(calls, calls + size))
         calls += size
         for est in estimates:
             if est.kind != "estimate" or "run_log_evidence" not in est.details:
