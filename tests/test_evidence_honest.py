@@ -334,11 +334,10 @@ def test_calls_advised_by_the_estimator_are_made_unless_min_calls_is_given(x2):
 def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
     from bam_ppl.infer import auto
 
-    def estimate(method, reached, starts=("sampled", "vb", "scout 0", "scout 1"), scouts_wanted=False):
+    def estimate(method, reached, starts=("sampled", "vb", "scout 0", "scout 1")):
         names = list(starts)
         pilots = [-1.0 if i < reached else -50.0 for i in range(len(names))]
-        stage = dict(starts=names, pilots=pilots, basin_starts=auto.basin_starts(names, pilots),
-                     scouts_wanted=scouts_wanted)
+        stage = dict(starts=names, pilots=pilots, basin_starts=auto.basin_starts(names, pilots))
         return EvidenceEstimate(-1.0, 0.1, method, "estimate", {"reference_stage": stage, "run_log_evidence": [-1.0]})
 
     fragile = auto.AUTO_FRAGILE_STARTS
@@ -347,7 +346,8 @@ def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
     assert auto.advised_calls(estimate("chib+reference", 1), 2000)[0] == auto.AUTO_FRAGILE_CALLS
     assert auto.advised_calls(estimate("reference", fragile + 1), 2000) == (1, None)
     # More starts in the best basin, but the scout batches ran out while their rule asked for more.
-    calls, why = auto.advised_calls(estimate("reference", fragile + 1, scouts_wanted=True), 2000)
+    calls, why = auto.advised_calls(estimate("reference", fragile + 1, starts=("scout 0", "sampled", "vb", "scout 1")),
+                                    2000)
     assert calls == auto.AUTO_FRAGILE_CALLS and "batches ended" in why
     # Not where the reference runs are not reported, nor where the samplers' start is relied on.
     assert auto.advised_calls(estimate("chib", 1), 2000) == (1, None)

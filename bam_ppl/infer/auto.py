@@ -234,7 +234,7 @@ def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | No
     reached, starts = stage["basin_starts"], len(set(stage["starts"]))
     if reached <= AUTO_FRAGILE_STARTS:
         why = f"{reached} of {starts} independent starts reached the best basin"
-    elif stage.get("scouts_wanted"):
+    elif more_scouts(stage["starts"], stage["pilots"]):  # the batches ran out while the rule asked for more
         why = (f"the scouts' {AUTO_SCOUT_BATCHES} batches ended with a scout's basin best and {reached} of {starts} "
                "independent starts in it")
     else:
@@ -383,7 +383,6 @@ def reference_stage(model, data, key, found, vb, tempered_options):
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], vb_restarts=vb.value,
                           starts=names, pilots=pilots, chosen=chosen, basin_starts=basin_starts(names, pilots),
-                          scouts_wanted=more_scouts(names, pilots),
                           reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
                           scout_estimates=scout_estimates)
 
