@@ -168,8 +168,8 @@ def main():
                                                         res_per, rep + 1))
             print(f"  repeat {rep + 1}/{args.repeats} done", flush=True)
 
-    print(f"\n| resampling | P | bam_ppl upd/s wall (cpu) | Octave SMC_CP upd/s wall (cpu) | "
-          f"ratio wall | ratio cpu | bam_ppl log Z | Octave log Z | bam_ppl resampled |")
+    print("\n| resampling | P | bam_ppl upd/s wall (cpu) | Octave SMC_CP upd/s wall (cpu) | "
+          "ratio wall | ratio cpu | bam_ppl log Z | Octave log Z | bam_ppl resampled |")
     print("|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         setting, particles = case
