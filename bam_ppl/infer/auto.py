@@ -6,7 +6,7 @@ nonzero cells hold many tokens each — and otherwise estimators of different ki
 tempered SMC over allocations, the Chib-style estimator with the tempered SMC's best
 allocation as a candidate for its z*, and from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered
 SMC from a reference around the best allocation found (:func:`tempered_then_chib`). The thresholds come from
-measurements recorded in benchmarks/README.md ("Choosing an evidence method"); the estimate's
+the benchmarks in benchmarks/README.md; the estimate's
 ``method`` names the estimator whose value is reported and ``details["selected_by"]`` says it was
 chosen automatically, with the reason.
 """
@@ -30,75 +30,46 @@ from .smc.tempered import REFERENCE_MIN_SWEEPS, allocation_near_counts, referenc
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
 AUTO_MAX_TENSORS = 20_000
-# The Pólya-urn SMC (default options) agrees with the tempered SMC within its error up to this
-# many tokens on structured NMF data (benchmarks/README.md); from about 50 tokens on its runs
-# spread by nats and fall below the tempered estimate, and at 400 tokens they are 5-100 nats low.
+# Beyond a few dozen tokens the Pólya-urn SMC's runs spread and fall below the tempered estimate.
 AUTO_SMC_MAX_TOKENS = 25
-# Few nonzero cells holding many tokens each (HairEyeColor under CP(2): 32 cells, 18.5 tokens per
-# cell): the tempered SMC's moves do not carry the particles between the posterior's groupings of
-# whole cells and its runs land several nats low and spread, while the Pólya-urn SMC agrees with
-# high-effort references within its error (benchmarks/README.md, "Choosing an evidence method").
+# Few nonzero cells holding many tokens each (HairEyeColor): the tempered SMC's moves do not carry
+# the particles between groupings of whole cells, the Pólya-urn SMC stays accurate
+# (benchmarks/README.md, "Which estimator on small tables with many tokens per cell").
 AUTO_SMC_MIN_TOKENS_PER_CELL = 10.0
 AUTO_SMC_MAX_CELLS = 64
-# Particles of the Pólya-urn SMC on such tables unless given: with the default 1000 its runs spread
-# by up to 1.5 nats (dense 6 × 8 NMF(2), 600 tokens), with 10 000 by 0.5 at under a second each.
+# Particles of the Pólya-urn SMC on such tables unless given: more particles narrow its runs' spread.
 AUTO_DENSE_SMC_PARTICLES = 10_000
 AUTO_CANDIDATES = ("exact", "smc", "tempered")
 # The tempered SMC's particles in tempered_then_chib, unless given, from the length of its
 # adaptive schedule in a cheap pilot run (AUTO_PILOT_PARTICLES particles, one run). A short
-# schedule (NMF(4) on 50 × 70 counts, T = 1000 to 16 000: 12-27 temperatures) is the regime where
-# its single-token moves carry the particles and its best allocations are Chib's best candidates
-# for z* (AUTO_TEMPERED_PARTICLES: with 64 instead at T = 16 000, Chib kept −8676.8 against
-# −8661.6). A long one (CP on the confusion tensors: 46-97; Abalone under CP(3): 106-147) is the
-# regime where it lands tens to hundreds of nats low and Chib's own search finds better z*; there
-# it is only the cross-check, run with AUTO_LONG_SCHEDULE_PARTICLES (Abalone CP(3): 76 CPU s in
-# all instead of 337, the estimate unchanged). 16 rather than 64: its runs land 650-1150 nats low
-# either way and Chib's own search mostly beat their best allocations as z*: the reported value
-# and Chib's were unchanged on ICEWS Tucker(4, 4, 1) key 1 (Chib −3471.31 ± 58.23 both) and CP(8)
-# on the confusion tensor of true rank 7 (−970.27 ± 0.06 both), and within their errors on
-# Abalone CP(8) key 1 (−2252.58 ± 0.05 and −2252.46 ± 0.17; one Chib run of four took another
-# z*; keys 1-3 spread by 0.11 against a stated 0.13), while the calls took 168.1 instead of
-# 209.2 s (ICEWS), 167.1 instead of 219.2 s (Abalone CP(8)) and 50.6 instead of 59.9 s (CP(8));
-# benchmarks/README.md.
+# schedule is the regime where its single-token moves carry the particles and its best
+# allocations are Chib's best candidates for z* (AUTO_TEMPERED_PARTICLES). A long one (CP on
+# sparse three-way tensors, Abalone) is where it lands far low and Chib's own search finds better
+# z*; there it is only the cross-check, run with AUTO_LONG_SCHEDULE_PARTICLES.
 AUTO_PILOT_PARTICLES = 16
 AUTO_SHORT_SCHEDULE = 40
 AUTO_TEMPERED_PARTICLES = 256
-# From AUTO_REFERENCE_CARRIES_TOKENS tokens on the reference part carries the estimate (NMF(4),
-# T = 4000: reference ± 0.11 against the prior-started SMC's ± 2.27 with 256 particles), and the
-# prior-started SMC, the largest cost of a call (19 of 61 s), runs with AUTO_CARRIED_PARTICLES:
-# 128 gave −5241.40 ± 0.22, −5242.04 ± 0.24, −5241.30 ± 0.35 in 52-64 s (keys 0-2), 64 gives
-# −5241.64 ± 0.15, −5241.77 ± 0.31, −5241.09 ± 1.26 in 48-60 s (benchmarks/README.md).
+# From AUTO_REFERENCE_CARRIES_TOKENS tokens on the reference part carries the estimate, so the
+# prior-started SMC, until then a call's largest cost, runs with AUTO_CARRIED_PARTICLES.
 AUTO_REFERENCE_CARRIES_TOKENS = 3000
 AUTO_CARRIED_PARTICLES = 64
 AUTO_LONG_SCHEDULE_PARTICLES = 16
 # tempered_then_chib pools the runs of both estimators when they agree within this many combined
 # standard errors (the rule by which bam.compare calls two rows indistinguishable) and the pooled
-# error is the smaller, and keeps the higher one otherwise. NMF(4), T = 4000: the tempered SMC
-# kept alone gave −5239.80 ± 2.27 (its four runs spread by 5 nats), the eight runs of both pooled
-# −5240.28 ± 1.26 (benchmarks/README.md).
+# error is the smaller, and keeps the higher one otherwise.
 AGREE_STDERRS = 2.0
 # From this many tokens on, a third estimate: the tempered SMC from a reference built by long
 # posterior chains from the best allocation the first two found (run_tempered's ``reference``),
-# whose path from a product distribution near the posterior stays short as T grows. NMF(4),
-# 50 × 70, at T = 16 000 it lands 150 nats above the other two, which fall behind as T grows
-# (benchmarks/README.md); on tiny data (26 tokens) it misses minor modes the prior-started SMC
-# finds (0.1 nats low), so it starts here.
+# whose path from a product distribution near the posterior stays short as T grows; on tiny data
+# it misses minor modes the prior-started SMC finds, so it starts here.
 AUTO_REFERENCE_MIN_TOKENS = 1000
 # From this many tokens on only the reference part runs, from the best allocation of a pilot of
-# the prior-started SMC: at T = 4000 the three parts agree, at T = 16 000 the prior-started SMC
-# and Chib were 150 nats below it and took half of the time (benchmarks/README.md).
+# the prior-started SMC: the other two parts fall behind it at that size and cost more.
 AUTO_SAMPLERS_MAX_TOKENS = 8000
 # References built (one chain each from the start allocations), each tried by a pilot run; the
 # main runs start from those whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best
-# pilot, in turn. Chains settle in modes of different mass, so references differ: NMF(4),
-# T = 16 000, pilots of eight references (12 800 sweeps each) from one allocation: −8497.4 to
-# −8545.9, those in the dominant mode within about 8 nats of each other, the others 10 nats or
-# more below. Four runs from one shared reference stated ± 0.7 to 4.7 while five keys spread by
-# sd 5.6: the choice among the references the pilots cannot tell apart varies the value, so the
-# runs replicate it. Two groups of four with two runs from the best of each (the rule before)
-# spread widely whenever one group had no reference in the dominant mode (one key of five:
-# −8491.59 ± 8.00, runs −8520.7, −8521.7, −8497.7, −8490.2). This rule, the same five keys:
-# −8493.10 to −8495.21, sd 0.90, stated ± 0.20 to 1.83, under 4 minutes each (benchmarks/README.md).
+# pilot, in turn. Chains settle in modes of different mass, so references differ, and the runs
+# replicate the choice among those the pilots cannot tell apart (benchmarks/README.md).
 AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
@@ -106,67 +77,37 @@ AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps
 # Further references from poor starts: the best allocations of AUTO_SCOUTS cheap runs of the
 # tempered SMC from the prior (scouts), one chain from each (:func:`scout_sweeps` long), tried by
 # pilots beside the others. The basin that carries the posterior mass need not hold the highest
-# peak, and chains stay in the basin they start in: letter bigrams under NMF(4), T = 2000,
-# references from the best allocation found (also from 32 Chib searches, or chains of up to
-# 102 400 sweeps) piloted at −1498 to −1508 in keys where the calls landed 15 nats low, while
-# chains of 12 800 sweeps (6400 were too few) from eight scouts' best allocations (their runs'
-# estimates −1790 to −2040) gave references piloting above −1490 in each of eight keys, 18 of
-# the 64; from four scouts with two chains each, two calls of four missed (benchmarks/README.md).
+# peak, and chains stay in the basin they start in.
 AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
 # Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while the best pilot is a scout's and
 # fewer than AUTO_SCOUT_CLOSE candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of it: where the
-# best basin is one that few starts reach, one batch of eight often has no start in it. Letter
-# bigrams under NMF(4), key 2: two of eight scouts piloted near the best (−1488.0, −1491.1; every
-# other candidate −1504.8 or lower) and the call gave −1486.44 ± 0.39, 4 nats below the other
-# keys; two more batches found starts piloting at −1487.7, −1485.4 and −1487.1, and the call gives
-# −1482.62 ± 1.28 (six keys: sd 1.01 against a mean stated 1.11, before 2.07 against 0.72). Where
-# the samplers' chains reach the best basin (NMF(4) at T = 4000: 16 of 18 candidates within 5
-# nats) no batch is added; nor where a start of the samplers' or of VB pilots best (NMF(4) at
-# T = 16 000: without that condition a second batch was sent, and the call took 365 s instead of
-# 287-316; benchmarks/README.md).
+# best basin is one that few starts reach, one batch of eight often has no start in it.
 AUTO_SCOUT_BATCHES = 3
 AUTO_SCOUT_CLOSE = 4
 # The VB fit whose bound is the yardstick (details["vb_bound"]) is also a search for starts: from
 # AUTO_REFERENCE_MIN_TOKENS tokens on it has AUTO_VB_RESTARTS restarts, and its best fit, rounded
 # to an allocation, always starts AUTO_VB_REFERENCES references (half of the candidates where its
-# bound lies above the samplers' best allocation). The fit in the basin that carries the mass is a
-# rare optimum: ICEWS under Tucker(4, 4, 1), T = 3519, keys 1-3, references from the best of 100
-# restarts piloted at −3446.8 to −3450.4 — the basin of the best estimates (−3445), which no other
-# start reached in key 2 — against −3497.0 to −3547.6 from the best of 10 and −3496.9 to −3572.1
-# from the best of 30 or 50 in some keys; letter bigrams under NMF(4), key 2: −1482.7 (the dominant
-# basin) from 100 restarts, −1521.9 from 10. The restarts are screened (vb's screen_iters): all
-# run 200 iterations, the best 10 on to convergence; on ICEWS the best after 200 iterations was
-# the best after 1000 in keys 1 and 2, and 100 restarts run to the end took 12-23 s there and
-# 12 s on NMF(4) at T = 4000, against 1-3 s for 10 (benchmarks/README.md).
+# bound lies above the samplers' best allocation): the fit in the basin that carries the mass can
+# be a rare optimum. The restarts are screened (vb's screen_iters), so that many cost little.
 AUTO_VB_RESTARTS = 100
 AUTO_VB_SCREEN = dict(screen_iters=200, screen_keep=10)
 AUTO_VB_REFERENCES = 2
 # The VB bound (details["vb_bound"]) is the best of those restarts and of VB runs from the best
 # allocation of every part (vb's ``start``): coordinate ascent from a sampled allocation climbs to
-# the optimum of its basin, far above what random restarts reach. Letter bigrams under NMF(4),
-# key 7: −1500.2 from the reference part's best allocation against −1558.7 for 100 restarts; ICEWS
-# under Tucker(4, 4, 1), key 1: −3468.1 against −3608.5 (benchmarks/README.md). A bound that much
-# closer makes "an estimate below the VB bound is wrong" a check that bites.
+# the optimum of its basin, far above what random restarts reach, which makes "an estimate below
+# the VB bound is wrong" a check that bites.
 # A search whose best basin at most AUTO_FRAGILE_STARTS independent starts reached (the samplers'
 # best allocation, the VB fit, each scout: ``basin_starts``) is one that another key may end in
 # another basin, and the runs of one call, which share its search, cannot show that: bam.log_evidence
 # then pools AUTO_FRAGILE_CALLS calls with keys of their own (details["advised_calls"]), whose
-# spread the stated error includes (bam_ppl.estimate.pool_calls). ICEWS under Tucker(4, 4, 1),
-# T = 3519: one or two starts reached the best basin in keys 1-5, whose single calls spread by
-# sd 16.4 across six keys while each stated 0.1-1.8; three calls pooled stated ± 23.5 and ± 4.6 on
-# two keys whose values lay 0.84 apart. Where starts agree (NMF(4) at T = 1000: 9-10 of 10 starts;
-# T = 4000: 16 of 18 candidates; Abalone CP(8): 5-9) one call stays enough. Letter bigrams under
-# NMF(4): 2-6 starts in six keys, so one key in six pools three calls (benchmarks/README.md).
-# Also where the scout batches ran out while their rule still asked for more (the best basin a
-# scout's, fewer than AUTO_SCOUT_CLOSE references near it): ICEWS key 6, whose samplers' and VB
-# starts missed every good basin and 3 of 24 scouts reached one 43 nats below the best.
-# Not from AUTO_SAMPLERS_MAX_TOKENS tokens on, where the samplers' start was reliable (NMF(4),
-# T = 16 000: five keys spread by sd 0.90) and three calls would take 15 minutes.
+# spread the stated error includes (bam_ppl.estimate.pool_calls); ICEWS under Tucker(4, 4, 1) in
+# benchmarks/README.md. Also where the scout batches ran out while their rule still asked for more
+# (the best basin a scout's, fewer than AUTO_SCOUT_CLOSE references near it). Not from
+# AUTO_SAMPLERS_MAX_TOKENS tokens on, where the samplers' start is reliable and calls are long.
 AUTO_FRAGILE_STARTS = 2
 AUTO_FRAGILE_CALLS = 3
 AUTO_SCOUT_SWEEPS_PER_TOKEN = 6.4
-AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain: about 7 s for the eight on two cores (NMF(4))
-
+AUTO_SCOUT_TOKEN_MOVES = 25_600_000  # at most, per chain, so that scout chains stay cheap at large T
 
 def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[str, str]:
     """The estimator ``method="auto"`` runs for ``data`` under ``model``, and why."""
@@ -255,7 +196,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
     log p(X) + b with probability at most e^(−b) — and each fails low in its own way: the
     tempered SMC from the prior when its single-token moves lag behind the tempered targets
-    (tens to hundreds of nats at T = 1000 on CP tensors, benchmarks/README.md), Chib when its z*
+    (on sparse CP tensors, for instance), Chib when its z*
     lies in a poorer mode than the posterior's bulk or its transition probabilities spread over
     many orders of magnitude (large T), the reference-started SMC when the posterior has modes
     away from its reference. The highest of k exceeds log p(X) + b with probability at most
@@ -297,8 +238,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
             warnings.simplefilter("always")
             parts["chib"] = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
     # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
-    # EvidenceWarning says so (letter bigrams under symmetric NMF: both samplers' estimates were
-    # below it; benchmarks/README.md). VB runs from the best allocation of every part too (see AUTO_VB_REFERENCES).
+    # EvidenceWarning says so. VB runs from the best allocation of every part too (see AUTO_VB_REFERENCES).
     vb_fn = find_evidence("vb", model)
     found_allocations = lambda: [(est.details["best_cells"], est.details["best_counts"]) for est in [*parts.values(), pilot]]  # noqa: E731
     references = {}
@@ -442,8 +382,7 @@ def combine(parts: dict, common: dict) -> EvidenceEstimate:
     ranked = sorted(parts, key=lambda name: parts[name].value, reverse=True)
     best = parts[ranked[0]]
     # Pooled only where it helps: a much noisier estimate "agrees" with anything, and pooling with
-    # it would only widen the error (CP on the confusion tensors: tempered −1565.7 ± 68.2, Chib
-    # −1529.93 ± 0.08).
+    # it would only widen the error.
     group = [name for name in ranked if agree(parts[name], best)]
     if len(group) > 1:
         runs = [run for name in group for run in parts[name].details["run_log_evidence"]]

@@ -46,10 +46,10 @@ found by checking that relabellings permute the count entries while preserving t
 concentrations (the whole symmetric group of a latent node when its transposition and cycle
 pass); terms more than ABANDON_NATS below the largest so far are dropped, which changes the
 log estimate by less than S·|G|·e^(−ABANDON_NATS); the sweeps into the relabelled z*'s resume
-from the longest prefix of tokens that the one before moved alike (:func:`_transition_into_star`).
-(Scanning the tokens grouped by their class in z* would make that prefix far longer, 1 250
-token visits a step instead of 33 000 for CP(8) at T = 1000, but the estimate came out lower:
-on Abalone, CP(8), by 1.6 to 10.5 nats per z*, four chains each; benchmarks/README.md.) Groups
+from the longest prefix of tokens that the one before moved alike (:func:`_transition_into_star`);
+the cost of the average is in benchmarks/README.md ("Cost of Chib's average over the label
+symmetries"). Tokens are scanned in their own order: a scan grouped by class in z* would share
+longer prefixes but widens the spread of p̂(z* | X), which lowers the log estimate. Groups
 larger than MAX_RELABELLINGS are not averaged over (with a warning).
 
 z*. Every run has its own z*, so that the runs are independent and their spread shows how much
@@ -64,15 +64,13 @@ chain's best visited state is refined by iterated conditional modes, and a run's
 of its group's states and of its ``start`` allocation when given (run r takes start r modulo
 their number, e.g. the best allocation of tempered SMC run r). Each run, z* included, is then
 an independent unbiased estimate of p(X); pooled by log-mean-exp, the runs whose z* lies in a
-poorer mode weigh little in the value but widen the standard error. (With one z* shared by all
-runs, NMF(4) at T = 16 000 gave −8660.99 ± 0.18 and −8666.23 ± 0.44 for two keys.) Every
+poorer mode weigh little in the value but widen the standard error (a z* shared by all runs
+would hide the choice of z* from the stated error). Every
 searched state S also gives a sure lower
 bound log π(S) ≤ log p(X) (eq. 3.11 with its multinomial coefficient), reported in the
 details. Single-token Gibbs moves get trapped easily: the search needs of the order of a sweep
-or two per token (NMF(4), a = 1, 50 × 70 matrices: at 1000 tokens, populations of 8 chains of
-1000 sweeps missed the dominant mode in 1 of 6 tries, of 2000 sweeps in none of 6; at 4000
-tokens, 4000 sweeps in none of 7), hence the default of two sweeps per token; a z* from a poor mode
-makes the estimate too low (by 2 nats to hundreds), with runs that agree.
+or two per token, hence the default of two sweeps per token; a z* from a poor mode makes the
+estimate too low, with runs that agree.
 
 The sweeps and the transition probabilities are computed by a numba CPU kernel on the problem
 arrays of the collapsed Gibbs sampler (same urn conditional, ties and missing entries), in
@@ -115,7 +113,7 @@ MAX_RELABELLINGS = 40_320  # label symmetries averaged over at most (8!)
 
 # What one pass of the kernel does with each token. NumPy integers, not Python ones: numba
 # compiles a function once for each Python integer constant it is called with (a literal type),
-# and _pass took 3-4 s to compile.
+# and _pass is slow to compile.
 DRAW = np.int64(0)  # remove the token, redraw it from its conditional, add it back
 PLACE = np.int64(1)  # add the (not yet placed) token, drawn from the urn given those placed so far
 ICM = np.int64(2)  # remove the token, add it back at the mode of its conditional (ties keep the old value)
@@ -861,10 +859,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     num_warmup : int, optional
         Annealed random-order Gibbs sweeps of each search chain for z* (>= 0). Default: two per
         token, at least 2000 and at most 10 000; the cost is O(num_searches × T × num_warmup).
-        With a ``start``, 2000: the search then only has to beat a good allocation (NMF(4),
-        T = 4000: the tempered SMC's best allocation, −5246.7, was the z* of both the default
-        8000-sweep search, 53 CPU s, and the 2000-sweep one, 16 CPU s, whose own chains reached
-        −5456 at best; benchmarks/README.md).
+        With a ``start``, 2000: the search then only has to beat a good allocation.
     num_steps : int
         Sweeps S of each chain around z* (>= 1).
     label_symmetry : bool

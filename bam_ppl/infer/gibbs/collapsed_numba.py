@@ -201,7 +201,7 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
         for position in range(num_tokens):
             token = order[position]
             old = tokens[token, 0]
-            # The moves are written out: a helper function measured 10-20 % slower.
+            # The moves are written out: a helper function was slower.
             for v in range(1, num_varying + 1):
                 shifted[tokens[token, v] + old] -= 1.0
             for start in numerator_starts:

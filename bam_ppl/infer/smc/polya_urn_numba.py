@@ -17,7 +17,7 @@ resampling costs O(depth Ã— P) instead of copying every particle's tables, O(P Ã
 and only when ``depth`` generations are used up are all rows re-indexed at once. Rows no token
 touches are never copied, and the run time depends far less on the size of the tables
 (Cemgil et al. 2019 Fig. 10b). In XLA the reads through the lineage are element gathers several times
-slower than the row reads of the eager copy (benchmarks/README.md), so the JAX kernel copies.
+slower than the row reads of the eager copy, so the JAX kernel copies.
 """
 
 from __future__ import annotations

@@ -303,7 +303,7 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) 
     order = [r for group in varying for r in group]
     # Where configurations share a constant row's entries (Tucker: a row of one latent node), a
     # move changes the cached products of many configurations and refreshing them costs more than
-    # the general path (ICEWS, Tucker(4, 4, 1): 0.5 against 1.0 M token moves a second).
+    # the general path saves.
     shared = any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group)
     usable = (bool(usable) and not shared and sum(len(group) for group in groups) > 0
               and len(token_cell) * len(order) * num_configs <= MAX_FACTORISED_ENTRIES
@@ -381,19 +381,11 @@ def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
 
 
 REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
-# One chain per reference. Chains of the posterior settle in modes of different mass, and an
-# average over chains in different modes is a blend that fits none of them: NMF(4), T = 16 000,
-# from one allocation, the tempered SMC (16 particles, one run) from each of 8 references of two
-# chains × 6400 sweeps gave −8499.6 to −8633.9 (median −8556), from 16 references of one chain
-# × 6400 sweeps (the same work) −8499.2 to −8545.5 (median −8527), and from 8 of one chain ×
-# 12 800 sweeps −8497.4 to −8545.9 (median −8526), 19 of 40 within 8 nats of the best over five
-# keys. The chains of several references run at once, one per core.
-# Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS.
-# The chain must travel through the posterior's bulk for q to cover it: NMF(4), T = 16 000, from
-# the same allocation (tempered SMC with 16 particles, 2 runs per q, two chains per q): 10
-# sweeps −8677.9, 100 −8651.0, 400 −8593.9, 1600 −8523.0, 6400 −8511.1; one chain, best of 16
-# references: 1600 sweeps −8524.5, 6400 −8499.2; best of 8 of 12 800 sweeps −8497.4, best of
-# 4 of 25 600 −8494.1 (the same work); at T = 1000 400 sweeps were as good as 1600.
+# One chain per reference: chains of the posterior settle in modes of different mass, and an
+# average over chains in different modes is a blend that fits none of them. The chains of several
+# references run at once, one per core.
+# Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS:
+# the chain must travel through the posterior's bulk for q to cover it.
 REFERENCE_SWEEPS_PER_TOKEN = 0.8
 REFERENCE_MIN_SWEEPS = 100
 
@@ -421,7 +413,7 @@ def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
 
 
 # Conditionals averaged every this many sweeps: consecutive sweeps barely differ, and computing
-# them every sweep took a sixth of the chains' time (NMF(4), T = 16 000).
+# them is a sizeable share of a chain's time.
 REFERENCE_THIN = 4
 
 
@@ -434,16 +426,12 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     and seeded by ``seed``, then mixed with ``floor`` of the uniform distribution over the
     configurations the cell allows so that none is out of reach. The average over a long chain
     estimates the posterior's marginals in the mode it settles in, the product over tokens of
-    which is the closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is left out: a
-    chain started at a high-probability allocation falls from it into the posterior's bulk
-    (NMF(4), T = 16 000: log π(S) from −8685 to about −9600 over some 3000 sweeps), yet 400
-    sweeps averaged after 4000 of burn-in gave a reference 50 nats worse than the first 400
-    (tempered SMC from each: −8651 against −8597, two runs of 16 particles). The chain runs the
-    collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`:
-    17 M token updates per second on one core for NMF(4), T = 16 000, against 3.7–4.4 M for the
-    tempered kernel's general path at β = 1, which also tracks the log terms, and about twice that
-    for its fast path, :func:`_sweeps_factorised`) and releases the GIL, so that the
-    chains of several references run in threads. Returns log q (U, L), 0 where a configuration
+    which is the closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is
+    left out: a chain started at a high-probability allocation falls from it into the posterior's
+    bulk, and the sweeps on its way there are part of the mass q should cover. The chain runs the
+    collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`,
+    faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
+    GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
     rows = tp.gibbs_rows
     factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
@@ -473,8 +461,7 @@ def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) 
     """log q of :func:`reference_from_chain`, one per start configuration in ``configs`` and raw
     JAX key (rows of ``keys``), their chains run on ``pool``. The chains make no node moves: a
     node move can swap two classes whole, and a chain that switches labels averages relabelled
-    copies of the posterior into q (ICEWS, Tucker(4, 4, 1): pilots from such references −3564 to
-    −3930, without the moves −3481 to −3570; benchmarks/README.md)."""
+    copies of the posterior into q."""
     seeds = np.asarray(keys).astype(np.uint32)
     return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed), configs, seeds))
 
@@ -527,7 +514,7 @@ class LabelSymmetry(NamedTuple):
 PERMANENT_DROP_NATS = 30.0
 PERMANENT_MAX_NODES = 2_000_000  # partial assignments a sum may visit before it gives up
 # Up to this many values the sum falls back, where the depth-first one gives up (many terms of
-# similar size), to the exact one over subsets of values (K 2^K steps: 0.2 s for K = 20).
+# similar size), to the exact one over subsets of values (K 2^K steps).
 PERMANENT_SUBSET_MAX = 20
 SINKHORN_STEPS = 20
 # The relabellings of the other symmetric nodes enumerated around the permanent of the largest
@@ -1168,8 +1155,8 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
 def _cell_probabilities(shifted, st, factorised, cell_start, out):
     """out[u, c] = the urn conditional (β = 1) of a token of cell u at configuration c, given the
     counts ``shifted`` (concentration + counts, kernel numbering); 0 where not allowed. Read as
-    :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable (NMF(4), T = 4000:
-    0.07 ms a call against 0.63, which had been a quarter of a reference chain's time)."""
+    :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable, so that these averages
+    stay a small part of a reference chain's time."""
     row_base, row_offset = st[0], st[1]
     num_configs = row_offset.shape[1]
     base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
@@ -1193,10 +1180,9 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
 
 
 if numba is not None:
-    # _token_weights is called, not inlined: its four call sites each held a copy of its twelve
-    # inlined row lookups, and compiling them took 38 s of the 65 s of auto's first call on a fresh
-    # install; the call costs nothing measurable next to the loops inside it. Inlining the small
-    # helpers matters: left to calls, the tempered SMC ran 45 % slower (NMF(4), T = 4000).
+    # _token_weights is called, not inlined: four inlined copies of its row lookups made numba's
+    # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
+    # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
                                      "_constant_product", "_set_constant", "_shift_factorised", "_factorised_factors",
                                      "_linear_weight", "_shift_token", "_set_base", "_log_total", "_restrict"),
@@ -1751,8 +1737,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         on the geometric path start^(1−β) · (π₀ L)^β. With small concentrations π₀ puts nearly
         every token in one configuration; a flatter start spreads the particles, and Gibbs moves
         merge tokens far more easily than they split them. Default 1: models with a ≥ 1 start
-        from π₀; at a = 0.1 on tiny data the estimate went from 2 nats low to exact within its
-        error, at a = 10⁻⁶ it stays exact. None: always start from π₀.
+        from π₀, models with small a from the flatter urn. None: always start from π₀.
     cell_moves : int
         Passes of cell moves per temperature, after the sweeps: every cell with two tokens or more
         in turn has all its tokens removed and re-placed one by one from their tempered urn
@@ -1788,9 +1773,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         that a reference in one of them never visits; the last step reweights the particles by
         |G| w(z) (:func:`symmetric_log_weights`), which counts them. Modes of other shapes away
         from the reference are found only as far as the moves reach them: on tiny data the
-        estimate can be tenths of a nat low where the prior-started sampler is exact, and at
-        T = 16 000 references from different chains gave values tens of nats apart
-        (``method="auto"`` uses it from 1000 tokens on, from the best of several references).
+        estimate can fall a little low where the prior-started sampler is exact, and references
+        from different chains can give values far apart (``method="auto"`` uses it from 1000 tokens on, from the best of several references).
     reference_sweeps : int, optional
         Sweeps of each chain from ``reference`` whose conditionals are averaged into q (0: the
         reference allocation's own conditionals). Default: REFERENCE_SWEEPS_PER_TOKEN (0.8) × T,
@@ -1802,15 +1786,12 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     ``stderr`` comes from the spread of the independent runs. A bias that every run shares —
     particles that have not mixed at some temperature, which makes log estimates too low — is
     not in it: check that the estimate no longer rises with effort (``num_sweeps``, ``rho``,
-    ``num_particles``) before trusting a small error bar. Measured on NMF(4), a = 1, of 50 × 70
-    matrices: the defaults (P = 256, ρ = 0.9, one sweep) came out 1.2 nats (T = 1000) and 1.5
-    nats (T = 4000) below the highest-effort value (P = 512, ρ = 0.97, three sweeps), with a
-    stated standard error of 0.2–0.6; three sweeps at T = 1000, or ρ = 0.97 with more particles at
-    T = 4000, closed most of the gap at 3–12 times the cost. An adaptive schedule also leaves a small bias
-    (hundredths of a nat on tiny data); fixing ``schedule`` from a pilot run removes it. The sure
-    lower bound ``lower_bound`` holds whatever the effort. Small tables whose few cells hold many
-    tokens each are hard for it (HairEyeColor under CP(2): 4–13 nats low, with or without cell and
-    pair moves); ``method="auto"`` uses the Pólya-urn SMC there (benchmarks/README.md).
+    ``num_particles``) before trusting a small error bar. An adaptive schedule also leaves a small
+    bias (benchmarks/README.md, "Bias of the tempered SMC's adaptive schedule"); fixing
+    ``schedule`` from a pilot run removes it. The sure lower bound ``lower_bound`` holds whatever
+    the effort. Small tables whose few cells hold many tokens each are hard for it (HairEyeColor
+    under CP(2): 4–13 nats low, with or without cell and pair moves); ``method="auto"`` uses the
+    Pólya-urn SMC there (benchmarks/README.md, "Which estimator on small tables").
     """
     schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
                               max_configs, start_a, cell_moves, pair_moves, reference_sweeps, node_moves)
@@ -1906,9 +1887,7 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
     """``num`` references built from the allocation ``(cells, counts)`` by independent chains
     (:func:`references_from_allocations`), to pass to :func:`run_tempered` as ``reference``;
     their runs then share one q. Chains of the posterior settle in modes of different mass, so
-    references from different chains differ (NMF(4), T = 16 000, eight of 12 800 sweeps from one
-    allocation: the tempered SMC with 16 particles from each gave −8497.4 to −8545.9):
-    ``method="auto"`` builds several, tries each by a pilot run and runs from those whose pilots
+    references from different chains differ: ``method="auto"`` builds several, tries each by a pilot run and runs from those whose pilots
     lie near the best."""
     check_int(num, "num", minimum=1)
     return references_from_allocations(model, data, [allocation] * num, rng_key, reference_sweeps, max_configs)

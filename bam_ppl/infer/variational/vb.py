@@ -167,8 +167,8 @@ def build_problem(bound: BoundModel, data, layout: CellLayout, member_mask=None)
 
 
 # -- float64 elementwise kernels ----------------------------------------------------------------
-# On CPU, XLA's float64 exp, lgamma and digamma cost tens of ns per element (exp measured about
-# 15× slower than in float32), while float64 multiply-adds vectorise. An iteration needs exp on
+# On CPU, XLA's float64 exp, lgamma and digamma cost tens of ns per element (exp far more than in
+# float32), while float64 multiply-adds vectorise. An iteration needs exp on
 # every (cell, configuration) and lnΓ and ψ on every table entry and column, so these run as
 # polynomial kernels: exp by range reduction to |r| ≤ ln2/2 and a degree-13 Taylor polynomial
 # (relative error < 1e-15); lnΓ and ψ together by the shift x → y = x + 10 and the asymptotic
@@ -348,7 +348,7 @@ def initial_values(init: str, init_keys, problem: CellProblem) -> np.ndarray:
     """Every restart's start (leading axis: restart); restart r draws from a Generator seeded by
     ``init_keys[r]`` alone, so it starts where it would start run alone."""
     draw = initial_log_theta if init == "dirichlet" else initial_responsibilities
-    # Rows of a host array: iterating over a JAX array compiles an unstack for every length (1 s).
+    # Rows of a host array: iterating over a JAX array compiles an unstack for every length.
     return np.concatenate([draw(np.random.default_rng(key), problem, 1) for key in np.asarray(init_keys, np.uint32)])
 
 
@@ -493,9 +493,8 @@ def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: 
     """Every restart for ``screen_iters`` iterations, then only the ``screen_keep`` with the highest
     ELBO on to ``num_iters`` (or convergence), each exactly as if run alone; the others keep their
     screened state, whose ELBO is a lower bound too (coordinate ascent only raises it). Where a
-    restart ends up is mostly settled early — ICEWS under Tucker(4, 4, 1), 100 restarts: the best
-    after 200 iterations was the best after 1000 in keys 1 and 2 — so a search over many restarts
-    costs little more than its screening (benchmarks/README.md). Traces of the restarts left
+    restart ends up is mostly settled early, so a search over many restarts costs little more than
+    its screening. Traces of the restarts left
     behind repeat their last value, as those of converged restarts do."""
     screened, screen_trace = iterate(_run_chunk_jit, states, problem, num_iters=screen_iters, tol=tol,
                                      progress_bar=progress_bar, desc="vb (screening)", min_batch=min_batch)
@@ -661,9 +660,7 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     ``start``: an allocation (cells, counts) or a list of them, e.g. the ``best_cells``,
     ``best_counts`` of a sampler's estimate, from each of which VB runs too: coordinate ascent
     from q(θ) given that allocation climbs to the optimum of its basin, which random restarts
-    rarely reach on real data (letter bigrams under NMF(4): −1500.2 from the best allocation that
-    ``method="auto"`` visited against −1558.7 for the best of 100 restarts; benchmarks/README.md).
-    The value is the best over restarts and starts.
+    rarely reach on real data. The value is the best over restarts and starts.
 
     ``stderr`` is nan: the bound is deterministic given ``rng_key``, not a noisy estimate of the
     evidence. ``details`` holds every restart's final ELBO (``elbo_per_restart``), the best
