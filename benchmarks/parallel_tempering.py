@@ -1,7 +1,7 @@
 """Does parallel tempering over allocations reach the basin that carries the posterior mass?
 
-A search tried for ICEWS under Tucker(4, 4, 1), where one key in three of ``method="auto"``
-misses the best basin (benchmarks/README.md). Replicas at temperatures β from ``--beta-min`` to
+A search tried for ICEWS under Tucker(4, 4, 1), where single calls of ``method="auto"`` end in
+different basins (benchmarks/README.md, "The default over keys on real data"). Replicas at temperatures β from ``--beta-min`` to
 1 (geometric), each one allocation moved by the tempered SMC's numba kernel (collapsed-Gibbs
 sweeps of π₀ L^β, ``tempered.NumbaParticles``), drawn first from the latent urn prior;
 neighbours swap their allocations after every ``--sweeps`` sweeps, accepted with probability

@@ -69,7 +69,7 @@ AUTO_SAMPLERS_MAX_TOKENS = 8000
 # References built (one chain each from the start allocations), each tried by a pilot run; the
 # main runs start from those whose pilots lie within AUTO_REFERENCE_PILOT_MARGIN of the best
 # pilot, in turn. Chains settle in modes of different mass, so references differ, and the runs
-# replicate the choice among those the pilots cannot tell apart (benchmarks/README.md).
+# replicate the choice among those the pilots cannot tell apart.
 AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
 AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
