@@ -1,9 +1,11 @@
 """Model-size selection by speckled held-out likelihood (Zhang & Linderman §3), for any model family.
 
-A random "speckled" set of slices of the data (for the Dirichlet Tucker decomposition, whole
-(m, n) faces) is held out once; every model of a grid of sizes is fitted to the rest and scored
-on the held-out part. Holding out scattered slices rather than whole rows keeps every row and
-column in the fit, so their loadings can still be estimated (§3).
+Random "speckled" sets of slices of the data (for the Dirichlet Tucker decomposition, whole
+(m, n) faces) are held out; every model of a grid of sizes is fitted to the rest and scored on
+the held-out part. Holding out scattered slices rather than whole rows keeps every row and
+column in the fit, so their loadings can still be estimated (§3). By default the slices are
+split into speckled folds and every slice is held out once (cross-validation), so every model
+is scored on all the data; the models are then compared slice by slice (paired differences).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def speckled_mask(shape: Sequence[int], fraction: float, rng_key: KeyLike = 0) -
 
     ``round(fraction × size)`` entries (at least one) are drawn uniformly without replacement;
     then every index along every axis that lost all its entries gets one of them back, so no row
-    or column is left without data. The same key gives the same mask.
+    or column is left without data (an index with a single entry along the other axes, as in a
+    1-d mask, is exempt). The same key gives the same mask.
     """
     shape = tuple(int(s) for s in shape)
     check_positive(fraction, "heldout_fraction", upper=1.0)
@@ -42,12 +45,62 @@ def speckled_mask(shape: Sequence[int], fraction: float, rng_key: KeyLike = 0) -
     mask[rng.choice(size, count, replace=False)] = True
     mask = mask.reshape(shape)
     for axis in range(len(shape)):
+        if size // shape[axis] == 1:
+            continue  # an index with a single entry cannot keep one (a 1-d mask holds out whole slices)
         moved = np.moveaxis(mask, axis, 0).reshape(shape[axis], -1)
         for index in np.flatnonzero(moved.all(axis=1)):
             restore = rng.integers(moved.shape[1])
             moved[index, restore] = False
         mask = np.moveaxis(moved.reshape(np.moveaxis(mask, axis, 0).shape), 0, axis)
     return mask
+
+
+#: Number of speckled folds of :func:`select_ranks` when neither ``folds`` nor
+#: ``heldout_fraction`` is given: every slice is scored once, and each fit still sees two thirds
+#: of the slices (every row keeps about two thirds of its entries).
+DEFAULT_FOLDS = 3
+#: Rounds of repairs :func:`speckled_folds` tries before it gives up (each round fixes every
+#: index left inside a single fold; a repair rarely breaks another index).
+MAX_FOLD_REPAIRS = 100
+
+
+def speckled_folds(shape: Sequence[int], folds: int, rng_key: KeyLike = 0) -> np.ndarray:
+    """Split the entries of ``shape`` into ``folds`` speckled folds: an int array of fold numbers.
+
+    The entries are dealt at random into folds of equal size (sizes differ by at most one).
+    Holding out fold f (``assignment == f``) must leave every index along every axis some
+    fitted entry, so no index may have all its entries in one fold: each such index swaps one
+    of its entries with a random entry of another fold (which keeps the fold sizes), until none
+    is left. An index with a single entry along the other axes (a 1-d shape, or an axis of a
+    shape whose other sizes are all one) cannot keep one and is left as dealt. The same key gives
+    the same folds.
+    """
+    shape = tuple(int(s) for s in shape)
+    if isinstance(folds, bool) or not isinstance(folds, int | np.integer) or folds < 2:
+        raise ValueError(f"folds must be an int >= 2, got {folds!r}")
+    size = int(np.prod(shape))
+    if folds > size:
+        raise ValueError(f"folds must be at most the number of held-out slices ({size}), got {folds}")
+    rng = numpy_generator(rng_key)
+    flat = np.empty(size, dtype=np.int64)
+    flat[rng.permutation(size)] = np.arange(size) % folds
+    # Flat positions of every index's entries, axis by axis (rows of length one are exempt).
+    positions = np.arange(size).reshape(shape)
+    rows = [np.moveaxis(positions, axis, 0).reshape(shape[axis], -1) for axis in range(len(shape))
+            if size // shape[axis] > 1]
+    for _ in range(MAX_FOLD_REPAIRS):
+        broken = [row for table in rows for row in table if (flat[row] == flat[row[0]]).all()]
+        if not broken:
+            return flat.reshape(shape)
+        for row in broken:
+            if not (flat[row] == flat[row[0]]).all():
+                continue  # an earlier swap of this round already mended it
+            inside = row[rng.integers(len(row))]
+            others = np.flatnonzero(flat != flat[inside])
+            outside = others[rng.integers(len(others))]
+            flat[inside], flat[outside] = flat[outside], flat[inside]
+    raise ValueError(f"could not split {shape} into {folds} folds that leave every index a fitted entry; "
+                     "use fewer folds")
 
 
 #: Largest number of held-out cells the missing-cell fit of an allocation model enumerates.
@@ -267,21 +320,48 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
                 rate=rate, cell_prob=held_cell, theta=np.asarray(theta))
 
 
-def _mark_selection(table, pointwise, names) -> None:
-    """Add ``heldout_loglik_se`` and ``selected`` (the one-standard-error rule) to ``table``.
+def num_parameters(model, X) -> int | None:
+    """Free parameters of ``model`` on data ``X``: Σ over its Dirichlet tables of rows × (columns − 1).
 
-    With per-slice scores s_i (n held-out slices), every row's standard error is that of its own
-    total score, sqrt(n) · sd(s_i) (``heldout_loglik_se``); ``heldout_loglik_diff_se`` is the
-    standard error of the paired difference to the best row, sqrt(n) · sd(s_i − s_best,i) (nan
-    for the best row itself). The selected row is the smallest model (least sum of the swept
-    sizes, then grid order) whose score is within one standard error of the best row's score
-    (the best row's own ``heldout_loglik_se``, never the zero of its difference with itself).
-    Larger models nest smaller ones, so beyond the true size the held-out score flattens rather
-    than falls; the rule picks the size the data actually support. Without per-slice scores the
-    best row is selected.
+    For the Dirichlet Tucker decomposition this is the paper's count, M(K_M − 1) + N(K_N − 1) +
+    K_P(P − 1) + K_S(S − 1) + K_M K_N (K_P K_S − 1). None for a model that is not an allocation
+    model (or cannot be bound to ``X``).
+    """
+    from .models.allocation import AllocationModel
+
+    if not isinstance(model, AllocationModel):
+        return None
+    try:
+        tables = model.bind(model.as_data(X)).tables
+    except (TypeError, ValueError):
+        return None
+    return int(sum(t.size - t.size // t.shape[-1] for t in tables))
+
+
+def _mark_selection(table, pointwise, names, complexity=None) -> None:
+    """Add the standard errors and ``selected`` (the one-standard-error rule) to ``table``.
+
+    With per-slice scores s_i (the same n held-out slices for every row), ``heldout_loglik_se``
+    is the standard error of a row's own total, sqrt(n) · sd(s_i), and
+    ``heldout_loglik_diff_se`` that of its paired difference to the best row,
+    sqrt(n) · sd(s_i − s_best,i) (nan on the best row). The slices differ far more from one
+    another than the models do on any one slice, so only the paired difference measures how
+    surely one model predicts better than another; the own standard error (tens of nats here
+    where models differ by a few) would admit models that are plainly worse.
+
+    The selected row is the simplest whose score is within its ``heldout_loglik_diff_se`` of the
+    best score (the best row itself qualifies): simplest by ``complexity`` (the number of free
+    parameters where every model has one, :func:`num_parameters`), then by the sum of the swept
+    sizes, then grid order. Larger models nest smaller ones, so past the size the data support
+    the held-out score flattens or falls; the rule keeps the smaller model unless the larger
+    one predicts the held-out slices surely better. Without per-slice scores the best row is
+    selected.
     """
     scores = table[SCORE_COLUMN].to_numpy()
     best = int(np.argmax(scores))
+    size = table[names].sum(axis=1).to_numpy(dtype=float)
+    simpler = np.zeros(len(table)) if complexity is None else np.asarray(complexity, dtype=float)
+    order = np.lexsort((np.arange(len(table)), size, simpler))
     if any(p is None for p in pointwise) or len({p.shape for p in pointwise}) != 1:
         table["selected"] = np.arange(len(table)) == best
         return
@@ -296,10 +376,8 @@ def _mark_selection(table, pointwise, names) -> None:
         diff_se = np.full(len(table), np.nan)
     table["heldout_loglik_se"] = se
     table["heldout_loglik_diff_se"] = diff_se
-    threshold = scores[best] - (se[best] if np.isfinite(se[best]) else 0.0)
-    within = scores >= threshold
-    size = table[names].sum(axis=1).to_numpy(dtype=float)
-    order = np.lexsort((np.arange(len(table)), size))
+    within = scores >= scores[best] - np.where(np.isfinite(diff_se), diff_se, 0.0)
+    within[best] = True
     chosen = next(i for i in order if within[i])
     table["selected"] = np.arange(len(table)) == chosen
 
@@ -337,11 +415,48 @@ def _heldout_axes(model, heldout_axes) -> tuple[int, ...]:
     return tuple(observed.index(n) for n in conditioned)
 
 
+#: Options :func:`select_ranks` gives the Dirichlet Tucker MAP-EM (``fit_options`` override
+#: them). Models a few ranks apart differ by a few nats per held-out face, while EM from one
+#: start stops hundreds of nats of log posterior short of its optimum after the backend's 500
+#: iterations, which moves the held-out score by more than that: run EM longer (its relative
+#: tolerance stops it earlier once converged) and keep the better of two starts.
+DIRICHLET_TUCKER_FIT_OPTIONS = dict(num_iters=2000, num_restarts=2)
+
+
+def _default_fit_options(model, method) -> dict:
+    from .models.dirichlet_tucker import DirichletTuckerModel
+
+    if isinstance(model, DirichletTuckerModel) and (method or model.default_method) == "map":
+        return dict(DIRICHLET_TUCKER_FIT_OPTIONS)
+    return {}
+
+
+def _check_folds(folds, heldout_fraction) -> int:
+    """The number of folds, from ``folds`` and ``heldout_fraction`` (1: one mask of that fraction)."""
+    if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int | np.integer) or folds < 1):
+        raise ValueError(f"folds must be an int >= 1 (1: a single held-out mask), got {folds!r}")
+    if heldout_fraction is not None:
+        check_positive(heldout_fraction, "heldout_fraction", upper=1.0)
+        if heldout_fraction >= 1.0:
+            raise ValueError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
+        if folds is not None and folds != 1:
+            raise ValueError(f"heldout_fraction ({heldout_fraction}) sets a single held-out mask, but folds={folds}; "
+                             "pass one of them (each of k folds holds out 1/k of the slices)")
+        return 1
+    return DEFAULT_FOLDS if folds is None else int(folds)
+
+
 def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | None = None,
-                 heldout_fraction: float = 0.1, rng_key: KeyLike = 0, score: Callable | None = None, *,
-                 heldout_axes=None, method: str | None = None, fit_options: Mapping | None = None,
-                 executor=None, **model_kwargs):
+                 heldout_fraction: float | None = None, rng_key: KeyLike = 0, score: Callable | None = None, *,
+                 folds: int | None = None, heldout_axes=None, method: str | None = None,
+                 fit_options: Mapping | None = None, executor=None, **model_kwargs):
     """Sweep a grid of model sizes and score each by its speckled held-out likelihood (Zhang & Linderman §3).
+
+    The slices along ``heldout_axes`` are split into ``folds`` speckled folds
+    (:func:`speckled_folds`); every grid point is fitted once per fold without that fold's
+    slices and scored on them, so every slice is held out once. Models are compared slice by
+    slice: the selected one is the simplest whose total is within one standard error of its
+    paired difference to the best total (see ``Returns``).
 
     Parameters
     ----------
@@ -354,20 +469,25 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         Name -> list of values; every combination (Cartesian product) is fitted.
     fixed : dict, optional
         Sizes kept fixed for every grid point.
-    heldout_fraction : float
-        Fraction of the slices along ``heldout_axes`` held out (one random mask shared by all
-        grid points, so that their scores are comparable).
+    heldout_fraction : float, optional
+        Hold out a single speckled mask of this fraction of the slices (:func:`speckled_mask`)
+        instead of folds (Zhang & Linderman's protocol; its 1/10 scores a tenth of the data, so
+        the comparison is noisier). Not together with ``folds`` > 1.
     rng_key : int or JAX key
-        Draws the mask and seeds every fit (the same fit key for every grid point).
+        Draws the folds (or mask) and seeds every fit (the same fit key for every grid point).
     score : callable, optional
         ``score(model, X, heldout, rng_key)`` returning a number or a 1-d array of per-slice
-        values (summed for the table), higher is better. Default: the held-out log-likelihood of
-        the fit by ``method`` (:func:`heldout_log_likelihood`), which for the Dirichlet Tucker
-        model is eq. 2's multinomial log-likelihood of each held-out face, and for other
-        allocation models without ``condition_on`` (``nmf``, ``cp``, ``tucker`` ...) the
-        Poisson log-likelihood of each held-out slice's cells after a fit that treats them as
-        missing (:func:`allocation_heldout_fit`; e.g. ``heldout_axes=(0, 1)`` holds out single
-        cells of a matrix).
+        values (summed for the table), higher is better; called once per grid point and fold.
+        Default: the held-out log-likelihood of the fit by ``method``
+        (:func:`heldout_log_likelihood`), which for the Dirichlet Tucker model is eq. 2's
+        multinomial log-likelihood of each held-out face, and for other allocation models
+        without ``condition_on`` (``nmf``, ``cp``, ``tucker`` ...) the Poisson log-likelihood of
+        each held-out slice's cells after a fit that treats them as missing
+        (:func:`allocation_heldout_fit`; e.g. ``heldout_axes=(0, 1)`` holds out single cells of
+        a matrix).
+    folds : int, optional
+        Number of speckled folds (default :data:`DEFAULT_FOLDS`, 3, unless ``heldout_fraction``
+        is given); 1 holds out a single mask of ``heldout_fraction`` (default 0.1).
     heldout_axes : int, str or tuple of them, optional
         Data axes whose slices are held out, as positions in the model's ``observed`` order or
         as node names; default the model's conditioned axes (the (m, n) faces for the Dirichlet
@@ -377,29 +497,35 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         ``heldout=``, else the missing-cell fit of an allocation model). A backend that cannot
         hold out data is an error.
     fit_options : dict, optional
-        Options of that backend (``num_iters``, ``num_restarts`` ...).
+        Options of that backend (``num_iters``, ``num_restarts`` ...). The Dirichlet Tucker
+        MAP-EM runs with :data:`DIRICHLET_TUCKER_FIT_OPTIONS` unless overridden here.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
-        Scores the grid points there, one task each (:mod:`bam_ppl.parallel`), the data sent to
-        each worker once; the table is the same as without an executor. A custom ``score`` must
-        then be picklable (a process pool needs a module-level function; Dask also sends closures).
+        Scores the grid points there, one task per grid point and fold (:mod:`bam_ppl.parallel`),
+        the data sent to each worker once; the table is the same as without an executor. A
+        custom ``score`` must then be picklable (a process pool needs a module-level function;
+        Dask also sends closures).
     **model_kwargs
         Passed to ``model_factory`` (e.g. ``alpha``).
 
     Returns
     -------
     pandas.DataFrame
-        One row per grid point, in grid order: the grid and fixed sizes, ``heldout_loglik``,
-        with per-slice scores ``heldout_loglik_se`` (the standard error of the row's own score,
-        sqrt(n) · sd of its n per-slice values) and ``heldout_loglik_diff_se`` (that of its
-        paired difference to the best row; nan on the best row), and ``selected``, the smallest
-        model whose score is within the best row's ``heldout_loglik_se`` of the best (the best
-        row without per-slice scores). ``table.attrs`` holds ``grid`` (the swept
-        names), ``fixed`` and the ``heldout`` mask.
+        One row per grid point, in grid order: the grid and fixed sizes, ``heldout_loglik`` (the
+        sum over every held-out slice of every fold), ``num_parameters`` (free parameters, for
+        allocation models), with per-slice scores ``heldout_loglik_se`` (the standard error of
+        the row's own total, sqrt(n) · sd of its n per-slice values) and
+        ``heldout_loglik_diff_se`` (that of its paired difference to the best row,
+        sqrt(n) · sd(s_i − s_best,i); nan on the best row), and ``selected``: the simplest row
+        (fewest free parameters, then least sum of the swept sizes, then grid order) whose score
+        is at least the best score minus its ``heldout_loglik_diff_se`` (the best row without
+        per-slice scores). ``table.attrs`` holds ``grid`` (the swept names), ``fixed``,
+        ``folds`` (the fold of every slice along ``heldout_axes``; -1: never held out),
+        ``heldout`` (the slices held out in some fold) and ``heldout_axes``.
     """
     import pandas as pd
 
     grid, fixed = _check_grid(grid, fixed)
-    check_positive(heldout_fraction, "heldout_fraction", upper=1.0)
+    num_folds = _check_folds(folds, heldout_fraction)
     if score is not None and not callable(score):
         raise TypeError(f"score must be a callable score(model, X, heldout, rng_key), got {type(score).__name__}")
     if score is not None and (method is not None or fit_options):
@@ -417,21 +543,42 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     axes = _heldout_axes(models[0], heldout_axes)
     if any(a < 0 or a >= data.ndim for a in axes) or len(set(axes)) != len(axes):
         raise ValueError(f"heldout_axes must be distinct axes of the {data.ndim}-way data, got {axes}")
-    heldout = speckled_mask(tuple(data.shape[a] for a in axes), heldout_fraction, mask_key)
-    if score is None:
-        score = functools.partial(_fit_score, method=method, fit_options=fit_options)
-    # The same fit key for every grid point: the scores are compared point against point.
-    tasks = [Task(f"grid point {point}", (score, model, heldout, fit_key)) for point, model in zip(points, models)]
+    held_shape = tuple(data.shape[a] for a in axes)
+    if num_folds == 1:
+        mask = speckled_mask(held_shape, 0.1 if heldout_fraction is None else heldout_fraction, mask_key)
+        assignment = np.where(mask, 0, -1)
+        fold_keys = [fit_key]
+    else:
+        assignment = speckled_folds(held_shape, num_folds, mask_key)
+        # One fit key per fold, shared by every grid point: the scores are compared point against point.
+        fold_keys = [jax.random.fold_in(fit_key, f) for f in range(num_folds)]
+    tasks = []
+    for point, model in zip(points, models):
+        fitter = score
+        if fitter is None:
+            options = {**_default_fit_options(model, method), **fit_options}
+            fitter = functools.partial(_fit_score, method=method, fit_options=options)
+        for f in range(num_folds):
+            label = f"grid point {point}" + (f", fold {f}" if num_folds > 1 else "")
+            tasks.append(Task(label, (fitter, model, assignment == f, fold_keys[f])))
+    results = run_tasks(executor, score_task, tasks, data)
     rows, pointwise = [], []
-    for point, raw in zip(points, run_tasks(executor, score_task, tasks, data)):
-        value = np.asarray(raw, dtype=np.float64)
-        if value.ndim > 1:
-            raise ValueError(f"score must return a number or a 1-d array of per-slice values, got shape {value.shape}")
-        pointwise.append(value if value.ndim == 1 else None)
-        rows.append({**point, **fixed, SCORE_COLUMN: float(value.sum())})
+    for index, point in enumerate(points):
+        parts = [np.asarray(raw, dtype=np.float64) for raw in results[index * num_folds:(index + 1) * num_folds]]
+        if any(p.ndim > 1 for p in parts):
+            bad = next(p for p in parts if p.ndim > 1)
+            raise ValueError(f"score must return a number or a 1-d array of per-slice values, got shape {bad.shape}")
+        # Per-slice values of every fold, fold after fold (the same order for every grid point).
+        pointwise.append(np.concatenate(parts) if all(p.ndim == 1 for p in parts) else None)
+        rows.append({**point, **fixed, SCORE_COLUMN: float(sum(p.sum() for p in parts))})
     table = pd.DataFrame(rows, columns=[*names, *fixed, SCORE_COLUMN])
-    _mark_selection(table, pointwise, names)
-    table.attrs.update(grid=names, fixed=fixed, heldout=heldout, heldout_axes=axes)
+    complexity = [num_parameters(model, data) for model in models]
+    if all(c is not None for c in complexity):
+        table["num_parameters"] = complexity
+    else:
+        complexity = None
+    _mark_selection(table, pointwise, names, complexity)
+    table.attrs.update(grid=names, fixed=fixed, folds=assignment, heldout=assignment >= 0, heldout_axes=axes)
     return table
 
 
@@ -444,9 +591,10 @@ def plot_rank_selection(table, ax=None, errorbars: float = 1.0):
     """Profile plot of a :func:`select_ranks` table, with the one-standard-error rule drawn.
 
     One panel per swept size: for each of its values, the best held-out log-likelihood over the
-    other sizes, with ± ``errorbars`` × ``heldout_loglik_se`` of that row (the standard error
-    the table already holds; no bars when the score had no per-slice values). The dotted
-    horizontal line is the rule's threshold, the best score minus its standard error; the
+    other sizes, with ± ``errorbars`` × ``heldout_loglik_diff_se`` of that row (the standard
+    error of its paired difference to the best row, the one the rule uses; none on the best
+    row, and no bars when the score had no per-slice values). The dotted horizontal line is the
+    best score: a point whose bar reaches it is within one standard error of the best. The
     vertical line marks the selected grid point.
 
     Returns the matplotlib Figure.
@@ -458,7 +606,8 @@ def plot_rank_selection(table, ax=None, errorbars: float = 1.0):
     if errorbars < 0:
         raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
     names = list(table.attrs.get("grid") or [c for c in table.columns
-                                             if c not in (SCORE_COLUMN, "selected") and not c.startswith(SCORE_COLUMN)])
+                                             if c not in (SCORE_COLUMN, "selected", "num_parameters")
+                                             and not c.startswith(SCORE_COLUMN)])
     if ax is None:
         fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0), squeeze=False)
         axes = axes[0]
@@ -469,15 +618,15 @@ def plot_rank_selection(table, ax=None, errorbars: float = 1.0):
         fig = axes[0].figure
     best = table.loc[table["selected"].idxmax()] if "selected" in table else table.loc[table[SCORE_COLUMN].idxmax()]
     top = table.loc[table[SCORE_COLUMN].idxmax()]
-    has_se = "heldout_loglik_se" in table and np.isfinite(table["heldout_loglik_se"]).any()
+    has_se = "heldout_loglik_diff_se" in table and np.isfinite(table["heldout_loglik_diff_se"]).any()
     for axis, name in zip(axes, names):
         rows = table.loc[table.groupby(name)[SCORE_COLUMN].idxmax()].sort_values(name)
-        yerr = errorbars * rows["heldout_loglik_se"].to_numpy(dtype=float) if has_se and errorbars else None
+        yerr = None
+        if has_se and errorbars:
+            yerr = errorbars * np.nan_to_num(rows["heldout_loglik_diff_se"].to_numpy(dtype=float), nan=0.0)
         axis.errorbar(rows[name].to_numpy(), rows[SCORE_COLUMN].to_numpy(), yerr=yerr, marker="o", capsize=3,
-                      label="held-out log-lik." + (f" ± {errorbars:g} se" if yerr is not None else ""))
-        if has_se and np.isfinite(top["heldout_loglik_se"]):
-            axis.axhline(top[SCORE_COLUMN] - top["heldout_loglik_se"], color="0.5", linestyle=":",
-                         label="best − 1 se")
+                      label="held-out log-lik." + (f" ± {errorbars:g} paired se" if yerr is not None else ""))
+        axis.axhline(top[SCORE_COLUMN], color="0.5", linestyle=":", label="best")
         axis.axvline(best[name], color="C3", linestyle="--", label=f"selected {name} = {best[name]}")
         axis.set_xlabel(name)
         axis.set_ylabel("held-out log-likelihood")

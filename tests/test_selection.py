@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import bam_ppl as bam  # noqa: E402
@@ -17,6 +18,7 @@ from bam_ppl.selection import (  # noqa: E402
     allocation_heldout_fit,
     plot_rank_selection,
     select_ranks,
+    speckled_folds,
     speckled_mask,
 )
 
@@ -48,6 +50,28 @@ def test_speckled_mask_fraction_and_coverage():
         speckled_mask((5, 4), 0.0)
 
 
+def test_speckled_folds_split_every_slice_once():
+    folds = speckled_folds((30, 8), 3, rng_key=0)
+    assert folds.shape == (30, 8) and set(np.unique(folds)) == {0, 1, 2}
+    assert np.bincount(folds.ravel()).tolist() == [80, 80, 80]
+    for f in range(3):  # holding out any fold leaves every mouse and every epoch a fitted face
+        assert (folds != f).any(axis=1).all() and (folds != f).any(axis=0).all()
+    np.testing.assert_array_equal(folds, speckled_folds((30, 8), 3, rng_key=0))
+    # Small shapes where dealing alone would leave a row inside one fold are repaired.
+    for key in range(20):
+        small = speckled_folds((6, 2), 3, rng_key=key)
+        assert (small[:, :1] != small[:, 1:]).all() and np.bincount(small.ravel()).tolist() == [4, 4, 4]
+    assert set(speckled_folds((5,), 5, rng_key=0)) == set(range(5))
+    with pytest.raises(ValueError, match="folds"):
+        speckled_folds((3, 2), 7)
+    with pytest.raises(ValueError, match="folds"):
+        speckled_folds((3, 2), 1)
+
+
+def test_speckled_mask_of_one_axis_holds_out_slices():
+    assert speckled_mask((10,), 0.3, rng_key=0).sum() == 3
+
+
 def test_select_ranks_finds_planted_mouse_rank():
     X = planted_tensor()
     fixed = {k: v for k, v in PLANTED.items() if k != "K_M"}
@@ -57,55 +81,84 @@ def test_select_ranks_finds_planted_mouse_rank():
     assert len(table) == 3 and table["selected"].sum() == 1
     assert table.loc[table["selected"], "K_M"].item() == PLANTED["K_M"]
     assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] >= 0).all()
-    assert table.attrs["heldout"].shape == (30, 8)
+    assert table.attrs["heldout"].shape == (30, 8) and abs(table.attrs["heldout"].sum() - 24) <= 2
     assert (table["heldout_loglik_se"] > 0).all()
+    # The paper's free parameters: M(K_M - 1) + N(K_N - 1) + K_P(P - 1) + K_S(S - 1) + K_M K_N (K_P K_S - 1).
+    expected = [30 * (k - 1) + 8 * 1 + 2 * 9 + 3 * 11 + k * 2 * (2 * 3 - 1) for k in (2, 3, 4)]
+    assert table["num_parameters"].tolist() == expected
     fig = plot_rank_selection(table)
     assert len(fig.axes) == 1
     assert bam.plot_rank_selection is plot_rank_selection
-    # Error bars of ± heldout_loglik_se around every profile point, and the rule's threshold.
+    # Error bars of ± heldout_loglik_diff_se around every profile point (none on the best), and the best score.
     (bars,) = fig.axes[0].containers
     segments = bars.lines[2][0].get_segments()
-    np.testing.assert_allclose([seg[1, 1] - seg[0, 1] for seg in segments], 2 * table["heldout_loglik_se"])
-    best = table["heldout_loglik"].idxmax()
-    threshold = table.loc[best, "heldout_loglik"] - table.loc[best, "heldout_loglik_se"]
-    assert any(np.allclose(line.get_ydata(), threshold) for line in fig.axes[0].lines)
+    np.testing.assert_allclose([seg[1, 1] - seg[0, 1] for seg in segments],
+                               2 * table["heldout_loglik_diff_se"].fillna(0.0))
+    best = table["heldout_loglik"].max()
+    assert any(np.allclose(line.get_ydata(), best) for line in fig.axes[0].lines)
 
 
-def test_one_standard_error_rule_uses_the_best_rows_own_standard_error():
-    """Planted K_S = 3: with short fits K_S = 4 scores a few nats higher; within one standard
-    error of the best score, the rule must still pick the planted rank (the best row's standard
-    error was the zero of its paired difference with itself, and the rule picked K_S = 4)."""
-    X = planted_tensor()
-    fixed = {k: v for k, v in PLANTED.items() if k != "K_S"}
-    # rng_key=9: a split and restarts where the case arises (with most keys K_S = 3 scores best).
-    table = select_ranks(dirichlet_tucker, X, grid={"K_S": [2, 3, 4]}, fixed=fixed, rng_key=9,
-                         fit_options=FIT).set_index("K_S")
-    best = table["heldout_loglik"].idxmax()
-    assert best == 4  # the case that degenerated: the larger rank wins by less than its noise
-    gap = table.loc[4, "heldout_loglik"] - table.loc[3, "heldout_loglik"]
-    assert gap > table.loc[3, "heldout_loglik_diff_se"]  # the paired-difference rule would pick 4
-    assert table.loc[best, "heldout_loglik_se"] > gap
-    assert np.isnan(table.loc[best, "heldout_loglik_diff_se"])
-    assert table.index[table["selected"]].tolist() == [PLANTED["K_S"]]
+def _given_scores(scores, grid_values, **options):
+    """select_ranks on fixed per-slice scores, one array per grid value: the rule alone, no fit."""
+
+    def score(rank, data, heldout, rng_key):
+        return scores[rank]
+
+    return select_ranks(lambda rank: rank, np.ones((40, 2), int), grid={"rank": grid_values}, score=score,
+                        heldout_axes=0, heldout_fraction=0.25, **options)
 
 
-def test_selection_rule_on_given_per_slice_scores():
-    rng = np.random.default_rng(0)
-    base = rng.normal(-50.0, 5.0, size=40)  # heterogeneous slices, shared by every model
-    scores = {1: base - 3.0 + rng.normal(0, 0.1, 40), 2: base + rng.normal(0, 0.1, 40),
-              3: base + 0.05 + rng.normal(0, 0.1, 40)}
+def test_one_standard_error_rule_compares_models_slice_by_slice():
+    """Slices differ by tens of nats from one another, models by a few on every slice. The rule
+    must judge a difference by the spread of its per-slice differences, not by the spread of
+    the slices: a model worse on every slice is rejected however heterogeneous the slices are,
+    and one whose deficit is within its paired standard error is kept because it is smaller."""
+    slices = np.linspace(-80.0, -20.0, 40)  # heterogeneous slices shared by every model
+    wiggle = np.tile([1.0, -1.0], 20)  # zero-mean per-slice disagreement, sd ~1
+    scores = {
+        1: slices - 0.5,  # worse by 0.5 on every slice: total -20, paired se 0
+        2: slices + 0.04 * wiggle - 0.01,  # total -0.4, paired se sqrt(40) * 0.04
+        3: slices,  # the best
+        4: slices + wiggle - 0.05,  # total -2, paired se sqrt(40) * 1.0
+    }
+    table = _given_scores(scores, [1, 2, 3, 4]).set_index("rank")
+    assert table["heldout_loglik"].idxmax() == 3
+    np.testing.assert_allclose(table["heldout_loglik"], [s.sum() for s in scores.values()])
+    own = np.sqrt(40) * np.std(slices, ddof=1)
+    np.testing.assert_allclose(table["heldout_loglik_se"], [own, own, own, own], rtol=1e-3)
+    np.testing.assert_allclose(table.loc[[1, 2, 4], "heldout_loglik_diff_se"],
+                               np.sqrt(40) * np.array([0.0, np.std(0.04 * wiggle, ddof=1), np.std(wiggle, ddof=1)]))
+    assert np.isnan(table.loc[3, "heldout_loglik_diff_se"])
+    # Rank 1 is 20 nats below the best, far inside the slices' own spread (~110 nats) but below
+    # on every slice; rank 2 is 0.4 below with a paired se of 0.25: both rejected, rank 3 kept.
+    assert table.index[table["selected"]].tolist() == [3]
+    # Where rank 2's deficit is within its paired se, the smaller rank 2 is selected.
+    scores[2] = slices + 0.04 * wiggle - 0.005  # total -0.2, paired se 0.25
+    table = _given_scores(scores, [1, 2, 3, 4]).set_index("rank")
+    assert table.index[table["selected"]].tolist() == [2]
 
-    def score(model, data, heldout, rng_key):
-        return scores[model]
 
-    table = select_ranks(lambda rank: rank, np.ones((4, 5, 2), int), grid={"rank": [1, 2, 3]}, score=score,
-                         heldout_axes=0)
-    se = np.sqrt(40) * np.std(np.stack(list(scores.values())), axis=1, ddof=1)
-    np.testing.assert_allclose(table["heldout_loglik_se"], se)
-    assert table["heldout_loglik"].idxmax() == 2  # rank 3 scores best ...
-    assert table["heldout_loglik_se"][2] > 0  # the best row's own standard error (~32 nats)
-    # Rank 2 lies within one standard error of the best, rank 1 (120 nats below) does not.
-    assert table.loc[table["selected"], "rank"].item() == 2
+def test_one_standard_error_rule_prefers_fewer_parameters():
+    """Between models within one paired se of the best, the one with fewer free parameters wins,
+    whatever the sum of the swept sizes (grid order breaks remaining ties)."""
+    slices = np.linspace(-60.0, -30.0, 40)
+    wiggle = np.tile([1.0, -1.0], 20)
+
+    class Sized:
+        def __init__(self, K_M, K_S):
+            self.K_M, self.K_S = K_M, K_S
+
+    scores = {(3, 3): slices, (2, 4): slices + wiggle - 0.02, (4, 2): slices + wiggle - 0.02,
+              (2, 2): slices - 1.0}
+    from bam_ppl import selection
+
+    table = pd.DataFrame([dict(K_M=m, K_S=s, heldout_loglik=scores[m, s].sum()) for m, s in scores])
+    selection._mark_selection(table, list(scores.values()), ["K_M", "K_S"], complexity=[149, 128, 136, 90])
+    assert table.loc[table["selected"], ["K_M", "K_S"]].values.tolist() == [[2, 4]]
+    table = table.drop(columns=["selected"])
+    selection._mark_selection(table, list(scores.values()), ["K_M", "K_S"], complexity=None)
+    # Without parameter counts: the least sum of sizes, (2, 4) and (4, 2) tie at 6 with (3, 3); grid order.
+    assert table.loc[table["selected"], ["K_M", "K_S"]].values.tolist() == [[3, 3]]
 
 
 @functools.cache
@@ -183,11 +236,12 @@ def test_custom_score_and_generic_factory():
         calls.append((model["rank"], heldout.shape))
         return -abs(model["rank"] - 2) * float(model["alpha"])
 
-    table = select_ranks(factory, X, grid={"rank": [1, 2, 3]}, score=score, heldout_axes=0, alpha=2.0)
-    assert calls == [(1, (2,)), (2, (2,)), (3, (2,))]
+    table = select_ranks(factory, X, grid={"rank": [1, 2, 3]}, score=score, heldout_axes=0, alpha=2.0, folds=2)
+    assert calls == [(1, (2,)), (1, (2,)), (2, (2,)), (2, (2,)), (3, (2,)), (3, (2,))]  # a fit per fold
     assert table.loc[table["selected"], "rank"].item() == 2
-    assert "heldout_loglik_se" not in table
-    assert list(table["heldout_loglik"]) == [-2.0, 0.0, -2.0]
+    assert "heldout_loglik_se" not in table and "num_parameters" not in table
+    assert list(table["heldout_loglik"]) == [-4.0, 0.0, -4.0]  # summed over the folds
+    assert sorted(table.attrs["folds"]) == [0, 1] and table.attrs["heldout"].all()
 
 
 def test_select_ranks_bad_arguments():
@@ -199,6 +253,15 @@ def test_select_ranks_bad_arguments():
     with pytest.raises(ValueError, match="heldout_fraction"):
         select_ranks(dirichlet_tucker, X, grid={"K_M": [2]}, fixed={"K_N": 2, "K_P": 2, "K_S": 3},
                      heldout_fraction=1.5)
+    with pytest.raises(ValueError, match="folds"):
+        select_ranks(dirichlet_tucker, X, grid={"K_M": [2]}, fixed={"K_N": 2, "K_P": 2, "K_S": 3}, folds=0)
+    with pytest.raises(ValueError, match="folds"):
+        select_ranks(dirichlet_tucker, X, grid={"K_M": [2]}, fixed={"K_N": 2, "K_P": 2, "K_S": 3}, folds=2.5)
+    with pytest.raises(ValueError, match="heldout_fraction.*folds"):
+        select_ranks(dirichlet_tucker, X, grid={"K_M": [2]}, fixed={"K_N": 2, "K_P": 2, "K_S": 3}, folds=5,
+                     heldout_fraction=0.2)
+    with pytest.raises(ValueError, match="folds must be at most"):
+        select_ranks(dirichlet_tucker, X[:2, :1], grid={"K_M": [2]}, fixed={"K_N": 1, "K_P": 2, "K_S": 3})
     with pytest.raises(ValueError, match="heldout_axes is required"):
         select_ranks(lambda rank: bam.models.nmf(rank), X[:, :, 0, 0], grid={"rank": [1]})
     with pytest.raises(TypeError, match="score"):
