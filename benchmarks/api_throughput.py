@@ -1,7 +1,9 @@
 """Throughput of three backends through the public API, for the bam_ppl source tree at ``--root``.
 
-Used to compare two revisions side by side (``git worktree add /tmp/before REV``, then run this
-script alternately with ``--root /tmp/before`` and ``--root .``, same machine, same load):
+Used to compare two revisions in the same run on the same machine: ``git worktree add /tmp/before
+REV``, then ``--against /tmp/before`` runs this script for ``--root`` and for the other tree
+alternately (``--rounds`` rounds, each process pinned to core ``--cpu`` with ``taskset``), keeps
+each figure's best over the rounds and prints the speed-ups (``--root`` against ``--against``):
 
 * collapsed Gibbs (numba kernel): LDA with 20 topics on the Reuters matrix of the ``lda`` package
   (395 × 4258, 84 010 tokens), one chain; token updates per CPU second from t(15 sweeps) − t(5);
@@ -12,13 +14,15 @@ script alternately with ``--root /tmp/before`` and ``--root .``, same machine, s
 Each figure is the best of ``--repeats`` timings in process CPU time (steadier than wall time on
 a shared machine), after a warm-up call (compilation). Prints one JSON line.
 
-Usage: ``python benchmarks/api_throughput.py --root /tmp/before``
+Usage: ``python benchmarks/api_throughput.py --root /tmp/before`` (one tree, one JSON line), or
+``python benchmarks/api_throughput.py --against /tmp/before --rounds 3`` (both trees, interleaved).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import warnings
@@ -35,12 +39,42 @@ def cpu_seconds(call, repeats: int) -> float:
     return best
 
 
+# figure: True where larger is faster
+FIGURES = {"gibbs_tokens_per_cpu_s": True, "smc_cpu_s": False, "vb_iters_per_cpu_s": True}
+
+
+def compare(args):
+    """Both trees in alternating pinned processes; each figure's best over the rounds, and the ratio."""
+    trees = {"root": str(Path(args.root).resolve()), "against": str(Path(args.against).resolve())}
+    results = {side: [] for side in trees}
+    for round_ in range(args.rounds):
+        for side, tree in trees.items():
+            command = [sys.executable, __file__, "--root", tree, "--repeats", str(args.repeats)]
+            if args.cpu >= 0:
+                command = ["taskset", "-c", str(args.cpu), *command]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            results[side].append(json.loads(out.strip().splitlines()[-1]))
+        print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+    print(f"| figure | {trees['root']} | {trees['against']} | speed-up |")
+    print("|---|---|---|---|")
+    for key, larger_faster in FIGURES.items():
+        pick = max if larger_faster else min
+        best = {side: pick(r[key] for r in results[side]) for side in trees}
+        speed_up = best["root"] / best["against"] if larger_faster else best["against"] / best["root"]
+        print(f"| {key} | {best['root']:.4g} | {best['against']:.4g} | {speed_up:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent),
                         help="source tree whose bam_ppl is timed")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against", default=None, help="a second source tree, timed alternately with --root")
+    parser.add_argument("--rounds", type=int, default=3, help="with --against: alternations of the two trees")
+    parser.add_argument("--cpu", type=int, default=0, help="with --against: core to pin to (-1: not pinned)")
     args = parser.parse_args()
+    if args.against:
+        return compare(args)
     root = str(Path(args.root).resolve())
     sys.path.insert(0, root)
     warnings.filterwarnings("ignore")
