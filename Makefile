@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each test module on one worker (tests/conftest.py). `make test PARALLEL=` runs it in one process.
 PARALLEL ?= -n auto --maxprocesses=4 --dist loadgroup
 
-.PHONY: demo test test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
+.PHONY: demo test test-stats test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ test-py312: $(STAMP312)
 
 test-py312-subset:
 	$(MAKE) test-py312 PYTEST_ARGS='$(PY312_SUBSET)'
+
+# The statistical checks at realistic size (estimators against exact enumeration, the bounds and
+# the spread of independent calls at T >= 1000, the papers' reference reproductions): slow tests
+# marked `stats`, run by .ci/run after make test.
+test-stats: $(STAMP)
+	$(PY) -m pytest -q $(PARALLEL) -m stats
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q $(PARALLEL) -m "slow or not slow"

@@ -1,8 +1,6 @@
 import atexit
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,32 +26,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
-# The suite compiles many small programs and runs each briefly, so XLA's compile time outweighs
-# the run time: without LLVM's optimisation passes tests/test_numpyro.py takes 58 instead of 83
-# CPU s. XLA's CPU fusion emitters (MLIR code generation of each fusion) then cost almost half of
-# what remains; its elemental emitters compile the same programs about twice as fast, tiny eager
-# operations and scans alike (tests/test_numpyro.py and tests/test_named_dims.py in one process:
-# 67 instead of 112 CPU s; make test on a fresh clone 460 instead of 677 CPU s with the other
-# savings). The programs compute the same thing; only their machine code is less tuned. Set before
-# JAX is imported; inherited by the xdist workers and the tutorial subprocesses; a choice the user
-# made in XLA_FLAGS is kept.
-
-
-def _xla_accepts(flags: str) -> bool:
-    """Whether this jaxlib's XLA knows every flag in ``flags``: an unknown flag aborts the process,
-    and the fusion-emitter switch exists only in some versions (jaxlib 0.10 has it, 0.12 not)."""
-    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True,
-                           env={**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}, timeout=300)
-    return probe.returncode == 0
-
-
-_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
-if "xla_backend_optimization_level" not in _XLA_FLAGS:
-    _XLA_FLAGS = f"{_XLA_FLAGS} --xla_backend_optimization_level=0".strip()
-_NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
-if "xla_cpu_use_fusion_emitters" not in _XLA_FLAGS and _xla_accepts(f"{_XLA_FLAGS} {_NO_FUSION_EMITTERS}"):
-    _XLA_FLAGS = f"{_XLA_FLAGS} {_NO_FUSION_EMITTERS}"
-os.environ["XLA_FLAGS"] = _XLA_FLAGS
 
 # Reference matrices of papers/000 Example 3.3 and §5.1.1 (notes/bam_digest.md §14).
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])

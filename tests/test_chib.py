@@ -1,6 +1,7 @@
 """Chib-style evidence estimate (method="chib"): exact on tiny cases, a proper transition kernel,
 label symmetries, the sure lower bound, option checks, and a realistic size (slow)."""
 
+import functools
 import itertools
 import warnings
 
@@ -8,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import X1, X2
+from oracles import assert_errors_match_stated
 from scipy.special import gammaln, logsumexp
 
 import bam_ppl as bam
@@ -45,11 +47,25 @@ def chib_estimate(model, X, **options):
         return bam.log_evidence(model, X, method="chib", **{**FAST, **options})
 
 
+@functools.cache
+def exact_case(name):
+    """(estimate, exact) of one case; cached, so that the per-case tests and the test of the stated
+    errors across cases share their runs."""
+    model, X = CASES[name]
+    return chib_estimate(model, X, rng_key=1, **EXTRA.get(name, {})), bam.log_evidence(model, X, method="exact").value
+
+
+def test_stated_errors_match_the_errors_across_cases():
+    """Σ z² over the exact cases within both tails of the chi-square: errors not larger than
+    stated (after the log scale's Jensen allowance of 0.06 nats), stated errors not inflated."""
+    cases = [exact_case(name) for name in sorted(CASES)]
+    assert_errors_match_stated([e.value for e, _ in cases], [e.stderr for e, _ in cases], [x for _, x in cases],
+                               bias=0.06)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_exact_enumeration(name):
-    model, X = CASES[name]
-    exact = bam.log_evidence(model, X, method="exact").value
-    est = chib_estimate(model, X, rng_key=1, **EXTRA.get(name, {}))
+    est, exact = exact_case(name)
     assert est.method == "chib" and est.kind == "estimate"
     assert len(est.details["run_log_evidence"]) == FAST["num_runs"]
     assert np.isfinite(est.stderr) and est.stderr >= 0
@@ -268,11 +284,12 @@ def test_bad_data_and_model_raise():
         bam.log_evidence(bam.models.nmf(2), np.zeros((2, 2), int), method="chib")
     with pytest.raises(ValueError, match="max_configs"):
         bam.log_evidence(bam.models.nmf(5), X1, method="chib", max_configs=4)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="evidence method 'chib' accepts .*, not object"):
         bam.log_evidence(object(), X1, method="chib")
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_realistic_size_beats_the_variational_bound():
     # NMF(4), a = 1, on a 50 × 70 matrix of T = 1000 tokens drawn from the prior with a = 200.
     X = bam.models.nmf(4, a=200).sample(jax.random.key(0), shape=(50, 70), total=1000)[1]

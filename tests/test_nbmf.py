@@ -128,7 +128,7 @@ MASK_RUNS = {
 
 # The Gibbs run takes 13-16 s, the longest test of make test: it runs with make test-all (the
 # sampler is checked against enumeration and the bICA start below).
-@pytest.mark.parametrize("method", ["cvb", pytest.param("gibbs", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", ["cvb", pytest.param("gibbs", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_animals_heldout_perplexity_beats_constant_rate(animals_split, method):
     data, heldout, constant = animals_split
     assert constant == pytest.approx(0.646, abs=0.01)
@@ -338,6 +338,7 @@ def test_bad_input_is_rejected_before_running():
 # -- papers/002 §6.3.1: Catalan parliament, full data, K = 100 --------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_parliament_cvb0_matches_paper():
     data = _load("catalanparliament")
     model = bam.models.nbmf(100, prior="beta-dir")
@@ -348,6 +349,7 @@ def test_parliament_cvb0_matches_paper():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("prior,reference,tolerance,active", [
     ("beta-dir", 4863, 0.03, None),
     ("dir-dir", 8930, 0.02, 2),

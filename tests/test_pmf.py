@@ -167,8 +167,8 @@ def test_vb_updates_match_closed_forms(small_problem, small_fit):
 
 
 def test_missing_entries_never_affect_the_result(small_problem):
-    """The same samples with missing marked by -1, NaN or pandas NA, and with the hidden true
-    values stored in a masked copy, give identical fits; targets' stored values are ignored."""
+    """The same samples with missing marked by -1, NaN or pandas NA give identical fits, one
+    observed entry changed changes the fit, and prediction ignores the target's stored values."""
     weights, factors, _ = small_problem
     complete = sample_pmf(5, weights, factors, 600)
     hidden = np.asarray(np.random.default_rng(0).random(complete.shape) < 0.3)
@@ -180,8 +180,12 @@ def test_missing_entries_never_affect_the_result(small_problem):
     for fit in fits[1:]:
         np.testing.assert_array_equal(_elbo(fit), _elbo(fits[0]))
     other_values = np.where(hidden, -1, (complete + 1) % 6)
-    changed = _vi(pmf_tensor(4), np.where(hidden, -1, complete), num_categories=6, num_iters=200)
-    np.testing.assert_array_equal(_elbo(changed), _elbo(fits[0]))
+    # The fit reads what is observed: one observed entry changed changes it.
+    row, col = np.argwhere(~hidden)[0]
+    changed = coded.copy()
+    changed[row, col] = (changed[row, col] + 1) % 6
+    refit = _vi(pmf_tensor(4), changed, num_categories=6, num_iters=200)
+    assert not np.array_equal(_elbo(refit), _elbo(fits[0]))
     model = pmf_tensor(4).resolve(coded)
     base = model.predict_conditional(fits[0], coded, target=2)
     moved = model.predict_conditional(fits[0], np.where(np.arange(5) == 2, other_values, coded), target=2)
@@ -202,6 +206,7 @@ def test_kl_decreases_with_more_samples_quick(small_problem):
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_vb_detects_true_rank_in_most_seeds():
     """papers/001 §V-A: N = 5, I = 10, R = 5, 30 % missing, T = 20,000, R_init = 23."""
     weights, factors = random_pmf(2024, 5, 5, 10)
@@ -216,6 +221,7 @@ def test_vb_detects_true_rank_in_most_seeds():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_kl_decreases_as_samples_grow():
     weights, factors = random_pmf(7, 5, 5, 10)
     truth = joint_pmf(weights, factors)
@@ -238,10 +244,14 @@ def test_svb_dispatch_and_heldout_nll_close_to_vb(small_problem, small_fit):
     resolved = model.resolve(samples)
     vb_nll, svb_nll = resolved.mean_nll(small_fit, test), resolved.mean_nll(idata, test)
     assert svb_nll <= vb_nll * 1.03
-    assert 3 <= attrs["detected_rank"] <= 10
+    # SVB stops on its held-out NLL long before it prunes (Chege et al. 2024 §V-A, Fig. 5: it
+    # overestimates the rank): here it keeps 8-10 of the 10 components. What it must not do is
+    # lose one of the 3 true components; its rank is not a rank estimate at this size.
+    assert attrs["detected_rank"] >= 3
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_svb_reaches_vb_heldout_nll_on_large_data():
     weights, factors = random_pmf(3, 5, 5, 10)
     samples = sample_pmf(4, weights, factors, 200_000, missing_prob=0.3)

@@ -42,11 +42,29 @@ def test_default_writes_no_bar_to_a_log_file(capfd, method, options):
     assert "\r" not in capfd.readouterr().err
 
 
-def test_every_backend_accepts_progress_bar():
-    model = bam.models.nmf(2, a=10.0)
-    for method, options in (("map", dict(num_iters=3)), ("vb", dict(num_iters=3)), ("cvb", dict(num_iters=3))):
-        bam.infer(model, X, method=method, rng_key=0, progress_bar=False, **options)
-    dt = bam.models.dirichlet_tucker((2, 2, 2, 2))
-    faces = np.random.default_rng(0).multinomial(20, np.full(12, 1 / 12), size=(4, 3)).reshape(4, 3, 3, 4)
-    bam.infer(dt, faces, method="map", num_iters=3, progress_bar=False)
-    bam.infer(dt, faces, method="sem", num_iters=3, batch_size=2, progress_bar=False)
+def _value(idata):
+    stats = idata.sample_stats
+    return {name: np.asarray(stats[name]) for name in stats.data_vars}
+
+
+@pytest.mark.parametrize("method, model, data, options", [
+    ("map", "nmf", X, dict(num_iters=3)),
+    ("vb", "nmf", X, dict(num_iters=3)),
+    ("cvb", "nmf", X, dict(num_iters=3)),
+    ("map", "dt", None, dict(num_iters=3)),
+    ("sem", "dt", None, dict(num_iters=3, batch_size=2)),
+])
+def test_every_backend_draws_its_bar_only_when_asked(capfd, method, model, data, options):
+    """progress_bar=True draws a bar on stderr, False draws nothing, and neither changes the fit."""
+    if model == "dt":
+        model = bam.models.dirichlet_tucker((2, 2, 2, 2))
+        data = np.random.default_rng(0).multinomial(20, np.full(12, 1 / 12), size=(4, 3)).reshape(4, 3, 3, 4)
+    else:
+        model = bam.models.nmf(2, a=10.0)
+    capfd.readouterr()
+    quiet = bam.infer(model, data, method=method, rng_key=0, progress_bar=False, **options)
+    assert capfd.readouterr().err == ""
+    shown = bam.infer(model, data, method=method, rng_key=0, progress_bar=True, **options)
+    assert "100%|" in capfd.readouterr().err  # tqdm's filled bar
+    for name, values in _value(quiet).items():
+        np.testing.assert_array_equal(values, _value(shown)[name], err_msg=name)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from oracles import assert_errors_match_stated
 
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
@@ -32,14 +35,30 @@ def assert_matches_exact(estimate, exact):
     assert abs(estimate.value - exact) <= tolerance, (estimate, exact)
 
 
-@pytest.mark.parametrize("name, X", [("X1", X1), ("X2", X2)])
+@functools.cache
+def rank_two_case(name, a, kernel):
+    """(estimate, exact) of NMF(2) on X1 or X2; cached, so that the per-case tests and the test of
+    the stated errors across cases share their runs."""
+    model, X = bam.models.nmf(2, a=a), {"X1": X1, "X2": X2}[name]
+    return smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X)
+
+
+@pytest.mark.parametrize("name", ["X1", "X2"])
 @pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
-def test_nmf_matches_exact_rank_two(name, X, a, kernel):
-    model = bam.models.nmf(2, a=a)
-    assert_matches_exact(smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X))
+def test_nmf_matches_exact_rank_two(name, a, kernel):
+    assert_matches_exact(*rank_two_case(name, a, kernel))
+
+
+def test_stated_errors_match_the_errors_across_cases(kernel):
+    """Σ z² over the exact cases, z = (value − exact) / stderr, within both tails of the chi-square:
+    errors are not larger than stated, and stated errors are not inflated."""
+    cases = [rank_two_case(name, a, kernel) for name in ("X1", "X2") for a in (1e-3, 1.0, 10.0)]
+    cases += [other_case(name, kernel) for name in sorted(OTHER_MODELS)]
+    assert_errors_match_stated([e.value for e, _ in cases], [e.stderr for e, _ in cases], [x for _, x in cases])
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("name, X", [("X1", X1), ("X2", X2)])
 @pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
 @pytest.mark.parametrize("rank", [1, 2, 3, 4])
@@ -75,10 +94,15 @@ OTHER_MODELS = {
 }
 
 
+@functools.cache
+def other_case(name, kernel):
+    model, X = OTHER_MODELS[name]
+    return smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X)
+
+
 @pytest.mark.parametrize("name", sorted(OTHER_MODELS))
 def test_other_models_match_exact(name, kernel):
-    model, X = OTHER_MODELS[name]
-    assert_matches_exact(smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X))
+    assert_matches_exact(*other_case(name, kernel))
 
 
 @pytest.mark.parametrize("model", [bam.models.complete_graph(3, a=1.0), bam.models.independence(3, a=2.0)],
@@ -228,6 +252,7 @@ def test_bad_data_raise():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
 def test_every_resampling_scheme_matches_exact(resampling, kernel):
     model = bam.models.nmf(2, a=1.0)
@@ -236,6 +261,7 @@ def test_every_resampling_scheme_matches_exact(resampling, kernel):
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_parafac_rank_recovery():
     # papers/000 §5.1.2: 20×25×30 tensor from CP with R = 5, T = 500, a = 30.
     ranks = range(1, 9)

@@ -4,6 +4,7 @@ leave π_β invariant, a sure lower bound that is log π(S) of a returned alloca
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 import pytest
+from oracles import assert_errors_match_stated
 from scipy.special import logsumexp
 from scipy.stats import chi2
 
@@ -48,11 +50,26 @@ def assert_matches_exact(result, exact):
                                                                                  result.stderr)
 
 
+@functools.cache
+def numba_case(name):
+    """(result, exact) of one case; cached, so that the per-case tests and the test of the stated
+    errors across cases share their runs."""
+    model, X = CASES[name]
+    return tempered.run_tempered(model, X, 0, num_particles=256, num_runs=8, kernel="numba"), \
+        exact_log_evidence(model, X)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_exact_numba(name):
-    model, X = CASES[name]
-    result = tempered.run_tempered(model, X, 0, num_particles=256, num_runs=8, kernel="numba")
-    assert_matches_exact(result, exact_log_evidence(model, X))
+    assert_matches_exact(*numba_case(name))
+
+
+def test_stated_errors_match_the_errors_across_cases():
+    """Σ z² over the exact cases within both tails of the chi-square: errors not larger than
+    stated (after the adaptive schedule's bias), stated errors not inflated."""
+    cases = [numba_case(name) for name in sorted(CASES)]
+    assert_errors_match_stated([r.log_evidence for r, _ in cases], [r.stderr for r, _ in cases],
+                               [x for _, x in cases], bias=ADAPTIVE_BIAS)
 
 
 @pytest.mark.parametrize("name", ["missing_entries", "symmetric_nmf_tied"])
@@ -86,6 +103,7 @@ def test_fixed_schedule_is_unbiased(kernel):
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_fixed_schedule_is_unbiased_precisely():
     model, X = CASES["cp"]
     result = tempered.run_tempered(model, X, 9, num_particles=16, num_runs=20000, schedule=[0.25, 0.5, 1.0])
@@ -146,7 +164,7 @@ TINY = {
 START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
-@pytest.mark.parametrize("referenced", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("referenced", [False, pytest.param(True, marks=[pytest.mark.slow, pytest.mark.stats])])
 @pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), ("jax", 0.0), ("jax", 0.5)])
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, referenced):
@@ -353,6 +371,7 @@ def test_tilted_start_matches_exact(name):
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_small_concentrations_converge_with_effort_from_the_prior():
     model = bam.models.nmf(2, a=0.1)
     with pytest.warns(UserWarning, match="most particles"):
@@ -362,6 +381,7 @@ def test_small_concentrations_converge_with_effort_from_the_prior():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_realistic_nmf_above_bounds_and_consistent_across_keys():
     # NMF(4), a = 1, on a 50 × 70 matrix of T = 1000 tokens drawn from a concentrated prior:
     # the estimate lies above its own sure lower bound and above the VB bound, and runs with
@@ -557,7 +577,7 @@ def test_numba_node_moves_follow_the_exact_kernel():
     assert 0 < accepted <= proposed == num
 
 
-@pytest.mark.parametrize("name, beta", [pytest.param("nmf", 0.6, marks=pytest.mark.slow), ("tied", 0.3)])
+@pytest.mark.parametrize("name, beta", [pytest.param("nmf", 0.6, marks=[pytest.mark.slow, pytest.mark.stats]), ("tied", 0.3)])
 def test_cell_and_pair_moves_leave_the_tempered_target_invariant_exactly(name, beta):
     # π_β K = π_β for the exact kernel of every cell move and of the pair move for every cell order
     # (a tilted start on "tied"), computed by enumerating every proposal path.
@@ -573,7 +593,7 @@ def test_cell_and_pair_moves_leave_the_tempered_target_invariant_exactly(name, b
         np.testing.assert_allclose(probs @ K, probs, atol=1e-12)
 
 
-@pytest.mark.parametrize("moves", ["cell", pytest.param("pair", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("moves", ["cell", pytest.param("pair", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_numba_block_moves_follow_the_exact_kernel(moves):
     # 20 000 particles at one allocation, one pass of cell moves (both cells, random order) or one
     # pair move: the histogram of the new allocations against the enumerated kernel's row.
@@ -740,7 +760,7 @@ def test_label_symmetry_weights_share_every_orbit_exactly_once():
     np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kernel", ["numba", pytest.param("jax", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kernel", ["numba", pytest.param("jax", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
     # Each run's exp(estimate) is unbiased for p(X), relabelled copies of the modes included.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
@@ -753,8 +773,8 @@ def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
 
-@pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", pytest.param("cp", marks=pytest.mark.slow),
-                                  pytest.param("symmetric_nmf_tied", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", pytest.param("cp", marks=[pytest.mark.slow, pytest.mark.stats]),
+                                  pytest.param("symmetric_nmf_tied", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_reference_start_matches_exact(name):
     model, X = CASES[name]
     best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)

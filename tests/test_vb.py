@@ -55,6 +55,7 @@ def test_best_of_100_restarts_reproduces_paper_and_bounds_exact(name, K):
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("name,K", [("X1", 1), ("X1", 4), ("X2", 1), ("X2", 3), ("X2", 4)])
 def test_best_of_100_restarts_reproduces_paper_and_bounds_exact_rest(name, K):
     _reference_case(name, K)

@@ -491,7 +491,8 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
         of full iterations, and Σ_t ρ_t counts roughly how many the running statistics have
         taken, so the default sits near 0.5 where the step size decays slowest.
     progress_bar : bool or None
-        Accepted like every backend's; the steps run as one compiled scan, without a bar.
+        Like every backend's (:mod:`bam_ppl.progress`); the steps run as one compiled scan, so
+        the bar has one step, filled when the scan ends.
 
     Returns
     -------
@@ -507,7 +508,8 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     if step_delay < 1.0:
         raise ValueError(f"step_delay must be >= 1 so that every step size is at most 1, got {step_delay}")
     check_positive(step_power, "step_power", upper=1.0)
-    resolve_progress(progress_bar)  # validates; the minibatch updates run as one compiled scan
+    # The minibatch updates run as one compiled scan: the bar has one step, filled when it ends.
+    show = resolve_progress(progress_bar)
     if step_power <= 0.5:
         raise ValueError(f"step_power must be in (0.5, 1] (Robbins–Monro), got {step_power}")
     rng = numpy_generator(rng_key)
@@ -521,7 +523,7 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     # Each step's faces are drawn without replacement among the fitted ones (held-out faces never
     # enter a minibatch, so their augmentation counts stay zero).
     batches = np.stack([rng.choice(fitted_index, batch_size, replace=False) for _ in range(num_iters)])
-    with jax.enable_x64(dtype == "float64"):
+    with jax.enable_x64(dtype == "float64"), progress(1, "sem (minibatch steps)", show, unit="fit"):
         dt = DTYPES[dtype]
         faces = _face_arrays(dense, fitted, dt)
         alpha = _concentrations(model, dt)
