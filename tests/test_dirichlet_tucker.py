@@ -133,6 +133,7 @@ def test_exact_evidence_matches_prior_monte_carlo():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_generic_evidence_backends_run_on_the_preset():
     """SMC (unbiased estimate) and VB (lower bound) against the exact evidence of a tiny tensor."""
     model = dirichlet_tucker((1, 1, 2, 2))
@@ -192,6 +193,7 @@ def test_recovers_planted_factors():
 
 
 @pytest.mark.slow
+@pytest.mark.stats
 def test_recovers_planted_factors_at_paper_alpha():
     """Planted from the fitted model itself (α = 1.1, less separated factors): slower EM, with
     local optima that recover one factor poorly (ψ correlation 0.48 from one of three restarts'

@@ -25,6 +25,14 @@ def kernel(request):
     return request.param
 
 
+@pytest.fixture(params=["numba", pytest.param("jax", marks=[pytest.mark.slow, pytest.mark.stats])])
+def exact_kernel(request):
+    """The kernels for the sweeps over exact cases: the numba kernel (what a CPU runs) in make test,
+    the JAX kernel (what an accelerator runs; each case compiles a program of its own) in make
+    test-stats. The JAX kernel meets an exact case in make test too (test_posterior_matches_...)."""
+    return request.param
+
+
 def smc_estimate(model, X, rng_key=0, **options):
     options = {"num_particles": 2000, "num_chains": 8, **options}
     return bam.log_evidence(model, X, method="smc", rng_key=rng_key, **options)
@@ -45,15 +53,15 @@ def rank_two_case(name, a, kernel):
 
 @pytest.mark.parametrize("name", ["X1", "X2"])
 @pytest.mark.parametrize("a", [1e-3, 1.0, 10.0])
-def test_nmf_matches_exact_rank_two(name, a, kernel):
-    assert_matches_exact(*rank_two_case(name, a, kernel))
+def test_nmf_matches_exact_rank_two(name, a, exact_kernel):
+    assert_matches_exact(*rank_two_case(name, a, exact_kernel))
 
 
-def test_stated_errors_match_the_errors_across_cases(kernel):
+def test_stated_errors_match_the_errors_across_cases(exact_kernel):
     """Σ z² over the exact cases, z = (value − exact) / stderr, within both tails of the chi-square:
     errors are not larger than stated, and stated errors are not inflated."""
-    cases = [rank_two_case(name, a, kernel) for name in ("X1", "X2") for a in (1e-3, 1.0, 10.0)]
-    cases += [other_case(name, kernel) for name in sorted(OTHER_MODELS)]
+    cases = [rank_two_case(name, a, exact_kernel) for name in ("X1", "X2") for a in (1e-3, 1.0, 10.0)]
+    cases += [other_case(name, exact_kernel) for name in sorted(OTHER_MODELS)]
     assert_errors_match_stated([e.value for e, _ in cases], [e.stderr for e, _ in cases], [x for _, x in cases])
 
 
@@ -101,8 +109,8 @@ def other_case(name, kernel):
 
 
 @pytest.mark.parametrize("name", sorted(OTHER_MODELS))
-def test_other_models_match_exact(name, kernel):
-    assert_matches_exact(*other_case(name, kernel))
+def test_other_models_match_exact(name, exact_kernel):
+    assert_matches_exact(*other_case(name, exact_kernel))
 
 
 @pytest.mark.parametrize("model", [bam.models.complete_graph(3, a=1.0), bam.models.independence(3, a=2.0)],

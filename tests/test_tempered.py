@@ -72,7 +72,7 @@ def test_stated_errors_match_the_errors_across_cases():
                                [x for _, x in cases], bias=ADAPTIVE_BIAS)
 
 
-@pytest.mark.parametrize("name", ["missing_entries", "symmetric_nmf_tied"])
+@pytest.mark.parametrize("name", ["missing_entries", pytest.param("symmetric_nmf_tied", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_matches_exact_jax(name):
     model, X = CASES[name]
     result = tempered.run_tempered(model, X, 0, num_particles=128, num_runs=4, kernel="jax")
@@ -165,7 +165,8 @@ START_SCALES = {"nmf": 1.0, "missing": 3.0, "tied": 2.0}
 
 
 @pytest.mark.parametrize("referenced", [False, pytest.param(True, marks=[pytest.mark.slow, pytest.mark.stats])])
-@pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), ("jax", 0.0), ("jax", 0.5)])
+@pytest.mark.parametrize("kernel, beta", [("numba", 0.0), ("numba", 0.5), pytest.param("jax", 0.0, marks=[pytest.mark.slow, pytest.mark.stats]),
+                                          ("jax", 0.5)])
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, referenced):
     # β = 0: the urn initialisation draws π₀ exactly. β > 0: exact draws from π_β, one sweep
