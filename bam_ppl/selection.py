@@ -349,13 +349,14 @@ def _mark_selection(table, pointwise, names, complexity=None) -> None:
     surely one model predicts better than another; the own standard error (tens of nats here
     where models differ by a few) would admit models that are plainly worse.
 
-    The selected row is the simplest whose score is within its ``heldout_loglik_diff_se`` of the
-    best score (the best row itself qualifies): simplest by ``complexity`` (the number of free
-    parameters where every model has one, :func:`num_parameters`), then by the sum of the swept
-    sizes, then grid order. Larger models nest smaller ones, so past the size the data support
-    the held-out score flattens or falls; the rule keeps the smaller model unless the larger
-    one predicts the held-out slices surely better. Without per-slice scores the best row is
-    selected.
+    The selected row is the simplest row *nested below the best* (every swept size at most the
+    best's) whose score is within its ``heldout_loglik_diff_se`` of the best score (the best row
+    itself qualifies): simplest by ``complexity`` (the number of free parameters where every
+    model has one, :func:`num_parameters`), then by the sum of the swept sizes, then grid order.
+    A row within one standard error of the best says that the best's extra components are not
+    surely supported, which only holds for a row the best contains: a row larger than the best
+    in some size (fewer parameters overall or not) adds a component the best lacks, and the
+    best already predicts better than it. Without per-slice scores the best row is selected.
     """
     scores = table[SCORE_COLUMN].to_numpy()
     best = int(np.argmax(scores))
@@ -377,6 +378,11 @@ def _mark_selection(table, pointwise, names, complexity=None) -> None:
     table["heldout_loglik_se"] = se
     table["heldout_loglik_diff_se"] = diff_se
     within = scores >= scores[best] - np.where(np.isfinite(diff_se), diff_se, 0.0)
+    sizes = table[names].to_numpy()
+    try:  # nested below the best: every swept size at most the best's (sizes that do not order count as equal)
+        within &= (sizes <= sizes[best]).all(axis=1)
+    except TypeError:
+        pass
     within[best] = True
     chosen = next(i for i in order if within[i])
     table["selected"] = np.arange(len(table)) == chosen
@@ -416,11 +422,11 @@ def _heldout_axes(model, heldout_axes) -> tuple[int, ...]:
 
 
 #: Options :func:`select_ranks` gives the Dirichlet Tucker MAP-EM (``fit_options`` override
-#: them). Models a few ranks apart differ by a few nats per held-out face, while EM from one
-#: start stops hundreds of nats of log posterior short of its optimum after the backend's 500
-#: iterations, which moves the held-out score by more than that: run EM longer (its relative
-#: tolerance stops it earlier once converged) and keep the better of two starts.
-DIRICHLET_TUCKER_FIT_OPTIONS = dict(num_iters=2000, num_restarts=2)
+#: them). Models a few ranks apart differ by tens of nats over all held-out faces, while a fit
+#: still tens of nats of log posterior short of its mode moves a fold's held-out total by as
+#: much (plain EM is there after 2000 updates): SQUAREM-accelerated EM (1000 iterations, 3000
+#: updates, with a tolerance that lets it run to them) and the better of two starts.
+DIRICHLET_TUCKER_FIT_OPTIONS = dict(num_iters=1000, num_restarts=2, acceleration="squarem", tol=1e-9)
 
 
 def _default_fit_options(model, method) -> dict:
@@ -455,8 +461,8 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     The slices along ``heldout_axes`` are split into ``folds`` speckled folds
     (:func:`speckled_folds`); every grid point is fitted once per fold without that fold's
     slices and scored on them, so every slice is held out once. Models are compared slice by
-    slice: the selected one is the simplest whose total is within one standard error of its
-    paired difference to the best total (see ``Returns``).
+    slice: the selected one is the simplest model nested below the best whose total is within
+    one standard error of its paired difference to the best total (see ``Returns``).
 
     Parameters
     ----------
@@ -516,9 +522,10 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         the row's own total, sqrt(n) · sd of its n per-slice values) and
         ``heldout_loglik_diff_se`` (that of its paired difference to the best row,
         sqrt(n) · sd(s_i − s_best,i); nan on the best row), and ``selected``: the simplest row
-        (fewest free parameters, then least sum of the swept sizes, then grid order) whose score
-        is at least the best score minus its ``heldout_loglik_diff_se`` (the best row without
-        per-slice scores). ``table.attrs`` holds ``grid`` (the swept names), ``fixed``,
+        (fewest free parameters, then least sum of the swept sizes, then grid order) among those
+        nested below the best row (no swept size larger than the best's) whose score is at least
+        the best score minus its ``heldout_loglik_diff_se`` (the best row without per-slice
+        scores). ``table.attrs`` holds ``grid`` (the swept names), ``fixed``,
         ``folds`` (the fold of every slice along ``heldout_axes``; -1: never held out),
         ``heldout`` (the slices held out in some fold) and ``heldout_axes``.
     """

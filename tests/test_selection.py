@@ -155,27 +155,28 @@ def test_one_standard_error_rule_compares_models_slice_by_slice():
     assert table.index[table["selected"]].tolist() == [2]
 
 
-def test_one_standard_error_rule_prefers_fewer_parameters():
-    """Between models within one paired se of the best, the one with fewer free parameters wins,
-    whatever the sum of the swept sizes (grid order breaks remaining ties)."""
+def test_one_standard_error_rule_steps_back_to_nested_models_with_fewer_parameters():
+    """Between models nested below the best (no swept size larger) and within one paired se of
+    it, the one with fewer free parameters wins, whatever the sum of the swept sizes (grid order
+    breaks remaining ties). A model larger than the best in some size is never selected, however
+    few its parameters: the best already predicts better than it."""
     slices = np.linspace(-60.0, -30.0, 40)
     wiggle = np.tile([1.0, -1.0], 20)
-
-    class Sized:
-        def __init__(self, K_M, K_S):
-            self.K_M, self.K_S = K_M, K_S
-
-    scores = {(3, 3): slices, (2, 4): slices + wiggle - 0.02, (4, 2): slices + wiggle - 0.02,
-              (2, 2): slices - 1.0}
+    scores = {(3, 4): slices, (2, 4): slices + wiggle - 0.02, (3, 3): slices + wiggle - 0.02,
+              (4, 2): slices + wiggle - 0.02, (2, 2): slices - 1.0}
     from bam_ppl import selection
 
-    table = pd.DataFrame([dict(K_M=m, K_S=s, heldout_loglik=scores[m, s].sum()) for m, s in scores])
-    selection._mark_selection(table, list(scores.values()), ["K_M", "K_S"], complexity=[149, 128, 136, 90])
-    assert table.loc[table["selected"], ["K_M", "K_S"]].values.tolist() == [[2, 4]]
-    table = table.drop(columns=["selected"])
-    selection._mark_selection(table, list(scores.values()), ["K_M", "K_S"], complexity=None)
-    # Without parameter counts: the least sum of sizes, (2, 4) and (4, 2) tie at 6 with (3, 3); grid order.
-    assert table.loc[table["selected"], ["K_M", "K_S"]].values.tolist() == [[3, 3]]
+    def select(complexity):
+        table = pd.DataFrame([dict(K_M=m, K_S=s, heldout_loglik=scores[m, s].sum()) for m, s in scores])
+        selection._mark_selection(table, list(scores.values()), ["K_M", "K_S"], complexity=complexity)
+        return table.loc[table["selected"], ["K_M", "K_S"]].values.tolist()
+
+    # (4, 2) has the fewest parameters of those within one se but is not nested below (3, 4);
+    # (2, 2) is nested but 40 nats worse on every slice.
+    assert select([172, 128, 149, 100, 90]) == [[2, 4]]
+    assert select([172, 150, 149, 100, 90]) == [[3, 3]]
+    # Without parameter counts: the least sum of sizes, (2, 4) and (3, 3) tie at 6; grid order.
+    assert select(None) == [[2, 4]]
 
 
 @functools.cache

@@ -179,14 +179,57 @@ def em_step(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, 
     return m_step(stats, alpha), current
 
 
-@functools.partial(jax.jit, static_argnames=("sizes", "capacity"))
-def _run_em_restarts(starts: DirichletTuckerParams, faces, alpha, num_iters, tol, *, sizes, capacity):
+def _normalise_logs(logs: DirichletTuckerParams) -> DirichletTuckerParams:
+    """Rows of every table back onto their simplex from unnormalised logs (the core per (i, j) face)."""
+    axes = (-1, -1, -1, -1, (-2, -1))
+    return DirichletTuckerParams(*(jnp.exp(u - jax.scipy.special.logsumexp(u, axis=a, keepdims=True))
+                                   for u, a in zip(logs, axes)))
+
+
+def squarem_step(params: DirichletTuckerParams, faces: Faces, alpha: Concentrations, num_mice: int,
+                 num_epochs: int):
+    """One SQUAREM iteration (Varadhan & Roland 2008, scheme S3) of the EM map F: (new params, log
+    posterior of the *incoming* params).
+
+    In the log parameters u (every table is positive: the M-step's α − 1 + E[Σ z] > 0),
+    r = u₁ − u₀ and v = u₂ − 2u₁ + u₀ from two EM updates u₁ = F(u₀), u₂ = F(u₁); the jump
+    u₀ − 2a r + a² v with a = −‖r‖/‖v‖ (at most −1; a = −1 lands on u₂) is put back on the
+    simplices and given one more EM update. The jump is kept only if its log posterior is at
+    least that of u₁; otherwise u₂ is returned. Every iteration therefore gains at least as much
+    as one EM update (the objective never falls), and along EM's slow directions, where
+    successive updates are nearly collinear, it moves many updates' worth at once.
+    """
+    first, current = em_step(params, faces, alpha, num_mice, num_epochs)
+    second, after_one = em_step(first, faces, alpha, num_mice, num_epochs)
+    u0, u1, u2 = (jax.tree.map(jnp.log, p) for p in (params, first, second))
+    r = jax.tree.map(lambda a, b: b - a, u0, u1)
+    v = jax.tree.map(lambda a, b, c: c - 2.0 * b + a, u0, u1, u2)
+
+    def norm(tree):
+        return jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(tree)))
+
+    tiny = jnp.finfo(current.dtype).tiny
+    step = jnp.minimum(-norm(r) / jnp.maximum(norm(v), tiny), -1.0)
+    jumped = _normalise_logs(jax.tree.map(lambda a, b, c: a - 2.0 * step * b + step * step * c, u0, r, v))
+    stabilised, jumped_value = em_step(jumped, faces, alpha, num_mice, num_epochs)
+    keep = jnp.isfinite(jumped_value) & (jumped_value >= after_one)
+    return jax.tree.map(lambda a, b: jnp.where(keep, a, b), stabilised, second), current
+
+
+#: Updates of the MAP-EM backend: plain EM, or SQUAREM-accelerated EM (three EM updates an iteration).
+ACCELERATIONS = {"none": em_step, "squarem": squarem_step}
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "capacity", "acceleration"))
+def _run_em_restarts(starts: DirichletTuckerParams, faces, alpha, num_iters, tol, *, sizes, capacity,
+                     acceleration="none"):
     """EM from every start with the shared loop (:mod:`bam_ppl.infer.em_driver`); ``trace[t]`` is
     the log posterior after t updates. ``lax.map`` runs the restarts one after another: memory
     stays that of a single run."""
+    update = ACCELERATIONS[acceleration]
 
     def run_one(params):
-        return em_driver.run(lambda p: em_step(p, faces, alpha, sizes[0], sizes[1]),
+        return em_driver.run(lambda p: update(p, faces, alpha, sizes[0], sizes[1]),
                              lambda p: _log_posterior(p, faces, alpha), params,
                              num_iters=num_iters, tol=tol, capacity=capacity)
 
@@ -385,7 +428,7 @@ def _ranks_and_sizes(model, dense):
 @restart_layout("restart", "restart_log_posterior")
 def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: float = 1e-7,
                          num_restarts: int = 1, heldout=None, dtype: str = "float64",
-                         progress_bar: bool | None = None, first_restart: int = 0):
+                         progress_bar: bool | None = None, first_restart: int = 0, acceleration: str = "none"):
     """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (Zhang & Linderman §2).
 
     Parameters
@@ -416,6 +459,11 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     progress_bar : bool or None
         A bar over the restarts (each one compiled loop); ``None``: on a terminal for several
         restarts (:mod:`bam_ppl.progress`).
+    acceleration : {"none", "squarem"}
+        ``"squarem"``: every iteration is a SQUAREM step (:func:`squarem_step`: three EM updates
+        and a jump along their direction, never lowering the log posterior), which reaches the
+        mode in far fewer updates where EM crawls; ``num_iters``, ``tol`` and ``log_posterior``
+        then count those iterations.
 
     Returns
     -------
@@ -431,6 +479,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     _common_options(model, num_iters, tol, dtype)
     check_int(num_restarts, "num_restarts")
     check_int(first_restart, "first_restart", minimum=0)
+    check_choice(acceleration, "acceleration", ACCELERATIONS)
     show = resolve_progress(progress_bar, long_run=num_restarts > 1)
     data, dense, fitted, total = _faces(model, data, heldout)
     ranks, sizes = _ranks_and_sizes(model, dense)
@@ -444,7 +493,8 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         alpha = _concentrations(model, dt)
         starts = DirichletTuckerParams(*(jnp.asarray(p, dt) for p in starts))
         states = _run_each_restart(starts, faces, alpha, jnp.int32(num_iters), jnp.asarray(tol, dt),
-                                  sizes=sizes, capacity=em_driver.trace_capacity(num_iters))
+                                  sizes=sizes, capacity=em_driver.trace_capacity(num_iters),
+                                  acceleration=acceleration)
         bar.update(1)
         iterations = np.asarray(states.iteration)
         finals = em_driver.final_objectives(states)
@@ -460,7 +510,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         "restart_log_posterior": (("chain", "restart"), finals[None].astype(np.float64)),
     }
     attrs = dict(num_iters=num_iters, tol=tol, num_restarts=num_restarts, best_restart=first_restart + best,
-                 dtype=dtype)
+                 dtype=dtype, acceleration=acceleration)
     return _inference_data(model, data, params, fitted, total, loglik, method="map",
                            sample_stats=sample_stats, attrs=attrs)
 
