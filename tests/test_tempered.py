@@ -400,6 +400,8 @@ def test_realistic_nmf_above_bounds_and_consistent_across_keys():
         assert estimate.stderr < 2.0
     combined = np.hypot(first.stderr, second.stderr)
     assert abs(first.value - second.value) <= max(4 * combined, 1.0)
+    # Not inflated either (0.5 nats: the spread two calls can miss).
+    assert combined <= 2 * abs(first.value - second.value) + 0.5
 
 
 # -- cell and pair moves: exact kernels by enumeration -------------------------------------------
