@@ -99,8 +99,9 @@ def test_select_ranks_finds_planted_mouse_rank():
 
 
 def test_select_ranks_recovers_planted_ranks_over_seeds():
-    """The default protocol (three speckled folds, the paired one-standard-error rule) on a
-    smaller version of benchmarks/dtucker_ranks.py: tensors (20, 6, 10, 12), C = 500, drawn from
+    """The default protocol (three speckled folds, SQUAREM-accelerated fits, the paired
+    one-standard-error rule stepping back to nested models) on a smaller version of
+    benchmarks/dtucker_ranks.py: tensors (20, 6, 10, 12), C = 500, drawn from
     dirichlet_tucker((3, 2, 2, 3), alpha=1.1) with the first three seeds, K_S swept. A draw can
     plant two nearly equal components, which no held-out score resolves, so 2 of 3 are required
     (all 3 were recovered when the test was written)."""
