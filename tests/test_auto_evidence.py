@@ -26,12 +26,13 @@ from bam_ppl.infer.auto import (
 from bam_ppl.infer.gibbs.chib import NO_SYMMETRIES
 from bam_ppl.infer.smc import tempered
 
-# High-effort references (benchmarks/README.md, "Choosing an evidence method"): the Pólya-urn SMC
-# with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style estimator with 16
-# chains of 3000 sweeps (HairEyeColor CP(2): −129.631 ± 0.062; the dense NMF: −176.938 ± 0.016).
+# High-effort references (`python benchmarks/high_effort_references.py`, rev. 24f99e3): the
+# Pólya-urn SMC with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style
+# estimator with 16 chains of 3000 sweeps (HairEyeColor CP(2): −129.738 ± 0.050; the dense NMF:
+# −177.208 ± 1.089).
 REFERENCES = {
-    "hair_eye_color_cp2": (bam.models.cp(2), -129.522, 0.086),
-    "dense_nmf2": (bam.models.nmf(2), -176.925, 0.152),
+    "hair_eye_color_cp2": (bam.models.cp(2), -129.679, 0.033),
+    "dense_nmf2": (bam.models.nmf(2), -177.096, 0.423),
 }
 # 600 tokens in 6 × 8 cells, drawn from the BAM NMF(2) prior with a = 200 (key 0).
 DENSE = np.array([[11, 15, 15, 16, 8, 11, 7, 15], [21, 20, 17, 10, 13, 12, 12, 20],
