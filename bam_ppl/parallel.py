@@ -110,14 +110,14 @@ def chain_keys(rng_key: KeyLike, num_chains: int, first: int = 0, parts: int = 1
     returns them as a tuple of ``parts`` arrays of shape (num_chains, 2); ``parts=1`` returns the
     (num_chains, 2) array itself.
     """
-    keys = _folded_keys(as_key(rng_key), num_chains, first, parts)
+    keys = _folded_keys()(as_key(rng_key), num_chains, np.uint32(first), parts)
     return keys if parts == 1 else tuple(keys[:, p] for p in range(parts))
 
 
 @functools.cache
-def _folded_keys_program():
-    """``chain_keys``'s arithmetic as one compiled program (compiled once per number of chains):
-    traced op by op it cost a few milliseconds per call, more than a short SMC run."""
+def _folded_keys():
+    """``chain_keys``'s arithmetic as one program compiled per (num_chains, parts): traced op by op
+    it cost a few milliseconds per call."""
     import jax
     import jax.numpy as jnp
 
@@ -126,10 +126,6 @@ def _folded_keys_program():
         return keys if parts == 1 else jax.vmap(lambda k: jax.random.split(k, parts))(keys)
 
     return jax.jit(folded, static_argnums=(1, 3))
-
-
-def _folded_keys(key, num_chains: int, first: int, parts: int):
-    return _folded_keys_program()(key, num_chains, np.uint32(first), parts)
 
 
 def run_tasks(executor, fn: Callable, tasks: Sequence[Task], shared=None) -> list:

@@ -558,7 +558,6 @@ def dirichlet_tucker_sem(model, data, *, rng_key=0, num_iters: int = 5000, batch
     if step_delay < 1.0:
         raise ValueError(f"step_delay must be >= 1 so that every step size is at most 1, got {step_delay}")
     check_positive(step_power, "step_power", upper=1.0)
-    # The minibatch updates run as one compiled scan: the bar has one step, filled when it ends.
     show = resolve_progress(progress_bar)
     if step_power <= 0.5:
         raise ValueError(f"step_power must be in (0.5, 1] (Robbins–Monro), got {step_power}")

@@ -22,9 +22,9 @@ stationary distribution.
 labels of a short bICA fit with 10 components (:func:`bica_labels`), not from the uniform labels
 over all K components that the paper's text describes. From uniform labels with K = 100 the
 collapsed sampler spends thousands of sweeps merging near-empty components on a large matrix
-(lastfm, 25 % held out: held-out log-likelihood per entry −0.1757 after 450 + 50 sweeps); from
-the bICA start it is at −0.1615 after 10 sweeps and −0.1603 after 500 (benchmarks/README.md, NBMF
-section). ``init="random"`` keeps the uniform start.
+(lastfm, 25 % held out, 100 + 100 sweeps: held-out negative log-likelihood per entry 0.1775 from
+uniform labels, 0.1586 from the bICA start; benchmarks/README.md, NBMF section).
+``init="random"`` keeps the uniform start.
 
 Kept sweeps accumulate the Rao-Blackwellised mean E[WH | V] ≈ (1/J) Σ_j E[W | Z⁽ʲ⁾] E[H | Z⁽ʲ⁾]
 (eqs. 30–33; exact since W ⊥ H | Z); posterior draws of W and H are drawn from their conjugate
