@@ -9,17 +9,6 @@ import numpy as np
 from scipy import stats
 
 
-def assert_near_exact(value, stderr, exact, *, max_stderr, bias=0.0, k=4.0):
-    """``value`` within ``bias + k·stderr`` of ``exact``, and ``stderr`` finite and ≤ ``max_stderr``.
-
-    ``bias`` allows for a known bias of the estimator on the log scale (Jensen's gap of a log of an
-    unbiased estimate, an adaptive schedule); ``max_stderr`` is the precision the test's effort
-    buys, so that an inflated error cannot pass the first check.
-    """
-    assert np.isfinite(stderr) and 0 <= stderr <= max_stderr, (value, stderr, exact, max_stderr)
-    assert abs(value - exact) <= bias + k * stderr, (value, stderr, exact)
-
-
 def assert_honest_spread(values, stderrs, *, floor, quantile=0.999):
     """Independent calls: their spread is no larger than the stated errors claim (chi-square upper
     tail), and the stated errors are no larger than twice the spread plus ``floor`` (not inflated).

@@ -103,8 +103,7 @@ def test_select_ranks_recovers_planted_ranks_over_seeds():
     one-standard-error rule stepping back to nested models) on a smaller version of
     benchmarks/dtucker_ranks.py: tensors (20, 6, 10, 12), C = 500, drawn from
     dirichlet_tucker((3, 2, 2, 3), alpha=1.1) with the first three seeds, K_S swept. A draw can
-    plant two nearly equal components, which no held-out score resolves, so 2 of 3 are required
-    (all 3 were recovered when the test was written)."""
+    plant two nearly equal components, which no held-out score resolves, so 2 of 3 are required."""
     recovered = []
     for seed in (0, 1, 2):
         _, X = dirichlet_tucker((3, 2, 2, 3), alpha=1.1).sample(seed, shape=(20, 6, 10, 12), total=500)
