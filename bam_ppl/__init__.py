@@ -8,9 +8,19 @@ Declare a model as a DAG of index variables, run any registered backend through
 from . import datasets, families, models  # noqa: E402,F401  (families: importing registers their backends)
 from ._version import __version__  # noqa: E402,F401
 from .dag import DAG  # noqa: E402
+from .convert.from_numpyro import from_numpyro  # noqa: E402
 from .data import CountTensor  # noqa: E402
-from .evidence import EvidenceEstimate, EvidenceWarning, compare, log_evidence, register_evidence  # noqa: E402
+from .evidence import (  # noqa: E402
+    EvidenceEstimate,
+    EvidenceWarning,
+    add_evidence,
+    compare,
+    log_evidence,
+    read_evidence,
+    register_evidence,
+)
 from .infer.registry import infer, methods, register  # noqa: E402
+from .infer.smc.reverse import evidence_upper_bound  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
 from .plots import plot_evidence, plot_trace, plot_var_names  # noqa: E402
 from .predictive import posterior_predictive, relabel  # noqa: E402
@@ -22,8 +32,11 @@ __all__ = [
     "CountTensor",
     "EvidenceEstimate",
     "EvidenceWarning",
+    "evidence_upper_bound",
+    "add_evidence",
     "compare",
     "datasets",
+    "from_numpyro",
     "infer",
     "log_evidence",
     "methods",
@@ -32,6 +45,7 @@ __all__ = [
     "plot_trace",
     "plot_var_names",
     "posterior_predictive",
+    "read_evidence",
     "relabel",
     "models",
     "register",

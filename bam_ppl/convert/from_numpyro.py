@@ -1,0 +1,559 @@
+"""Read a NumPyro program and recognise the Bayesian allocation model it writes.
+
+:func:`from_numpyro` traces a user's model function (``numpyro.handlers.trace``, ``seed`` and
+``substitute``) and reads two forms of Dirichlet–categorical program:
+
+* **token form** — ``Dirichlet`` table sites, then a plate of tokens whose ``Categorical``
+  sites (latent or observed) take their probabilities from a table gathered by other index sites,
+  by plate positions or by data arrays (``theta[doc]``, ``phi[z]``, ``core[r1, r2]``);
+* **count form** — ``Dirichlet`` tables and one observed count site over cells: ``Poisson`` with
+  rate ``lam * p`` where ``lam ~ Gamma(a, b)`` (the BAM of Cemgil et al. 2019 eq. 3.3–3.4), or
+  ``Multinomial`` with fixed totals per row (conditioned totals, eq. 3.15).
+
+How a site's probabilities depend on the tables is read by substitution rather than by parsing
+the program text: in the token form every table entry is replaced by a distinct integer tag, so a
+site's probabilities name the table entries they were gathered from, and index sites are replaced
+by random values, so the gathered coordinates show which index each one follows. In the count form
+the candidate DAGs that fit the table shapes are tried in turn and the one whose cell
+probabilities equal the program's, for random tables, is kept. Anything else is refused with a
+ValueError that names the site.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import gammaln
+
+from ..data import CountTensor
+from ..models.allocation import AllocationModel
+
+_NUM_PROBES = 3
+_MAX_HYPOTHESES = 50_000
+_EXPECTED = ("an allocation model has Dirichlet table sites, Categorical index sites, count "
+             "observations (Poisson with a Gamma total rate, or Multinomial) and plates")
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What :func:`from_numpyro` read from the program (attached as ``model.program_info``).
+
+    Attributes
+    ----------
+    form : str
+        ``"tokens"`` (Categorical sites in a plate of tokens), ``"poisson"`` (counts with a Gamma
+        total rate) or ``"multinomial"`` (counts with fixed totals per row).
+    nodes : dict
+        Allocation-model node of every index site, plate position or data array read as an index.
+    tables : dict
+        Dirichlet site name → the nodes whose conditional table it is (two or more: tied).
+    evidence_of : str
+        What ``bam.log_evidence(model, data)`` is the probability of (always the count table:
+        bam_ppl's convention, Cemgil et al. 2019 eq. 3.11 / 3.15).
+    log_sequence_offset : float
+        log of the multinomial coefficient that turns the count table's probability into the
+        probability of the program's token sequence: ``log p(tokens) = evidence - offset``
+        (token form only; 0.0 for count forms, whose observed site *is* the count table).
+    """
+
+    form: str
+    nodes: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
+    evidence_of: str = "count table"
+    log_sequence_offset: float = 0.0
+
+
+# -- tracing ---------------------------------------------------------------------------------------
+def _handlers():
+    from numpyro import handlers
+
+    return handlers
+
+
+def _trace(model_fn, args, kwargs, values=None):
+    import jax
+    from numpyro.distributions.distribution import validation_enabled
+
+    handlers = _handlers()
+    fn = handlers.seed(model_fn, rng_seed=0)
+    # float64 locally, so concentrations such as a / (K V) are read as the program states them.
+    with jax.enable_x64(True):
+        if not values:
+            return handlers.trace(fn).get_trace(*args, **kwargs)
+        # Probe values (integer tags, unnormalised tables) are not valid parameters, by design.
+        with validation_enabled(False):
+            return handlers.trace(handlers.substitute(fn, data=values)).get_trace(*args, **kwargs)
+
+
+def _unwrap(fn):
+    """The distribution inside ``expand``/``to_event`` wrappers (their batch shape comes from the value)."""
+    import numpyro.distributions as dist
+
+    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent)):
+        fn = fn.base_dist
+    return fn
+
+
+def _kind(site) -> str:
+    """Classify one sample site, refusing what no allocation model contains."""
+    import numpyro.distributions as dist
+
+    name, fn = site["name"], site["fn"]
+    if isinstance(fn, dist.MaskedDistribution) or isinstance(_unwrap(fn), dist.MaskedDistribution):
+        raise ValueError(f"site {name!r}: masked sites (obs_mask, handlers.mask) are not recognised; "
+                         "pass only the observed tokens")
+    base = _unwrap(fn)
+    observed = site["is_observed"]
+    what = type(base).__name__
+    if isinstance(base, dist.Dirichlet):
+        if observed:
+            raise ValueError(f"site {name!r}: an observed Dirichlet; a table site must be latent")
+        return "table"
+    if isinstance(base, dist.CategoricalProbs):
+        return "index"
+    if isinstance(base, dist.CategoricalLogits):
+        raise ValueError(f"site {name!r}: Categorical with logits; write Categorical(probs=table[...]) "
+                         "so the probabilities are a gathered Dirichlet table column")
+    if isinstance(base, dist.Gamma) and not observed:
+        return "rate"
+    if observed and isinstance(base, dist.Poisson):
+        return "poisson"
+    if observed and isinstance(base, dist.MultinomialProbs):
+        return "multinomial"
+    if observed:
+        raise ValueError(f"site {name!r}: an observed {what}; expected a Categorical index or a count "
+                         f"observation (Poisson with a Gamma total rate, or Multinomial) — {_EXPECTED}")
+    if isinstance(base, (dist.Normal, dist.LogNormal, dist.Beta, dist.Uniform, dist.HalfNormal,
+                         dist.Exponential, dist.HalfCauchy, dist.Cauchy, dist.StudentT)):
+        raise ValueError(f"site {name!r}: a continuous {what} prior; a table must have a Dirichlet "
+                         f"prior — {_EXPECTED}")
+    raise ValueError(f"site {name!r}: a latent {what}; expected a Dirichlet table or a Categorical "
+                     f"index — {_EXPECTED}")
+
+
+def _sites(tr) -> dict[str, list[str]]:
+    kinds: dict[str, list[str]] = {"table": [], "index": [], "rate": [], "poisson": [], "multinomial": []}
+    for name, site in tr.items():
+        if site["type"] == "plate":
+            size, subsample = site["args"][0], site["args"][1]
+            if subsample is not None and subsample < size:
+                raise ValueError(f"plate {name!r}: subsampled plates are not recognised; the evidence "
+                                 "needs every token")
+            continue
+        if site["type"] in ("deterministic",):
+            continue
+        if site["type"] != "sample":
+            raise ValueError(f"site {name!r}: a {site['type']} site; {_EXPECTED}")
+        kinds[_kind(site)].append(name)
+    if kinds["rate"] and not kinds["poisson"]:
+        raise ValueError(f"site {kinds['rate'][0]!r}: a latent Gamma outside a Poisson count model; "
+                         "a Gamma prior is recognised only as the total rate of Poisson counts")
+    if not kinds["table"]:
+        raise ValueError(f"the program has no Dirichlet table site; {_EXPECTED}")
+    counts = kinds["poisson"] + kinds["multinomial"]
+    if counts and kinds["index"]:
+        raise ValueError(f"site {counts[0]!r}: count observations beside Categorical index sites "
+                         f"{kinds['index']}; write the program in one form (tokens or counts)")
+    if len(counts) > 1:
+        raise ValueError(f"site {counts[1]!r}: a second count observation; one count site holds the data")
+    if not counts and not kinds["index"]:
+        raise ValueError(f"the program has no Categorical index site and no count observation; {_EXPECTED}")
+    if len(kinds["rate"]) > 1:
+        raise ValueError(f"site {kinds['rate'][1]!r}: a second Gamma site; one total rate is recognised")
+    return kinds
+
+
+def _number(value) -> float:
+    """A scalar parameter as a float; a float32 one as its shortest decimal (0.3, not 0.30000001)."""
+    value = np.asarray(value)
+    if value.dtype == np.float32:
+        return float(np.format_float_positional(value.reshape(-1)[0], unique=True))
+    return float(value.reshape(-1)[0])
+
+
+def _table_concentration(tr, name) -> float:
+    site = tr[name]
+    raw = np.asarray(_unwrap(site["fn"]).concentration)
+    conc = np.broadcast_to(raw, np.shape(site["value"]))
+    if not np.all(conc == conc.reshape(-1)[0]):
+        raise ValueError(f"site {name!r}: an asymmetric Dirichlet concentration; the allocation model "
+                         "takes one symmetric concentration per table")
+    return _number(conc)
+
+
+def _check_constant_priors(base, probe, tables):
+    for name in tables:
+        a = np.asarray(_unwrap(base[name]["fn"]).concentration)
+        b = np.asarray(_unwrap(probe[name]["fn"]).concentration)
+        if a.shape != b.shape or not np.array_equal(a, b):
+            raise ValueError(f"site {name!r}: the Dirichlet concentration depends on other sites; "
+                             "it must be a constant")
+
+
+def _unique(name: str, taken: set) -> str:
+    out, k = name, 1
+    while out in taken:
+        out, k = f"{name}_{k}", k + 1
+    return out
+
+
+# -- concentrations ------------------------------------------------------------------------------
+def _priors(tables: dict, members: dict, sizes: dict, parents: dict, conc: dict, a_hint=None):
+    """BDeu ``a`` if every table's constant is a contraction of one base measure (Cemgil et al. 2019
+    eq. 3.3, tied tables summing their members, App. E), else explicit concentrations per node."""
+    implied = []
+    for t, nodes in members.items():
+        fam = [math.prod(sizes[u] for u in (*parents[n], n)) for n in nodes]
+        implied.append(conc[t] / sum(1.0 / f for f in fam))
+    a = a_hint if a_hint is not None else float(f"{implied[0]:.12g}")
+    if all(math.isclose(x, a, rel_tol=1e-6) for x in implied):
+        return a, None
+    return (a_hint if a_hint is not None else 1.0), {n: conc[t] for t, nodes in members.items() for n in nodes}
+
+
+# -- token form ----------------------------------------------------------------------------------
+def _gathered(tr, name, offsets, shapes, table_names):
+    """Decode which table and which coordinates each element of index site ``name`` gathers."""
+    site = tr[name]
+    probs = np.asarray(_unwrap(site["fn"]).probs, dtype=np.float64)
+    batch = np.shape(site["value"])
+    K = probs.shape[-1]
+    probs = np.broadcast_to(probs, (*batch, K))
+    tags = probs - 1.0
+    total = offsets[-1]
+    if not (np.all(tags == np.round(tags)) and np.all((tags >= 0) & (tags < total))):
+        raise ValueError(
+            f"site {name!r}: its probabilities are not a column of a Dirichlet table gathered by "
+            f"indices (table[...]); expected e.g. Categorical(theta[doc]) or Categorical(phi[z]) "
+            f"with tables {table_names}")
+    tags = tags.astype(np.int64)
+    which = np.searchsorted(offsets, tags, side="right") - 1
+    t = int(which.reshape(-1)[0])
+    if not np.all(which == t):
+        raise ValueError(f"site {name!r}: its probabilities mix entries of several tables; expected "
+                         "one table gathered by indices")
+    shape = shapes[t]
+    if shape[-1] != K:
+        raise ValueError(f"site {name!r}: has {K} categories but table {table_names[t]!r} has "
+                         f"{shape[-1]}; expected a whole column of the table")
+    coords = np.unravel_index(tags - offsets[t], shape)
+    if not np.all(coords[-1] == np.arange(K)) or not all(np.all(c == c[..., :1]) for c in coords[:-1]):
+        raise ValueError(f"site {name!r}: its probabilities are not one column of table "
+                         f"{table_names[t]!r} (the last, category axis must be kept whole)")
+    return t, [c[..., 0] for c in coords[:-1]], batch
+
+
+def _argument_names(model_fn, args, kwargs):
+    try:
+        bound = inspect.signature(model_fn).bind_partial(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in bound.arguments.items() if hasattr(v, "shape") or isinstance(v, (list, tuple))}
+
+
+def _token_form(model_fn, args, kwargs, tr, kinds):
+    tables, index = kinds["table"], kinds["index"]
+    shapes = [tuple(np.shape(tr[t]["value"])) for t in tables]
+    offsets = np.cumsum([0] + [math.prod(s) for s in shapes])
+    tags = {t: (offsets[k] + np.arange(math.prod(shapes[k])) + 1.0).reshape(shapes[k])
+            for k, t in enumerate(tables)}
+    K = {s: int(np.shape(_unwrap(tr[s]["fn"]).probs)[-1]) for s in index}
+    latent = [s for s in index if not tr[s]["is_observed"]]
+    rng = np.random.default_rng(0)
+    probes = []
+    for _ in range(_NUM_PROBES):
+        values = {s: rng.integers(0, K[s], size=np.shape(tr[s]["value"])).astype(np.int32) for s in latent}
+        ptr = _trace(model_fn, args, kwargs, {**tags, **values})
+        _check_constant_priors(tr, ptr, tables)
+        probes.append((ptr, {s: np.asarray(ptr[s]["value"]) for s in index}))
+    grid = np.broadcast_shapes(*[np.shape(tr[s]["value"]) for s in index])
+    for s in index:
+        if tuple(np.shape(tr[s]["value"])) != tuple(grid):
+            raise ValueError(
+                f"site {s!r}: batch shape {np.shape(tr[s]['value'])} but the tokens (the other index "
+                f"sites) have shape {grid}; every Categorical index site needs one value per token "
+                "(put it in the same plates)")
+    plates = {f.dim: f.name for s in index for f in tr[s]["cond_indep_stack"]}
+    arg_arrays = _argument_names(model_fn, args, kwargs)
+
+    nodes: dict[str, str] = {s: s for s in index}
+    coord_values: dict[str, np.ndarray] = {}
+    coord_sizes: dict[str, int] = {}
+    parents: dict[str, list[str]] = {}
+    table_of: dict[str, str] = {}
+    taken = set(index) | set(tables)
+    for s in index:
+        decoded = [_gathered(ptr, s, offsets, shapes, tables) for ptr, _ in probes]
+        t = decoded[0][0]
+        if any(d[0] != t for d in decoded):
+            raise ValueError(f"site {s!r}: the table it gathers from changes with the index values; "
+                             "expected one table per site")
+        table_of[s] = tables[t]
+        pars = []
+        for axis in range(len(shapes[t]) - 1):
+            col = [np.broadcast_to(d[1][axis], grid) for d in decoded]
+            source = next((u for u in index if u != s and all(
+                np.array_equal(c, np.broadcast_to(v[u], grid)) for c, (_, v) in zip(col, probes))), None)
+            if source is None:
+                if not all(np.array_equal(c, col[0]) for c in col):
+                    raise ValueError(
+                        f"site {s!r}: axis {axis} of table {tables[t]!r} is indexed by a value computed "
+                        "from the latent sites, not by one index site; expected table[z] with z a "
+                        "Categorical site (or a data array, or a plate position)")
+                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken,
+                                     f"{tables[t]}_axis{axis}")
+                coord_values[source] = col[0]
+                coord_sizes[source] = shapes[t][axis]
+                taken.add(source)
+            pars.append(nodes.get(source, source))
+        parents[s] = pars
+    used = set(table_of.values())
+    unused = [t for t in tables if t not in used]
+    if unused:
+        raise ValueError(f"site {unused[0]!r}: a Dirichlet table that no Categorical site gathers from")
+
+    sizes = {**coord_sizes, **{s: K[s] for s in index}}
+    members = {t: [s for s in index if table_of[s] == t] for t in tables}
+    conc = {t: _table_concentration(tr, t) for t in tables}
+    cond = list(coord_values)
+    if not cond:
+        # A plate of fixed size: the token total is fixed, not Gamma–Poisson. A one-cell conditioned
+        # node states that (eq. 3.15) without changing any table.
+        name = _unique(plates.get(-1, "tokens"), taken)
+        cond, coord_values[name], sizes[name] = [name], np.zeros(grid, np.int64), 1
+    a, priors = _priors(tables, members, sizes, parents, conc)
+    observed_sites = [s for s in index if tr[s]["is_observed"]]
+    visible = cond + observed_sites
+    structure = {**{c: [] for c in cond}, **{s: parents[s] for s in index}}
+    model = AllocationModel(
+        structure, latent={s: K[s] for s in latent}, observed=visible, a=a, priors=priors,
+        tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond)
+    tokens = np.stack([np.broadcast_to(coord_values[c], grid).reshape(-1) for c in cond]
+                      + [np.broadcast_to(np.asarray(tr[s]["value"]), grid).reshape(-1) for s in observed_sites],
+                      axis=1)
+    data = CountTensor.from_tokens(tokens, tuple(sizes[n] for n in visible), dims=visible)
+    cond_totals = np.bincount(np.ravel_multi_index(tokens[:, : len(cond)].T, [sizes[c] for c in cond]))
+    offset = float(gammaln(cond_totals + 1.0).sum() - gammaln(data.counts + 1.0).sum())
+    info = ProgramInfo("tokens", {**{s: s for s in index}, **{c: c for c in cond}}, members,
+                       log_sequence_offset=offset)
+    return model, data, info
+
+
+def _coordinate(values, grid, plates, arg_arrays, known, taken, fallback) -> str:
+    """Name the data index ``values`` (over the token grid): a known one, a plate, or an argument."""
+    for name, v in known.items():
+        if np.array_equal(v, values):
+            return name
+    for dim, plate in plates.items():
+        axis = len(grid) + dim
+        if 0 <= axis < len(grid):
+            pos = np.arange(grid[axis]).reshape((-1,) + (1,) * (len(grid) - axis - 1))
+            if np.array_equal(np.broadcast_to(pos, grid), values) and plate not in taken:
+                return plate
+    for arg, v in arg_arrays.items():
+        v = np.asarray(v)
+        try:
+            if np.array_equal(np.broadcast_to(v, grid), values) and arg not in taken:
+                return arg
+        except ValueError:
+            continue
+    return _unique(fallback, taken)
+
+
+# -- count form ------------------------------------------------------------------------------------
+def _count_form(model_fn, args, kwargs, tr, kinds):
+    tables = kinds["table"]
+    multinomial = bool(kinds["multinomial"])
+    site_name = (kinds["multinomial"] or kinds["poisson"])[0]
+    site = tr[site_name]
+    X = np.asarray(site["value"])
+    if X.ndim < 1:
+        raise ValueError(f"site {site_name!r}: a scalar count; expected counts over cells of indices")
+    shapes = [tuple(np.shape(tr[t]["value"])) for t in tables]
+    rng = np.random.default_rng(0)
+
+    def cell_probabilities(values, rate=1.0):
+        extra = {kinds["rate"][0]: np.float64(rate)} if kinds["rate"] else {}
+        ptr = _trace(model_fn, args, kwargs, {**values, **extra})
+        _check_constant_priors(tr, ptr, tables)
+        fn = _unwrap(ptr[site_name]["fn"])
+        out = fn.probs if multinomial else fn.rate
+        return np.broadcast_to(np.asarray(out, dtype=np.float64), X.shape)
+
+    probes = []
+    for _ in range(_NUM_PROBES):
+        values = {t: rng.uniform(0.5, 1.5, size=s) for t, s in zip(tables, shapes)}
+        probes.append((values, cell_probabilities(values)))
+    if multinomial:
+        fn = _unwrap(site["fn"])
+        n = np.broadcast_to(np.asarray(fn.total_count), X.shape[:-1])
+        if not np.array_equal(n, X.sum(-1)):
+            raise ValueError(f"site {site_name!r}: total_count differs from the observed row totals")
+        rate_a = rate_b = None
+    else:
+        if not kinds["rate"]:
+            raise ValueError(f"site {site_name!r}: Poisson counts need a total rate lam ~ Gamma(a, b) "
+                             "with rate = lam * p (Cemgil et al. 2019 eq. 3.3); none found")
+        rate_site = kinds["rate"][0]
+        if np.shape(tr[rate_site]["value"]) != ():
+            raise ValueError(f"site {rate_site!r}: the total rate must be a scalar")
+        doubled = cell_probabilities(probes[0][0], rate=2.0)
+        if not np.allclose(doubled, 2.0 * probes[0][1], rtol=1e-5):
+            raise ValueError(f"site {site_name!r}: its rate is not lam * p with lam = {rate_site!r}")
+        g = _unwrap(tr[rate_site]["fn"])
+        rate_a, rate_b = _number(g.concentration), _number(g.rate)
+
+    plates = {f.dim: f.name for f in site["cond_indep_stack"]}
+    taken = set(tables) | set(kinds["rate"]) | {site_name}
+    cell_names = []
+    for axis in range(X.ndim):
+        dim = axis - (X.ndim - 1 if multinomial else X.ndim)  # plates index the batch axes
+        name = plates.get(dim) if not (multinomial and axis == X.ndim - 1) else None
+        cell_names.append(_unique(name or f"{site_name}_{axis}", taken))
+        taken.add(cell_names[-1])
+    cond = cell_names[:-1] if multinomial else []
+    free_cells = cell_names[-1:] if multinomial else cell_names
+    sizes = dict(zip(cell_names, X.shape))
+    found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name)
+    members, parents, latent = found
+    conc = {t: _table_concentration(tr, t) for t in tables}
+    all_sizes = {**sizes, **latent}
+    a, priors = _priors(tables, members, all_sizes, parents, conc, a_hint=rate_a)
+    structure = {**{c: [] for c in cond}, **{n: parents[n] for m in members.values() for n in m}}
+    model = AllocationModel(
+        structure, latent=latent, observed=cell_names, a=a, b=rate_b, priors=priors,
+        tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond or None)
+    data = CountTensor.from_dense(X, dims=cell_names)
+    info = ProgramInfo("multinomial" if multinomial else "poisson",
+                       {n: n for n in structure}, members)
+    return model, data, info
+
+
+def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
+    """The DAG whose cell probabilities Σ_latent ∏ θ equal the program's for every probe.
+
+    Each table owns one latent node or one or more free cell axes (several: tied tables); its
+    batch axes are its parents, matched to nodes of the same size. Candidates are tried in turn.
+    """
+    tried = 0
+    for owners in _ownerships(tables, shapes, free_cells, sizes):
+        # A latent node takes the name of the table that owns it (``pi`` in ``k ~ Categorical(pi)``).
+        latent = {t: shapes[k][-1] for k, t in enumerate(tables) if owners[k] is None}
+        owned = {k: ([t] if owners[k] is None else list(owners[k])) for k, t in enumerate(tables)}
+        node_sizes = {**sizes, **latent}
+        choices = []
+        for k, t in enumerate(tables):
+            for child in owned[k]:
+                batch = shapes[k][:-1]
+                options = [[n for n in node_sizes if n != child and node_sizes[n] == b] for b in batch]
+                choices.append([(k, child, p) for p in itertools.product(*options) if len(set(p)) == len(p)])
+        for assignment in itertools.product(*choices):
+            tried += 1
+            if tried > _MAX_HYPOTHESES:
+                raise ValueError(f"site {site_name!r}: more than {_MAX_HYPOTHESES} candidate DAGs fit the "
+                                 "table shapes; use distinct sizes or the token form")
+            parents = {child: list(p) for _, child, p in assignment}
+            if not _acyclic(parents):
+                continue
+            if all(np.allclose(_einsum(assignment, tables, node_sizes, cell_names, values), target,
+                               rtol=1e-6, atol=0) for values, target in probes):
+                members = {t: list(owned[k]) for k, t in enumerate(tables)}
+                return members, parents, latent
+    raise ValueError(
+        f"site {site_name!r}: its cell probabilities are not Σ over latent indices of a product of "
+        f"Dirichlet table entries over tables {tables}; expected e.g. "
+        "lam * jnp.einsum('k,ki,kj->ij', pi, W, H) (Cemgil et al. 2019 eq. 3.4)")
+
+
+def _ownerships(tables, shapes, free_cells, sizes):
+    """Every way for the tables to own the free cell axes (each exactly once) or a latent node."""
+    options = []
+    for k in range(len(tables)):
+        K = shapes[k][-1]
+        match = [c for c in free_cells if sizes[c] == K]
+        opts = [None] + [tuple(g) for r in range(1, len(match) + 1) for g in itertools.combinations(match, r)]
+        options.append(opts)
+    for owners in itertools.product(*options):
+        cells = [c for o in owners if o for c in o]
+        if sorted(cells) == sorted(free_cells):
+            yield owners
+
+
+def _acyclic(parents) -> bool:
+    state: dict[str, int] = {}
+
+    def visit(n):
+        if state.get(n) == 1:
+            return False
+        if state.get(n) == 2:
+            return True
+        state[n] = 1
+        ok = all(visit(p) for p in parents.get(n, ()))
+        state[n] = 2
+        return ok
+
+    return all(visit(n) for n in parents)
+
+
+def _einsum(assignment, tables, node_sizes, cell_names, values):
+    letters = {n: chr(ord("a") + i) for i, n in enumerate(node_sizes)}
+    operands, specs = [], []
+    for k, child, pars in assignment:
+        operands.append(np.asarray(values[tables[k]], dtype=np.float64))
+        specs.append("".join(letters[p] for p in pars) + letters[child])
+    out = "".join(letters[c] for c in cell_names)
+    result = np.einsum(",".join(specs) + "->" + out, *operands)
+    return result
+
+
+# -- entry point -----------------------------------------------------------------------------------
+def from_numpyro(model_fn: Callable, *args, **kwargs) -> tuple[AllocationModel, CountTensor]:
+    """Recognise the allocation model a NumPyro program writes, and the data its observed sites hold.
+
+    Parameters
+    ----------
+    model_fn : callable
+        A NumPyro model function (``numpyro.sample`` statements, plates). It is run a few times
+        under ``seed``/``substitute``/``trace`` with ``*args`` and ``**kwargs``.
+    *args, **kwargs
+        Passed to ``model_fn``; the observed sites' data among them.
+
+    Returns
+    -------
+    model : AllocationModel
+        DAG, cardinalities, concentrations (BDeu ``a`` when every table is a contraction of one
+        base measure, explicit per-node values otherwise), tied tables and conditioned totals.
+        ``model.program_info`` (:class:`ProgramInfo`) records which site became which node.
+    data : CountTensor
+        The observed sites as counts, dims named after the nodes.
+
+    Notes
+    -----
+    ``bam.log_evidence(model, data)`` is the probability of the **count table** (Cemgil et al. 2019
+    eq. 3.11; given the conditioned totals, eq. 3.15). A token program draws a fixed number of
+    tokens, so it carries no Gamma–Poisson total term; its token sequence has probability
+    ``evidence - model.program_info.log_sequence_offset`` (the log multinomial coefficient of
+    the counts given the fixed totals).
+
+    Raises
+    ------
+    TypeError
+        ``model_fn`` is not callable.
+    ValueError
+        The program is not an allocation model; the message names the site and what was expected.
+    """
+    if not callable(model_fn):
+        raise TypeError(f"model_fn must be a NumPyro model function, got {type(model_fn).__name__}")
+    tr = _trace(model_fn, args, kwargs)
+    kinds = _sites(tr)
+    if kinds["index"]:
+        model, data, info = _token_form(model_fn, args, kwargs, tr, kinds)
+    else:
+        model, data, info = _count_form(model_fn, args, kwargs, tr, kinds)
+    model.program_info = info
+    return model, data
