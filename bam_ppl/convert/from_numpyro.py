@@ -80,14 +80,39 @@ def _trace(model_fn, args, kwargs, values=None):
     from numpyro.distributions.distribution import validation_enabled
 
     handlers = _handlers()
-    fn = handlers.seed(model_fn, rng_seed=0)
-    # float64 locally, so concentrations such as a / (K V) are read as the program states them.
-    with jax.enable_x64(True):
-        if not values:
-            return handlers.trace(fn).get_trace(*args, **kwargs)
-        # Probe values (integer tags, unnormalised tables) are not valid parameters, by design.
-        with validation_enabled(False):
-            return handlers.trace(handlers.substitute(fn, data=values)).get_trace(*args, **kwargs)
+    values = values or {}
+
+    def value_of(msg):
+        # Stand-in values instead of draws: no sampler is compiled, and the probes set their own.
+        if msg["type"] != "sample" or msg["is_observed"]:
+            return None
+        if msg["name"] in values:
+            return values[msg["name"]]
+        return _stand_in(msg)
+
+    fn = handlers.substitute(model_fn, substitute_fn=value_of)
+    # float64 locally, so concentrations such as a / (K V) are read as the program states them;
+    # probe values (integer tags, unnormalised tables) are not valid parameters, by design.
+    with jax.enable_x64(True), validation_enabled(False):
+        return handlers.trace(fn).get_trace(*args, **kwargs)
+
+
+def _stand_in(msg):
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    fn = msg["fn"]
+    base = _unwrap(fn)
+    shape = fn.shape(msg["kwargs"].get("sample_shape", ()))
+    if isinstance(base, dist.Dirichlet):
+        return jnp.full(shape, 1.0 / shape[-1])
+    if isinstance(base, (dist.CategoricalProbs, dist.CategoricalLogits)):
+        return jnp.zeros(shape, dtype=jnp.int32)
+    if isinstance(base, dist.Gamma):
+        return jnp.ones(shape)
+    import jax
+
+    return fn.sample(jax.random.PRNGKey(0), msg["kwargs"].get("sample_shape", ()))
 
 
 def _unwrap(fn):
