@@ -138,6 +138,24 @@ def test_latent_class_with_one_site_per_feature():
     assert exact(model, data) == pytest.approx(exact(zoo, data), abs=1e-10)
 
 
+def test_latent_class_with_a_batched_table_sliced_per_feature():
+    def program(x, K=2):
+        pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(K)))
+        with numpyro.plate("items", x.shape[1], dim=-2), numpyro.plate("classes", K):
+            phi = numpyro.sample("phi", dist.Dirichlet(jnp.ones(3)))
+        with numpyro.plate("people", x.shape[0]):
+            c = numpyro.sample("c", dist.Categorical(pi))
+            for j in range(x.shape[1]):
+                numpyro.sample(f"x{j}", dist.Categorical(phi[j, c]), obs=x[:, j])
+
+    x = RNG.integers(0, 3, size=(5, 2))
+    model, data = bam.from_numpyro(program, x)
+    assert model.tie == () and model.program_info.tables["phi[1, :]"] == ["x1"]
+    same = bam.AllocationModel("people; c -> x0; c -> x1", latent={"c": 2}, observed=data.dims,
+                               condition_on="people", priors={"c": 1.0, "x0": 1.0, "x1": 1.0})
+    assert exact(model, data) == pytest.approx(exact(same, data), abs=1e-10)
+
+
 def test_tied_table_and_core_gathered_by_two_indices():
     def tucker_tokens(i, j):
         p2 = numpyro.sample("p2", dist.Dirichlet(jnp.full(2, 0.5)))

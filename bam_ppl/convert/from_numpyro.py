@@ -228,7 +228,7 @@ def _unique(name: str, taken: set) -> str:
 
 
 # -- concentrations ------------------------------------------------------------------------------
-def _priors(tables: dict, members: dict, sizes: dict, parents: dict, conc: dict, a_hint=None):
+def _priors(members: dict, sizes: dict, parents: dict, conc: dict, a_hint=None):
     """BDeu ``a`` if every table's constant is a contraction of one base measure (Cemgil et al. 2019
     eq. 3.3, tied tables summing their members, App. E), else explicit concentrations per node."""
     implied = []
@@ -310,7 +310,8 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
     coord_values: dict[str, np.ndarray] = {}
     coord_sizes: dict[str, int] = {}
     parents: dict[str, list[str]] = {}
-    table_of: dict[str, str] = {}
+    table_of: dict[str, str] = {}  # site -> its table, or a fixed slice of one
+    base_of: dict[str, str] = {}
     taken = set(index) | set(tables)
     for s in index:
         decoded = [_gathered(ptr, s, offsets, shapes, tables) for ptr, _ in probes]
@@ -318,8 +319,7 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
         if any(d[0] != t for d in decoded):
             raise ValueError(f"site {s!r}: the table it gathers from changes with the index values; "
                              "expected one table per site")
-        table_of[s] = tables[t]
-        pars = []
+        pars, sliced = [], {}
         for axis in range(len(shapes[t]) - 1):
             col = [np.broadcast_to(d[1][axis], grid) for d in decoded]
             source = next((u for u in index if u != s and all(
@@ -330,28 +330,35 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
                         f"site {s!r}: axis {axis} of table {tables[t]!r} is indexed by a value computed "
                         "from the latent sites, not by one index site; expected table[z] with z a "
                         "Categorical site (or a data array, or a plate position)")
-                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken,
-                                     f"{tables[t]}_axis{axis}")
+                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken)
+                if source is None and np.all(col[0] == col[0].reshape(-1)[0]):
+                    # One fixed slice (phi[j] in a loop over features): an independent table of its own.
+                    sliced[axis] = int(col[0].reshape(-1)[0])
+                    continue
+                source = source or _unique(f"{tables[t]}_axis{axis}", taken)
                 coord_values[source] = col[0]
                 coord_sizes[source] = shapes[t][axis]
                 taken.add(source)
             pars.append(nodes.get(source, source))
         parents[s] = pars
-    used = set(table_of.values())
+        table_of[s] = tables[t] if not sliced else "{}[{}]".format(tables[t], ", ".join(
+            str(sliced[k]) if k in sliced else ":" for k in range(len(shapes[t]) - 1)))
+        base_of[table_of[s]] = tables[t]
+    used = set(base_of.values())
     unused = [t for t in tables if t not in used]
     if unused:
         raise ValueError(f"site {unused[0]!r}: a Dirichlet table that no Categorical site gathers from")
 
     sizes = {**coord_sizes, **{s: K[s] for s in index}}
-    members = {t: [s for s in index if table_of[s] == t] for t in tables}
-    conc = {t: _table_concentration(tr, t) for t in tables}
+    members = {t: [s for s in index if table_of[s] == t] for t in base_of}
+    conc = {t: _table_concentration(tr, base) for t, base in base_of.items()}
     cond = list(coord_values)
     if not cond:
         # A plate of fixed size: the token total is fixed, not Gamma–Poisson. A one-cell conditioned
         # node states that (eq. 3.15) without changing any table.
         name = _unique(plates.get(-1, "tokens"), taken)
         cond, coord_values[name], sizes[name] = [name], np.zeros(grid, np.int64), 1
-    a, priors = _priors(tables, members, sizes, parents, conc)
+    a, priors = _priors(members, sizes, parents, conc)
     observed_sites = [s for s in index if tr[s]["is_observed"]]
     visible = cond + observed_sites
     structure = {**{c: [] for c in cond}, **{s: parents[s] for s in index}}
@@ -369,8 +376,8 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
     return model, data, info
 
 
-def _coordinate(values, grid, plates, arg_arrays, known, taken, fallback) -> str:
-    """Name the data index ``values`` (over the token grid): a known one, a plate, or an argument."""
+def _coordinate(values, grid, plates, arg_arrays, known, taken) -> str | None:
+    """Name the data index ``values`` (over the token grid): a known one, a plate, an argument, or None."""
     for name, v in known.items():
         if np.array_equal(v, values):
             return name
@@ -387,7 +394,7 @@ def _coordinate(values, grid, plates, arg_arrays, known, taken, fallback) -> str
                 return arg
         except ValueError:
             continue
-    return _unique(fallback, taken)
+    return None
 
 
 # -- count form ------------------------------------------------------------------------------------
@@ -448,7 +455,7 @@ def _count_form(model_fn, args, kwargs, tr, kinds):
     members, parents, latent = found
     conc = {t: _table_concentration(tr, t) for t in tables}
     all_sizes = {**sizes, **latent}
-    a, priors = _priors(tables, members, all_sizes, parents, conc, a_hint=rate_a)
+    a, priors = _priors(members, all_sizes, parents, conc, a_hint=rate_a)
     structure = {**{c: [] for c in cond}, **{n: parents[n] for m in members.values() for n in m}}
     model = AllocationModel(
         structure, latent=latent, observed=cell_names, a=a, b=rate_b, priors=priors,
