@@ -7,8 +7,10 @@ import it, and it imports neither.
 
 from __future__ import annotations
 
+import math
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -101,47 +103,58 @@ def below_bound(value, stderr, bound) -> bool:
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
     """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
     that only one start other than the samplers' best allocation reached (``method="auto"``'s
-    reference stage, ``basin_starts``), or when it lies below a sure lower bound; returns the estimate unchanged."""
+    reference stage, ``basin_starts``), or when it lies below a sure lower bound; returns the
+    estimate with the warnings' messages added to its ``warnings``."""
+    if not isinstance(estimate, EvidenceEstimate):
+        raise TypeError(f"estimate must be an EvidenceEstimate, got {type(estimate).__name__}")
     if estimate.kind != "estimate":
         return estimate
     details = estimate.details
-    runs = np.asarray(details.get("run_log_evidence", []), dtype=np.float64)
-    bound, what = details.get("lower_bound"), "log p(X, S) of an allocation S the run visited"
+    runs = np.asarray(estimate.run_values, dtype=np.float64)
+    bound, what = estimate.lower_bound, "log p(X, S) of an allocation S the run visited"
     vb_bound = details.get("vb_bound")
-    if vb_bound is not None and np.isfinite(vb_bound) and (bound is None or vb_bound > bound):
+    if vb_bound is not None and np.isfinite(vb_bound) and not (bound >= vb_bound):
         bound, what = vb_bound, "the VB bound, the best ELBO of its runs"
     calls = np.asarray(details.get("call_values", []), dtype=np.float64)
+    stages = estimate.pipeline.split("+")
     if calls.size > 1 and calls.max() - calls.min() > DISAGREEING_RUNS_SD:
         advice = ADVICE["calls"]
     else:
-        advice = ADVICE.get(estimate.method, ADVICE["default"])
+        advice = ADVICE.get(estimate.pipeline, ADVICE["default"])
+    name = estimate.method if estimate.pipeline == estimate.method else f"{estimate.method} ({estimate.pipeline})"
+    messages = []
     if runs.size > 1 and runs.std(ddof=1) > DISAGREEING_RUNS_SD:
-        warnings.warn(
-            f"{estimate.method} evidence runs disagree: values {np.round(runs, 1).tolist()} "
+        messages.append(
+            f"{name} evidence runs disagree: values {np.round(runs, 1).tolist()} "
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
-            f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}",
-            EvidenceWarning, stacklevel=stacklevel)
+            f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}")
     stage = details.get("reference_stage") or {}
     # Several calls (min_calls, target_stderr) show the spread between basins themselves.
-    if "reference" in estimate.method.split("+") and stage.get("basin_starts") == 1 and details.get("num_calls", 1) == 1:
+    if "reference" in stages and stage.get("basin_starts") == 1 and details.get("num_calls", 1) == 1:
         start = stage["starts"][stage["chosen"][0]]
         if start != "sampled":  # the samplers' search missed the basin, and one other start found it
-            warnings.warn(
-                f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
+            messages.append(
+                f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
                 f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
                 "the samplers' best allocation: where the best basin is one that few starts reach, another "
                 "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
                 "rng_key values and keep the highest, or leave min_calls unset (method='auto' then pools the "
                 "three calls it advises) or pass min_calls=3: calls with keys of their own, pooled, whose "
-                "spread the stated error then includes.",
-                EvidenceWarning, stacklevel=stacklevel)
+                "spread the stated error then includes.")
     if below_bound(estimate.value, estimate.stderr, bound):
-        warnings.warn(
-            f"{estimate.method} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
+        messages.append(
+            f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
             f"{bound - estimate.value:.4g} nats below the sure lower bound {bound:.6g} "
-            f"({what}): the estimate is too low. {advice}",
-            EvidenceWarning, stacklevel=stacklevel)
-    return estimate
+            f"({what}): the estimate is too low. {advice}")
+    for message in messages:
+        warnings.warn(message, EvidenceWarning, stacklevel=stacklevel)
+    return with_warnings(estimate, messages)
+
+
+def with_warnings(estimate: EvidenceEstimate, messages) -> EvidenceEstimate:
+    """``estimate`` with ``messages`` added to its ``warnings`` (each message once, in order)."""
+    added = tuple(m for m in dict.fromkeys(str(m) for m in messages) if m not in estimate.warnings)
+    return replace(estimate, warnings=estimate.warnings + added) if added else estimate
 
 
 @dataclass(frozen=True)
@@ -155,14 +168,30 @@ class EvidenceEstimate:
     stderr : float
         Standard error of ``value`` (0 for exact values; nan when unknown).
     method : str
-        The estimator that produced it ("exact", "smc", "vb", ...).
+        The estimator asked for, a name ``bam.log_evidence(method=...)`` accepts ("auto",
+        "exact", "smc", "tempered", "chib", "vb", ...).
     kind : str
         "exact", "estimate" or "lower_bound".
     details : dict
-        Estimator-specific extras: ``run_log_evidence`` (each independent run's log estimate),
-        ``lower_bound`` (a sure lower bound on log L_X: log p(X, S) of the best allocation S the
-        runs visited, since L_X = Σ_S p(X, S)), ``vb_bound`` (where computed: the VB lower bound),
-        diagnostics and settings.
+        Estimator-specific diagnostics and settings (free-form; :meth:`to_dict` writes them as
+        JSON types). The typed fields below are the part every estimator shares.
+    lower_bound : float
+        A sure lower bound on log L_X where the estimator reports one, else nan: log p(X, S) of
+        the best allocation S the runs visited (L_X = Σ_S p(X, S) ≥ p(X, S)), or for ``kind=
+        "lower_bound"`` the bound itself.
+    num_runs : int
+        Independent runs behind ``value`` (0 for exact values).
+    run_values : tuple of float
+        Each run's value: each run's log estimate for ``kind="estimate"`` (``value`` is their
+        log-mean-exp), each restart's ELBO for ``"vb"`` (``value`` is the best).
+    seconds : float
+        Wall-clock seconds the estimate took (nan when not measured).
+    warnings : tuple of str
+        The messages of the :class:`EvidenceWarning` raised about this estimate (empty when none).
+    pipeline : str
+        What ran, as estimator names joined by "+": ``method`` itself, except for ``"auto"``,
+        where it names the estimators whose runs make ``value`` (``"exact"``, ``"smc"``,
+        ``"tempered+chib"``, ``"reference"`` for the tempered SMC from a reference, ...).
     """
 
     value: float
@@ -170,14 +199,115 @@ class EvidenceEstimate:
     method: str
     kind: str
     details: dict = field(default_factory=dict, compare=False)
+    lower_bound: float = field(default=math.nan, compare=False)
+    num_runs: int | None = field(default=None, compare=False)
+    run_values: tuple = field(default=None, compare=False)
+    seconds: float = field(default=math.nan, compare=False)
+    warnings: tuple = field(default=(), compare=False)
+    pipeline: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise TypeError(f"method must be a non-empty str, got {self.method!r}")
+        if not isinstance(self.details, Mapping):
+            raise TypeError(f"details must be a dict, got {type(self.details).__name__}")
+        details = self.details
+        # Estimators that fill only ``details`` (as before the typed fields) still give typed results.
+        runs = self.run_values if self.run_values is not None else details.get("run_log_evidence", ())
+        bound = self.lower_bound
+        if _is_nan(bound) and details.get("lower_bound") is not None:
+            bound = details["lower_bound"]
+        seconds = self.seconds
+        if _is_nan(seconds) and details.get("seconds") is not None:
+            seconds = details["seconds"]
+        typed = dict(value=_real(self.value, "value"), stderr=_real(self.stderr, "stderr"),
+                     lower_bound=_real(bound, "lower_bound"), seconds=_real(seconds, "seconds"),
+                     run_values=tuple(_real(run, "run_values") for run in np.asarray(runs, dtype=object).reshape(-1)),
+                     pipeline=self.method if self.pipeline is None else self.pipeline)
+        if isinstance(self.warnings, str):
+            raise TypeError("warnings must be a sequence of messages, not one str")
+        typed["warnings"] = tuple(str(message) for message in self.warnings)
+        typed["num_runs"] = len(typed["run_values"]) if self.num_runs is None else self.num_runs
+        if isinstance(typed["num_runs"], bool) or not isinstance(typed["num_runs"], (int, np.integer)) \
+                or typed["num_runs"] < 0:
+            raise TypeError(f"num_runs must be a non-negative int, got {self.num_runs!r}")
+        typed["num_runs"] = int(typed["num_runs"])
+        if not isinstance(typed["pipeline"], str):
+            raise TypeError(f"pipeline must be a str, got {self.pipeline!r}")
+        for name, value in typed.items():
+            object.__setattr__(self, name, value)
 
     def __float__(self) -> float:
         return float(self.value)
 
     def __repr__(self) -> str:
         err = "" if self.kind == "exact" else f" ± {self.stderr:.4g}"
-        return f"EvidenceEstimate({self.value:.6g}{err}, method={self.method!r}, kind={self.kind!r})"
+        what = "" if self.pipeline == self.method else f", pipeline={self.pipeline!r}"
+        return f"EvidenceEstimate({self.value:.6g}{err}, method={self.method!r}{what}, kind={self.kind!r})"
+
+    def to_dict(self) -> dict:
+        """The estimate as JSON types (``json.dumps`` writes it as it is): the typed fields, and
+        ``details`` with arrays as (nested) lists and numpy scalars as Python numbers. Non-finite
+        numbers (a nan stderr, say) become None. :meth:`from_dict` reads it back."""
+        out = {name: _jsonable(getattr(self, name)) for name in FIELDS}
+        out["details"] = _jsonable(self.details)
+        return out
+
+    @classmethod
+    def from_dict(cls, data) -> EvidenceEstimate:
+        """The estimate :meth:`to_dict` wrote (also after a JSON round trip): the typed fields as
+        they were (None back to nan), ``details`` with lists where there were arrays."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"data must be a dict as EvidenceEstimate.to_dict() writes, got {type(data).__name__}")
+        missing = [name for name in ("value", "stderr", "method", "kind") if name not in data]
+        if missing:
+            raise ValueError(f"data lacks {missing}: not a dict written by EvidenceEstimate.to_dict()")
+        fields = {name: data[name] for name in FIELDS if name in data}
+        for name in ("value", "stderr", "lower_bound", "seconds"):
+            if name in fields and fields[name] is None:
+                fields[name] = math.nan
+        if fields.get("run_values") is not None:
+            fields["run_values"] = tuple(math.nan if run is None else run for run in fields["run_values"])
+        return cls(**fields, details=dict(data.get("details") or {}))
+
+
+# The fields :meth:`EvidenceEstimate.to_dict` writes besides ``details``, in their order.
+FIELDS = ("value", "stderr", "method", "kind", "pipeline", "lower_bound", "num_runs", "run_values", "seconds",
+          "warnings")
+
+
+def _is_nan(x) -> bool:
+    return isinstance(x, (float, np.floating)) and math.isnan(x)
+
+
+def _real(x, name: str) -> float:
+    """``x`` as a Python float, or a TypeError naming the field."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a real number, got {x!r}")
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {x!r}") from None
+
+
+def _jsonable(x):
+    """``x`` in JSON types: dicts with str keys, lists, str, int, float (finite) and None."""
+    if isinstance(x, Mapping):
+        return {str(key): _jsonable(value) for key, value in x.items()}
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [_jsonable(value) for value in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    if x is None or isinstance(x, str):
+        return x
+    if hasattr(x, "__array__"):  # a jax array
+        return _jsonable(np.asarray(x))
+    return repr(x)  # an object JSON has no type for (a reference distribution, say): what it was

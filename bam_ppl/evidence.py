@@ -9,9 +9,11 @@ inference backends; :mod:`bam_ppl.estimate` says what an estimate holds.
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +26,7 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
     check_estimate,
     pool_calls,
     pool_runs,
+    with_warnings,
 )
 from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
 from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
@@ -37,7 +40,7 @@ ROUND_GROWTH = 2
 
 def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
                  target_stderr: float | None = None, max_time: float | None = None,
-                 min_calls: int | None = None, executor=None, **options) -> EvidenceEstimate:
+                 min_calls: int | None = None, executor=None, idata=None, **options) -> EvidenceEstimate:
     """log marginal likelihood of ``data`` under ``model``.
 
     Parameters
@@ -47,7 +50,7 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     method : str
         "auto" (default: exact where enumeration is cheap, the Pólya-urn SMC on tiny data, else
         the tempered SMC and the Chib-style estimate from its best allocation, the higher kept;
-        the estimate's ``method`` names the one kept, :mod:`bam_ppl.infer.auto`), "exact" (enumeration / closed form), "tempered"
+        the estimate's ``pipeline`` names what ran, :mod:`bam_ppl.infer.auto`), "exact" (enumeration / closed form), "tempered"
         (tempered SMC over allocations), "smc" (the Pólya-urn SMC of the BAM paper: accurate on
         small data, collapses at thousands of tokens), "chib" (Chib-style estimate from
         collapsed Gibbs, a cross-check), "vb" (best ELBO over restarts, a lower bound), or any
@@ -78,6 +81,8 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
         the rounds depend only on the runs' values, so the estimate is the same as without an
         executor, on any number of workers.
+    idata : arviz.InferenceData or xarray.DataTree, optional
+        Also store the estimate in it (:func:`add_evidence`).
     **options
         Passed to the estimator (``num_particles``, ``num_chains``, ``num_restarts``, ...).
 
@@ -87,28 +92,53 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         When the runs of an estimate disagree, or it lies below the sure lower bound of the
         allocations the runs visited.
     """
-    return _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor, min_calls)
+    if idata is not None:
+        _check_idata(idata)  # before the work, not after it
+    est = _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor, min_calls)
+    if idata is not None:
+        add_evidence(idata, est)
+    return est
 
 
 def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None, min_calls=None):
     """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
-    an EvidenceWarning (``stacklevel``) points at the user's line."""
+    an EvidenceWarning (``stacklevel``) points at the user's line. The EvidenceWarnings raised on
+    the way are kept in the estimate's ``warnings`` (:func:`_recording`)."""
     fn = find_evidence(method, model)
     check_options(fn, options, f"bam.log_evidence(method={method!r})")
     check_executor(executor)
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
-    if target_stderr is None and max_time is None and (min_calls or 1) == 1:
-        start = time.perf_counter()
-        if executor is None:
-            est = fn(model, data, rng_key=rng_key, **options)
+    with _recording() as caught:
+        if target_stderr is None and max_time is None and (min_calls or 1) == 1:
+            start = time.perf_counter()
+            if executor is None:
+                est = fn(model, data, rng_key=rng_key, **options)
+            else:
+                [est] = run_tasks(executor, evidence_task,
+                                  [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))], data)
+            if min_calls is None:
+                est = _advised_calls(est, start, fn, model, data, rng_key, options, executor)
+            est = check_estimate(est, stacklevel=4)
         else:
-            [est] = run_tasks(executor, evidence_task, [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))],
-                              data)
-        if min_calls is None:
-            est = _advised_calls(est, start, fn, model, data, rng_key, options, executor)
-        return check_estimate(est, stacklevel=4)
-    return _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls)
+            est = _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls)
+    return with_warnings(est, _evidence_messages(caught))
+
+
+@contextmanager
+def _recording():
+    """Record the warnings raised inside, every EvidenceWarning even where a filter ignores it, and
+    raise them again on the way out, at the places they were raised (where the filters apply as
+    before): the EvidenceWarnings' messages go into the estimate, so that a saved comparison keeps them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EvidenceWarning)
+        yield caught
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def _evidence_messages(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, EvidenceWarning)]
 
 
 def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_key, options,
@@ -184,7 +214,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
                 warnings.warn(
                     f"{est.method} evidence stopped after {elapsed:.1f} s (max_time={max_time}) at "
                     f"± {stderr:.3g} nats, above target_stderr={target_stderr}; raise max_time or "
-                    "use a more efficient method (method='tempered')", EvidenceWarning, stacklevel=3)
+                    "use a more efficient method (method='tempered')", EvidenceWarning, stacklevel=4)
             break
     return check_estimate(_pooled(made, elapsed), stacklevel=5)
 
@@ -201,7 +231,9 @@ def _pooled(made: list, elapsed: float) -> EvidenceEstimate:
                "call_values": [float(est.value) for est in made], "seconds": elapsed,
                **{name: bounded.details[name] for name in ("lower_bound", "best_cells", "best_counts")
                   if name in bounded.details}}
-    return replace(top, value=value, stderr=stderr, details=details)
+    return replace(top, value=value, stderr=stderr, details=details, run_values=tuple(runs), num_runs=len(runs),
+                   lower_bound=float(np.fmax.reduce([est.lower_bound for est in made])), seconds=elapsed,
+                   warnings=tuple(dict.fromkeys(message for est in made for message in est.warnings)))
 
 
 def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyLike = 0, *, executor=None,
@@ -301,3 +333,75 @@ def _remote_estimates(models: Mapping, data, method, rng_key, options, executor)
         tasks.append(Task(f"model {str(name)!r} (method={chosen!r})", (fn, model, rng_key, options)))
         names.append(name)
     return dict(zip(names, run_tasks(executor, evidence_task, tasks, data)))
+
+
+# Where an InferenceData keeps an estimate: the variable PyMC's SMC names the log evidence, in
+# sample_stats, and the whole estimate (EvidenceEstimate.to_dict as JSON) in that group's attrs.
+EVIDENCE_VARIABLE = "log_marginal_likelihood"
+EVIDENCE_ATTR = "bam_ppl_evidence"
+
+
+def add_evidence(idata, estimate: EvidenceEstimate):
+    """Store ``estimate`` in ``idata`` (in place), where it survives ``to_netcdf`` and
+    ``arviz.from_netcdf``; :func:`read_evidence` reads it back.
+
+    ``sample_stats`` (created if absent) gets the scalar variable ``log_marginal_likelihood``, as
+    PyMC's SMC names it, with attrs ``stderr``, ``kind``, ``method`` and ``pipeline``, and its
+    attrs ``bam_ppl_evidence``: the whole estimate as JSON (:meth:`EvidenceEstimate.to_dict`).
+    A previous estimate there is replaced.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData (ArviZ 0.x) or xarray.DataTree (ArviZ ≥ 1)
+    estimate : EvidenceEstimate
+
+    Returns
+    -------
+    The same ``idata``.
+    """
+    import xarray as xr
+
+    _check_idata(idata)
+    if not isinstance(estimate, EvidenceEstimate):
+        raise TypeError(f"estimate must be an EvidenceEstimate, got {type(estimate).__name__}")
+    variable = xr.DataArray(np.float64(estimate.value), attrs=dict(
+        stderr=float(estimate.stderr), kind=estimate.kind, method=estimate.method, pipeline=estimate.pipeline))
+    stored = json.dumps(estimate.to_dict(), allow_nan=False)
+    stats = _sample_stats(idata)
+    if stats is None:
+        new = xr.Dataset({EVIDENCE_VARIABLE: variable}, attrs={EVIDENCE_ATTR: stored})
+        if isinstance(idata, xr.DataTree):
+            idata["sample_stats"] = xr.DataTree(new)
+        else:
+            idata.add_groups({"sample_stats": new})
+        return idata
+    stats[EVIDENCE_VARIABLE] = variable
+    stats.attrs[EVIDENCE_ATTR] = stored
+    return idata
+
+
+def read_evidence(idata) -> EvidenceEstimate:
+    """The :class:`EvidenceEstimate` that :func:`add_evidence` stored in ``idata`` (also after
+    ``to_netcdf`` and ``arviz.from_netcdf``); details hold lists where there were arrays."""
+    _check_idata(idata)
+    stats = _sample_stats(idata)
+    if stats is None or EVIDENCE_ATTR not in stats.attrs:
+        raise ValueError(f"idata holds no evidence estimate (no {EVIDENCE_ATTR!r} in sample_stats attrs): "
+                         "store one with bam.add_evidence(idata, estimate) or bam.log_evidence(..., idata=idata)")
+    return EvidenceEstimate.from_dict(json.loads(stats.attrs[EVIDENCE_ATTR]))
+
+
+def _sample_stats(idata):
+    import xarray as xr
+
+    if isinstance(idata, xr.DataTree):
+        return idata["sample_stats"] if "sample_stats" in idata.children else None
+    return idata.sample_stats if "sample_stats" in idata.groups() else None
+
+
+def _check_idata(idata) -> None:
+    import xarray as xr
+
+    if isinstance(idata, xr.DataTree) or (hasattr(idata, "groups") and hasattr(idata, "add_groups")):
+        return
+    raise TypeError(f"idata must be an arviz.InferenceData or xarray.DataTree, got {type(idata).__name__}")

@@ -63,7 +63,7 @@ def test_auto_gives_the_urn_smc_more_particles_on_dense_tables_unless_told():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         told = bam.log_evidence(model, DENSE, rng_key=1, num_particles=100)
-    assert told.method == "smc" and told.details["num_particles"] == 100
+    assert told.method == "auto" and told.pipeline == "smc" and told.details["num_particles"] == 100
     assert "particles" not in told.details["reason"].split(":")[-1]
     sparse = np.zeros((20, 30), int)
     sparse[np.arange(20), np.arange(20)] = 3  # 60 tokens, 3 per cell: the tempered SMC
@@ -95,7 +95,7 @@ def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(med
         parts = est.details["parts"]
         assert set(parts) == {"tempered", "chib"}  # below AUTO_REFERENCE_MIN_TOKENS: no reference part
         assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
-        if est.method == "tempered+chib":  # the two agree: the runs of both, pooled
+        if est.pipeline == "tempered+chib":  # the two agree: the runs of both, pooled
             assert agree(*(SimpleNamespace(**p) for p in parts.values()))
             assert est.stderr < max(parts.values(), key=lambda p: p["value"])["stderr"]  # pooling helped
             runs = parts["tempered"]["run_log_evidence"] + parts["chib"]["run_log_evidence"]
@@ -103,7 +103,7 @@ def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(med
             others = list(parts.values())
         else:  # they disagree: the higher one
             other = est.details["cross_check"]
-            assert {est.method, other["method"]} == {"tempered", "chib"}
+            assert {est.pipeline, other["method"]} == {"tempered", "chib"}
             assert est.value >= other["value"] and est.details["lower_bound"] >= other["lower_bound"]
             others = [other]
         # Stochastic lower bounds all; a few hundredths of a nat low on the log scale (Jensen).
@@ -164,7 +164,7 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
 def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
     model = bam.models.nmf(2, a=1.0)
     est = bam.log_evidence(model, MEDIUM, rng_key=0, num_warmup=200, num_steps=100, num_searches=2)
-    chib = est.details if est.method == "chib" else est.details["parts"]["chib"]["details"]
+    chib = est.details if est.pipeline == "chib" else est.details["parts"]["chib"]["details"]
     assert chib["num_steps"] == 100 and chib["num_warmup"] == 200
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
         bam.log_evidence(model, MEDIUM, start=None)
@@ -214,8 +214,8 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
     assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03
     highest = max(parts, key=lambda name: parts[name]["value"])
-    if "+" in est.method:
-        pooled_parts = est.method.split("+")
+    if "+" in est.pipeline:
+        pooled_parts = est.pipeline.split("+")
         assert highest in pooled_parts and len(est.details["run_log_evidence"]) == sum(
             len(parts[name]["run_log_evidence"]) for name in pooled_parts)
     else:
@@ -232,7 +232,7 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         est = bam.log_evidence(model, MEDIUM, rng_key=4)
-    assert set(est.details["parts"]) == {"reference"} and est.method == "reference"
+    assert set(est.details["parts"]) == {"reference"} and est.method == "auto" and est.pipeline == "reference"
     assert est.details["kept"] == "reference" and est.details["cross_check"] is None
     assert "references" in est.details["reason"]
     stage = est.details["reference_stage"]
@@ -300,7 +300,7 @@ def test_the_kept_part_and_its_cross_check_are_named_by_part():
 
     parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -10.0), "reference": part("tempered", -12.5)}
     est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
-    assert est.method == est.details["kept"] == "chib" and est.value == -10.0
+    assert est.method == "auto" and est.pipeline == est.details["kept"] == "chib" and est.value == -10.0
     assert est.details["cross_check"] == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
 
 
@@ -317,5 +317,5 @@ def test_chib_symmetry_warning_only_when_chib_is_reported(monkeypatch, key):
         warnings.simplefilter("always")
         est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=key)
     symmetry = [w for w in caught if NO_SYMMETRIES in str(w.message) and "Chib" in str(w.message)]
-    assert bool(symmetry) == ("chib" in est.method.split("+")), (est.method, [str(w.message) for w in caught])
+    assert bool(symmetry) == ("chib" in est.pipeline.split("+")), (est.pipeline, [str(w.message) for w in caught])
     assert est.value <= MEDIUM_EXACT + 3 * est.stderr + 0.03

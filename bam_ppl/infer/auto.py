@@ -6,13 +6,14 @@ nonzero cells hold many tokens each — and otherwise estimators of different ki
 tempered SMC over allocations, the Chib-style estimator with the tempered SMC's best
 allocation as a candidate for its z*, and from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered
 SMC from a reference around the best allocation found (:func:`tempered_then_chib`). The thresholds come from
-the benchmarks in benchmarks/README.md; the estimate's
-``method`` names the estimator whose value is reported and ``details["selected_by"]`` says it was
-chosen automatically, with the reason.
+the benchmarks in benchmarks/README.md; the estimate's ``method`` is ``"auto"``, its ``pipeline``
+names the estimators whose runs make the value (``"exact"``, ``"tempered+chib"``, ``"reference"``,
+…) and ``details["reason"]`` says why they were chosen.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import replace
 
@@ -148,6 +149,7 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     if unknown:
         raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
                         f"(of {', '.join(AUTO_CANDIDATES)} and chib): {sorted(known)}")
+    began = time.perf_counter()
     method, reason = choose_method(model, data, max_configs)
     fn = candidates[method]
     dense_table = method == "smc" and model.as_data(data).total > AUTO_SMC_MAX_TOKENS
@@ -162,7 +164,8 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     calls, why = advised_calls(est, model.as_data(data).total)
     if calls > 1:
         reason += f"; {why}: {calls} calls advised"
-    return replace(est, details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
+    return replace(est, method="auto", pipeline=est.pipeline, seconds=time.perf_counter() - began,
+                   details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
 
 
 def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | None]:
@@ -170,7 +173,7 @@ def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | No
     AUTO_FRAGILE_STARTS independent starts reached the basin of the reported reference runs, else
     one), and why. :func:`bam_ppl.log_evidence` makes them unless ``min_calls`` is given."""
     stage = est.details.get("reference_stage") or {}
-    if not stage or num_tokens >= AUTO_SAMPLERS_MAX_TOKENS or "reference" not in est.method.split("+"):
+    if not stage or num_tokens >= AUTO_SAMPLERS_MAX_TOKENS or "reference" not in est.pipeline.split("+"):
         return 1, None
     reached, starts = stage["basin_starts"], len(set(stage["starts"]))
     if reached <= AUTO_FRAGILE_STARTS:
@@ -203,9 +206,10 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     k e^(−b), so keeping it costs at most log k of that guarantee and gains the best estimator's
     accuracy. The tempered SMC's best allocation is often better than what Chib's own search
     finds, hence the order. When others agree with the highest (within AGREE_STDERRS combined
-    standard errors) and pooling lowers the error, the runs of all of them are pooled (method
+    standard errors) and pooling lowers the error, the runs of all of them are pooled (pipeline
     ``"tempered+chib"``, ``"chib+reference"``, …): a mean of unbiased estimates, with the
-    guarantee e^(−b). ``options`` go to the estimator that takes them (``max_configs`` to all,
+    guarantee e^(−b). The estimate's ``method`` is ``"auto"`` and its ``pipeline`` names the parts
+    kept or pooled. ``options`` go to the estimator that takes them (``max_configs`` to all,
     ``kernel`` to the tempered SMC only: Chib runs on the numba CPU kernel; the rest by name;
     the reference-started SMC runs with AUTO_REFERENCE_OPTIONS).
 
@@ -261,7 +265,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
         # of: the reference-started SMC kept alone sums over them.
-        if "chib" in est.method.split("+") or NO_SYMMETRIES not in str(caught.message):
+        if "chib" in est.pipeline.split("+") or NO_SYMMETRIES not in str(caught.message):
             warnings.warn(caught.message, caught.category, stacklevel=3)
     return est
 
@@ -377,25 +381,28 @@ def summary(est: EvidenceEstimate) -> dict:
 
 def combine(parts: dict, common: dict) -> EvidenceEstimate:
     """The highest of the ``parts``' estimates, or the runs of every part that agrees with it
-    pooled (:func:`agree`) where that lowers the standard error; ``common`` joins the details,
-    with ``cross_check`` the highest of the others when one part is kept."""
+    pooled (:func:`agree`) where that lowers the standard error, as ``method="auto"`` with the
+    parts in its ``pipeline``; ``common`` joins the details, with ``cross_check`` the highest of
+    the others when one part is kept."""
     ranked = sorted(parts, key=lambda name: parts[name].value, reverse=True)
     best = parts[ranked[0]]
     # Pooled only where it helps: a much noisier estimate "agrees" with anything, and pooling with
     # it would only widen the error.
     group = [name for name in ranked if agree(parts[name], best)]
+    lower_bound = common.get("lower_bound", max(part.lower_bound for part in parts.values()))
     if len(group) > 1:
         runs = [run for name in group for run in parts[name].details["run_log_evidence"]]
         value, stderr = pool_runs(runs)
         if stderr < best.stderr:
-            return EvidenceEstimate(value=value, stderr=stderr, method="+".join(sorted(group, key=list(parts).index)),
-                                    kind="estimate", details=dict(run_log_evidence=runs, **common))
+            return EvidenceEstimate(value=value, stderr=stderr, method="auto", kind="estimate",
+                                    pipeline="+".join(sorted(group, key=list(parts).index)), lower_bound=lower_bound,
+                                    run_values=tuple(runs), details=dict(run_log_evidence=runs, **common))
     # Both named by their part: the reference-started runs call themselves "tempered".
     cross_check = None
     if len(ranked) > 1:
         other = common["parts"][ranked[1]]
         cross_check = dict({k: other[k] for k in ("value", "stderr", "lower_bound")}, method=ranked[1])
-    return replace(best, method=ranked[0],
+    return replace(best, method="auto", pipeline=ranked[0], lower_bound=lower_bound,
                    details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
 
 

@@ -82,6 +82,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -894,6 +895,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
         ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``num_searches``, ``kernel``.
     """
+    began = time.perf_counter()
     num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
         num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar)
     key = as_key(rng_key)
@@ -938,7 +940,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
                                   return_counts=True)
     best_cells = bound.full_cells(data, layout)[keys // problem.num_configs, keys % problem.num_configs]
     return EvidenceEstimate(
-        value=value, stderr=stderr, method="chib", kind="estimate",
+        value=value, stderr=stderr, method="chib", kind="estimate", lower_bound=best["log_prob"],
+        run_values=tuple(values.tolist()), seconds=time.perf_counter() - began,
         details=dict(
             run_log_evidence=values.tolist(),
             lower_bound=best["log_prob"], best_cells=best_cells, best_counts=best_counts,

@@ -41,6 +41,7 @@ the row reads here, so this core copies the particles' counts at each resampling
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 from typing import NamedTuple
 
@@ -663,6 +664,7 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     collapse onto a few allocation histories when T is large (thousands of tokens); then its
     runs disagree or fall below the lower bound and an EvidenceWarning says so.
     """
+    start = time.perf_counter()
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
                      progress_bar=progress_bar, keep_particles=False, kernel=kernel)
@@ -670,7 +672,8 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     lower_bound = float(np.max(result.best_log_joint))
     runs = result.chain_log_evidence.tolist()
     return EvidenceEstimate(
-        value=value, stderr=stderr, method="smc", kind="estimate",
+        value=value, stderr=stderr, method="smc", kind="estimate", lower_bound=lower_bound,
+        run_values=tuple(runs), seconds=time.perf_counter() - start,
         details=dict(run_log_evidence=runs, chain_log_evidence=runs, lower_bound=lower_bound,
                      min_ess=float(np.min(result.ess)) if result.ess.size else float(num_particles),
                      num_resamplings=result.resampled.sum(axis=-1).tolist(), num_particles=num_particles,

@@ -2009,6 +2009,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                           node_moves=node_moves, reference=reference, reference_sweeps=reference_sweeps)
     return EvidenceEstimate(
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
+        lower_bound=result.lower_bound, run_values=tuple(result.run_log_evidence.tolist()), seconds=result.seconds,
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
                      best_cells=result.best_cells, best_counts=result.best_counts,
                      run_best_cells=result.run_best_cells, run_best_counts=result.run_best_counts,

@@ -15,6 +15,7 @@ bookkeeping defined here.
 from __future__ import annotations
 
 import math
+import time
 from typing import NamedTuple
 
 import jax
@@ -668,6 +669,7 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     them is the best, else None) and the best run's expected table counts ``expected_counts``
     (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
     """
+    began = time.perf_counter()
     bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar,
                                   screen_iters=screen_iters, screen_keep=screen_keep, start=start,
                                   min_batch=MIN_BATCH)
@@ -675,6 +677,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     restarts = result.elbo[:num_restarts]
     return EvidenceEstimate(
         value=float(result.elbo[best]), stderr=math.nan, method="vb", kind="lower_bound",
+        lower_bound=float(result.elbo[best]), run_values=tuple(np.asarray(result.elbo, np.float64).tolist()),
+        seconds=time.perf_counter() - began,
         details=dict(elbo_per_restart=restarts, best_restart=best_index(restarts), iterations=result.iterations,
                      converged=result.converged, start_elbo=result.elbo[num_restarts:],
                      best_start=best - num_restarts if best >= num_restarts else None,

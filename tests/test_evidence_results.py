@@ -1,0 +1,186 @@
+"""Evidence results a user can keep: typed fields, a JSON round trip, and an estimate stored in
+(and read back from) an InferenceData."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import bam_ppl as bam
+from bam_ppl.convert import group, import_arviz, to_inference_data
+from bam_ppl.evidence import EvidenceEstimate, check_estimate, evidence_methods, pool_runs
+from bam_ppl.infer import auto
+from bam_ppl.infer.registry import register_evidence
+
+# Each estimator at the smallest settings that still run every stage.
+SETTINGS = {
+    "exact": {},
+    "smc": dict(num_particles=50, num_chains=3, progress_bar=False),
+    "tempered": dict(num_particles=32, num_runs=2, progress_bar=False),
+    "chib": dict(num_runs=2, num_searches=2, num_warmup=5, num_steps=10, progress_bar=False),
+    "vb": dict(num_restarts=3),
+}
+
+
+@pytest.fixture(scope="module")
+def estimates():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        return {method: bam.log_evidence(bam.models.nmf(2), np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]]),
+                                         method=method, rng_key=0, **options)
+                for method, options in SETTINGS.items()}
+
+
+def test_every_estimator_fills_the_typed_fields(estimates):
+    for method, est in estimates.items():
+        assert est.method == est.pipeline == method and est.method in evidence_methods()
+        assert est.seconds > 0 and math.isfinite(est.seconds), method
+        assert est.warnings == ()
+        assert est.num_runs == len(est.run_values) and all(isinstance(run, float) for run in est.run_values)
+    exact = estimates["exact"].value
+    assert estimates["exact"].num_runs == 0 and math.isnan(estimates["exact"].lower_bound)
+    for method in ("smc", "tempered", "chib"):
+        est = estimates[method]
+        assert est.num_runs == SETTINGS[method].get("num_chains", SETTINGS[method].get("num_runs"))
+        assert est.run_values == tuple(est.details["run_log_evidence"])
+        assert est.value == pytest.approx(pool_runs(est.run_values)[0])
+        assert est.lower_bound == est.details["lower_bound"] <= exact + 1e-9
+    vb = estimates["vb"]
+    assert vb.lower_bound == vb.value == max(vb.run_values) <= exact + 1e-9 and vb.num_runs == 3
+
+
+def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
+    est = bam.log_evidence(bam.models.nmf(2), x1)
+    assert (est.method, est.pipeline, est.kind) == ("auto", "exact", "exact")
+    assert "pipeline='exact'" in repr(est)
+
+    def part(method, value):
+        return EvidenceEstimate(value, 0.1, method, "estimate", dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
+
+    agreeing = {"tempered": part("tempered", -10.05), "chib": part("chib", -10.0)}
+    pooled = auto.combine(agreeing, dict(lower_bound=-15.0, parts={n: auto.summary(p) for n, p in agreeing.items()}))
+    assert (pooled.method, pooled.pipeline) == ("auto", "tempered+chib")
+    assert pooled.num_runs == 8 and pooled.lower_bound == -15.0
+    apart = {"chib": part("chib", -10.0), "reference": part("tempered", -14.0)}
+    kept = auto.combine(apart, dict(parts={name: auto.summary(p) for name, p in apart.items()}))
+    assert (kept.method, kept.pipeline) == ("auto", "chib") and kept.method in evidence_methods()
+
+
+def test_estimates_built_from_details_alone_get_typed_fields():
+    # Third-party estimators that fill only details, as before the typed fields.
+    est = EvidenceEstimate(-10.0, 0.2, "smc", "estimate",
+                           {"run_log_evidence": np.array([-10.1, -9.9]), "lower_bound": -12.0, "seconds": 1.5})
+    assert est.run_values == (-10.1, -9.9) and est.num_runs == 2
+    assert est.lower_bound == -12.0 and est.seconds == 1.5 and est.pipeline == "smc"
+    plain = EvidenceEstimate(-5.0, 0.0, "exact", "exact")
+    assert plain.run_values == () and math.isnan(plain.lower_bound) and plain.warnings == ()
+
+
+def test_json_round_trip(estimates):
+    parts = {"tempered": estimates["tempered"], "chib": estimates["chib"]}
+    combined = auto.combine(parts, dict(lower_bound=-20.0, parts={name: auto.summary(p) for name, p in parts.items()},
+                                        nested={"cells": np.arange(4).reshape(2, 2)}))
+    for est in [*estimates.values(), combined]:
+        text = json.dumps(est.to_dict(), allow_nan=False)  # strict JSON: no NaN
+        back = EvidenceEstimate.from_dict(json.loads(text))
+        assert back == est  # value, stderr, method, kind
+        for name in ("lower_bound", "seconds", "stderr"):
+            a, b = getattr(back, name), getattr(est, name)
+            assert (math.isnan(a) and math.isnan(b)) or a == b, name
+        assert (back.num_runs, back.pipeline, back.warnings) == (est.num_runs, est.pipeline, est.warnings)
+        np.testing.assert_array_equal(back.run_values, est.run_values)
+        assert json.dumps(back.to_dict(), allow_nan=False) == text  # details: lists where arrays were
+    tempered = estimates["tempered"].to_dict()["details"]
+    assert tempered["best_cells"] == estimates["tempered"].details["best_cells"].tolist()
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ([1, 2], TypeError, "data must be a dict"),
+    ({"value": 1.0, "stderr": 0.0, "method": "smc"}, ValueError, r"lacks \['kind'\]"),
+    ({"value": "high", "stderr": 0.0, "method": "smc", "kind": "estimate"}, TypeError, "value"),
+    ({"value": 1.0, "stderr": 0.0, "method": "smc", "kind": "guess"}, ValueError, "kind"),
+])
+def test_from_dict_names_what_is_wrong(bad, error, match):
+    with pytest.raises(error, match=match):
+        EvidenceEstimate.from_dict(bad)
+
+
+@pytest.mark.parametrize("field, bad, match", [
+    ("method", 3, "method"), ("num_runs", -1, "num_runs"), ("warnings", "runs disagree", "warnings"),
+    ("lower_bound", "low", "lower_bound"), ("details", [1], "details"),
+])
+def test_bad_fields_are_named(field, bad, match):
+    with pytest.raises(TypeError, match=match):
+        EvidenceEstimate(**{**dict(value=-1.0, stderr=0.1, method="smc", kind="estimate"), field: bad})
+
+
+def _estimate(runs, bound=None, method="smc"):
+    value, stderr = pool_runs(runs)
+    details = {"run_log_evidence": list(runs)}
+    if bound is not None:
+        details["lower_bound"] = bound
+    return EvidenceEstimate(value, stderr, method, "estimate", details)
+
+
+@register_evidence("runs_that_disagree")
+def _runs_that_disagree(model, data, *, rng_key=0):
+    return _estimate([-3300.0, -3400.0, -3350.0], method="runs_that_disagree")
+
+
+def test_evidence_warnings_stay_with_the_estimate(x2):
+    assert check_estimate(_estimate([-10.0, -10.2])).warnings == ()
+    with pytest.warns(bam.EvidenceWarning, match="disagree"):
+        flagged = check_estimate(_runs_that_disagree(None, None))
+    assert len(flagged.warnings) == 1 and "runs disagree" in flagged.warnings[0]
+    # Kept even where a filter hides the warning, and raised as before where none does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        quiet = bam.log_evidence(bam.models.nmf(2), x2, method="runs_that_disagree")
+    assert quiet.warnings == flagged.warnings
+    with pytest.warns(bam.EvidenceWarning, match="disagree") as caught:
+        bam.log_evidence(bam.models.nmf(2), x2, method="runs_that_disagree")
+    assert caught[0].filename == __file__  # the user's line, not bam_ppl's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bam.EvidenceWarning)
+        with pytest.raises(bam.EvidenceWarning):
+            bam.log_evidence(bam.models.nmf(2), x2, method="runs_that_disagree")
+
+
+def _idata():
+    draws = np.random.default_rng(0).normal(size=(2, 5))
+    return to_inference_data({"posterior": {"theta": (("chain", "draw"), draws)},
+                              "sample_stats": {"log_joint": (("chain", "draw"), draws)}})
+
+
+@pytest.mark.parametrize("with_stats", [True, False])
+def test_evidence_in_an_inference_data_survives_netcdf(tmp_path, estimates, with_stats):
+    az = import_arviz()
+    idata = _idata()
+    if not with_stats:
+        idata = to_inference_data({"posterior": {"theta": (("chain", "draw"), np.zeros((1, 3)))}})
+    est = estimates["tempered"]
+    assert bam.add_evidence(idata, est) is idata
+    path = tmp_path / "fit.nc"
+    idata.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    back = bam.read_evidence(loaded)
+    assert back == est and back.run_values == est.run_values and back.lower_bound == est.lower_bound
+    stats = group(loaded, "sample_stats")
+    assert float(stats["log_marginal_likelihood"]) == est.value  # where PyMC's SMC keeps it
+    assert stats["log_marginal_likelihood"].attrs["method"] == "tempered"
+    if with_stats:
+        assert stats["log_joint"].shape == (2, 5)
+
+
+def test_log_evidence_stores_into_idata_and_bad_input_is_named(x1):
+    idata = _idata()
+    est = bam.log_evidence(bam.models.nmf(2), x1, idata=idata)
+    assert bam.read_evidence(idata) == est and bam.read_evidence(idata).pipeline == "exact"
+    with pytest.raises(TypeError, match="idata"):
+        bam.log_evidence(bam.models.nmf(2), x1, idata={"posterior": None})
+    with pytest.raises(TypeError, match="estimate"):
+        bam.add_evidence(_idata(), -3.0)
+    with pytest.raises(ValueError, match="no evidence estimate"):
+        bam.read_evidence(_idata())
