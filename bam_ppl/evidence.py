@@ -264,57 +264,95 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     Returns
     -------
     pandas.DataFrame
-        Indexed by model name, sorted best first, with columns ``log_evidence``, ``stderr``,
-        ``kind``, ``method``, ``delta`` (best − this, ≥ 0), ``log_bayes_factor`` (this − best),
-        ``prob`` (posterior model probability under a uniform model prior), ``rank``, and
-        ``distinguishable``: False for rows within two combined standard errors of the best
-        (sqrt(stderr_best² + stderr²)), whose order the estimates do not settle, and for the best
-        row itself unless every other row is distinguishable from it.
-        ``lower_bound`` holds each estimate's sure lower bound where it reports one, and
-        ``below_bound`` flags estimates that lie below it beyond their error (not converged).
-        A lower bound is not an evidence value: compare such rows with care (their ``kind`` says so).
-    """
-    import pandas as pd
+        Indexed by model name, best first, with the columns of ``arviz.compare`` on the evidence
+        scale:
 
+        ``rank``
+            1 for the highest log evidence (ties share the lower rank).
+        ``log_evidence``, ``se``
+            The estimate and its standard error (0 for exact values, nan when unknown).
+        ``dse``
+            Standard error of the difference to the best row, sqrt(se_best² + se²), the estimates
+            being independent; 0 for the best row.
+        ``weight``
+            Posterior model probability under equal prior odds: exp(log_evidence) normalised.
+        ``warning``
+            True where an :class:`EvidenceWarning` was raised about the estimate (its messages are
+            in the estimate's ``warnings``); the table keeps it once saved.
+        ``kind``, ``method``
+            "exact", "estimate" or "lower_bound", and the estimator asked for.
+        ``lower_bound``
+            The estimate's sure lower bound on the log evidence where it reports one.
+        ``log_bayes_factor``
+            log_evidence − best log_evidence (≤ 0).
+        ``distinguishable``
+            False for rows within two ``dse`` of the best (nan errors counted as 0), whose order the
+            estimates do not settle, and for the best row itself unless every other row is
+            distinguishable from it.
+        ``below_bound``
+            The estimate lies below its sure lower bound beyond its error (not converged).
+
+        A lower bound is not an evidence value: compare such rows with care (their ``kind`` says
+        so). Deprecated columns, kept for this release only: ``stderr`` (use ``se``), ``prob``
+        (use ``weight``) and ``delta`` (use ``-log_bayes_factor``).
+    """
     if not isinstance(models, Mapping) or not models:
         raise ValueError("models must be a non-empty dict of name -> model")
+    if not isinstance(method, (str, Mapping)):
+        raise TypeError(f"method must be a str or a dict name -> method, got {type(method).__name__}")
     check_executor(executor)
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
     pooled = (min_calls or 1) > 1
     start = time.perf_counter()
     remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)
-    rows = []
+    estimates = {}
     for name, model in models.items():
         if isinstance(model, EvidenceEstimate):
             est = model
         elif name in remote:
-            est = remote[name]
-            if min_calls is None:  # the further calls a model's search advises, on the executor too
-                est = _advised_calls(est, start, find_evidence(_method_of(method, name), model), model, data, rng_key,
-                                     options, executor)
-            est = check_estimate(est, stacklevel=3)
+            with _recording() as caught:
+                est = remote[name]
+                if min_calls is None:  # the further calls a model's search advises, on the executor too
+                    est = _advised_calls(est, start, find_evidence(_method_of(method, name), model), model, data,
+                                         rng_key, options, executor)
+                est = check_estimate(est, stacklevel=3)
+            est = with_warnings(est, _evidence_messages(caught))
         else:
             est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options,
                                 executor if pooled else None, min_calls)
-        rows.append(dict(model=str(name), log_evidence=est.value, stderr=est.stderr, kind=est.kind,
-                         method=est.method, lower_bound=est.details.get("lower_bound", np.nan)))
-    table = pd.DataFrame(rows).set_index("model")
-    best = table["log_evidence"].max()
-    table["delta"] = best - table["log_evidence"]
-    table["log_bayes_factor"] = table["log_evidence"] - best
-    w = np.exp(table["log_bayes_factor"].to_numpy())
-    table["prob"] = w / w.sum()
+        estimates[str(name)] = est
+    return _table(estimates)
+
+
+def _table(estimates: dict):
+    """The table of :func:`compare` from the estimates made (name -> EvidenceEstimate)."""
+    import pandas as pd
+
+    table = pd.DataFrame(
+        [dict(model=str(name), log_evidence=est.value, se=est.stderr, kind=est.kind, method=est.method,
+              lower_bound=est.lower_bound, warning=bool(est.warnings)) for name, est in estimates.items()]
+    ).set_index("model")
     table["rank"] = table["log_evidence"].rank(ascending=False, method="min").astype(int)
-    table = table.sort_values("rank")
-    errors = np.nan_to_num(table["stderr"].to_numpy(dtype=float), nan=0.0)
-    combined = np.sqrt(errors[0] ** 2 + errors ** 2)
-    settled = table["delta"].to_numpy() > 2.0 * combined
+    table = table.sort_values("rank", kind="stable")
+    values, errors = table["log_evidence"].to_numpy(float), table["se"].to_numpy(float)
+    log_bayes_factor = values - values[0]
+    weight = np.exp(log_bayes_factor)
+    table["weight"] = weight / weight.sum()
+    dse = np.sqrt(errors[0] ** 2 + errors ** 2)
+    dse[0] = 0.0
+    table["dse"] = dse
+    table["log_bayes_factor"] = log_bayes_factor
+    known = np.nan_to_num(errors, nan=0.0)
+    settled = -log_bayes_factor > 2.0 * np.sqrt(known[0] ** 2 + known ** 2)
     settled[0] = settled[1:].all()  # the best row is settled when every other row is
     table["distinguishable"] = settled
-    table["below_bound"] = [below_bound(v, e, b) for v, e, b in
-                            zip(table["log_evidence"], table["stderr"], table["lower_bound"])]
-    return table
+    table["below_bound"] = [below_bound(v, e, b) for v, e, b in zip(values, errors, table["lower_bound"])]
+    # Deprecated names, one release: stderr (se), prob (weight), delta (-log_bayes_factor).
+    table["stderr"], table["prob"], table["delta"] = table["se"], table["weight"], -log_bayes_factor
+    columns = ["rank", "log_evidence", "se", "dse", "weight", "warning", "kind", "method", "lower_bound",
+               "log_bayes_factor", "distinguishable", "below_bound", "stderr", "prob", "delta"]
+    return table[columns]
 
 
 def _method_of(method, name) -> str:

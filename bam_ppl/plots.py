@@ -38,7 +38,7 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     ----------
     table : pandas.DataFrame
         Output of :func:`bam_ppl.compare` (index: model names; columns ``log_evidence``,
-        ``stderr``, ``kind``).
+        ``se``, ``kind``; a table saved with the older ``stderr`` column reads too).
     x : sequence or dict, optional
         Horizontal position of each model (a dict name -> value, or values in table order).
         Default: the number at the end of each model name ("R=3" -> 3) when every name has one,
@@ -84,7 +84,9 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     order = np.argsort(positions, kind="stable")
     pos = positions[order]
     values = table["log_evidence"].to_numpy(dtype=float)[order]
-    stderr = table["stderr"].to_numpy(dtype=float)[order] if "stderr" in table.columns else np.zeros(len(names))
+    # "stderr": tables saved before the column was named "se", as in arviz.compare.
+    error_column = next((c for c in ("se", "stderr") if c in table.columns), None)
+    stderr = table[error_column].to_numpy(dtype=float)[order] if error_column else np.zeros(len(names))
     stderr = np.nan_to_num(stderr, nan=0.0)
     kinds = (table["kind"].astype(str).to_numpy()[order] if "kind" in table.columns
              else np.full(len(names), "estimate"))

@@ -1,5 +1,5 @@
-"""Evidence results a user can keep: typed fields, a JSON round trip, and an estimate stored in
-(and read back from) an InferenceData."""
+"""Evidence results a user can keep: typed fields, a JSON round trip, a comparison table in the
+columns of ``arviz.compare``, and an estimate stored in (and read back from) an InferenceData."""
 
 import json
 import math
@@ -146,6 +146,44 @@ def test_evidence_warnings_stay_with_the_estimate(x2):
         warnings.simplefilter("error", bam.EvidenceWarning)
         with pytest.raises(bam.EvidenceWarning):
             bam.log_evidence(bam.models.nmf(2), x2, method="runs_that_disagree")
+
+
+def test_compare_has_the_columns_of_arviz_compare(x2):
+    with pytest.warns(bam.EvidenceWarning, match="disagree"):
+        table = bam.compare({"exact": bam.models.nmf(1), "two": bam.models.nmf(2), "bad": bam.models.nmf(2)}, x2,
+                            method={"exact": "exact", "two": "exact", "bad": "runs_that_disagree"})
+    assert list(table.columns[:9]) == ["rank", "log_evidence", "se", "dse", "weight", "warning", "kind", "method",
+                                       "lower_bound"]
+    assert table["rank"].tolist() == [1, 2, 3] and table.index[-1] == "bad"
+    assert table["warning"].tolist() == [False, False, True]
+    assert table["weight"].sum() == pytest.approx(1.0)
+    assert table["weight"].iloc[0] / table["weight"].iloc[1] == pytest.approx(
+        math.exp(table["log_evidence"].iloc[0] - table["log_evidence"].iloc[1]))
+    assert table["dse"].iloc[0] == 0.0 and table["dse"].iloc[1] == 0.0  # two exact values
+    np.testing.assert_allclose(table["log_bayes_factor"], table["log_evidence"] - table["log_evidence"].max())
+    # Deprecated names, kept for one release.
+    np.testing.assert_allclose(table["delta"], -table["log_bayes_factor"])
+    assert table["stderr"].equals(table["se"]) and table["prob"].equals(table["weight"])
+
+
+def test_dse_is_the_error_of_the_difference_to_the_best():
+    a, b, c = _estimate([-100.0, -100.5, -99.5]), _estimate([-103.0, -103.3]), _estimate([-150.0, -150.4, -150.2])
+    table = bam.compare({"c": c, "a": a, "b": b}, data=None)
+    assert list(table.index) == ["a", "b", "c"]
+    assert table.loc["b", "dse"] == pytest.approx(math.hypot(a.stderr, b.stderr))
+    assert table.loc["c", "dse"] == pytest.approx(math.hypot(a.stderr, c.stderr))
+    assert table.loc["a", "lower_bound"] != table.loc["a", "lower_bound"]  # nan: none reported
+    assert not table["warning"].any()
+
+
+def test_plot_evidence_reads_the_new_and_the_old_columns():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    table = bam.compare({"R=1": _estimate([-10.0, -10.4]), "R=2": _estimate([-9.0, -9.2])}, data=None)
+    for columns in (table.drop(columns=["stderr"]), table.drop(columns=["se"])):
+        ax = bam.plot_evidence(columns)
+        assert any(len(line.get_xdata()) for line in ax.get_lines())
 
 
 def _idata():
