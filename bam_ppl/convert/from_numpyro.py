@@ -453,6 +453,10 @@ def _count_form(model_fn, args, kwargs, tr, kinds):
     sizes = dict(zip(cell_names, X.shape))
     found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name)
     members, parents, latent = found
+    rename = _latent_names(tr, members, shapes, tables, parents, latent, taken | set(cell_names))
+    members = {t: [rename.get(n, n) for n in m] for t, m in members.items()}
+    parents = {rename.get(n, n): [rename.get(p, p) for p in ps] for n, ps in parents.items()}
+    latent = {rename.get(n, n): k for n, k in latent.items()}
     conc = {t: _table_concentration(tr, t) for t in tables}
     all_sizes = {**sizes, **latent}
     a, priors = _priors(members, all_sizes, parents, conc, a_hint=rate_a)
@@ -461,9 +465,26 @@ def _count_form(model_fn, args, kwargs, tr, kinds):
         structure, latent=latent, observed=cell_names, a=a, b=rate_b, priors=priors,
         tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond or None)
     data = CountTensor.from_dense(X, dims=cell_names)
-    info = ProgramInfo("multinomial" if multinomial else "poisson",
-                       {n: n for n in structure}, members)
+    sources = {**{c: f"{site_name} axis {k}" for k, c in enumerate(cell_names)},
+               **{n: f"latent, summed in {site_name}" for n in latent}}
+    info = ProgramInfo("multinomial" if multinomial else "poisson", sources, members)
     return model, data, info
+
+
+def _latent_names(tr, members, shapes, tables, parents, latent, taken) -> dict:
+    """A latent node named after the plate its child tables are batched over (``rank`` rather than
+    ``pi`` in ``with plate("rank", R): W = sample(...)``), where there is one."""
+    rename = {}
+    for table, children in members.items():
+        batch = shapes[tables.index(table)][:-1]
+        plates = {f.dim: f.name for f in tr[table]["cond_indep_stack"]}
+        for child in children:
+            for axis, parent in enumerate(parents[child]):
+                plate = plates.get(axis - len(batch))
+                if parent in latent and parent not in rename and plate and plate not in taken:
+                    rename[parent] = plate
+                    taken = taken | {plate}
+    return rename
 
 
 def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
