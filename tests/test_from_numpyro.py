@@ -183,6 +183,34 @@ def test_tied_table_and_core_gathered_by_two_indices():
     assert exact(model, data) == pytest.approx(exact(same, data), abs=1e-10)
 
 
+def test_vindex_expand_and_broadcast_sums_are_read():
+    from numpyro.ops.indexing import Vindex
+
+    def program(i, j):
+        p1 = numpyro.sample("p1", dist.Dirichlet(jnp.full(2, 0.5)))
+        core = numpyro.sample("core", dist.Dirichlet(jnp.full(3, 0.5)).expand([2]).to_event(1))
+        with numpyro.plate("tokens", len(i)):
+            r1 = numpyro.sample("r1", dist.Categorical(p1))
+            numpyro.sample("i", dist.Categorical(Vindex(core)[r1]), obs=i)
+            numpyro.sample("j", dist.Categorical(p1), obs=j)
+
+    model, data = bam.from_numpyro(program, np.array([0, 2, 2]), np.array([1, 0, 1]))
+    assert model.dag.parents["i"] == ("r1",) and model.program_info.tables["p1"] == ["r1", "j"]
+
+    def broadcast(X, a=1.0):
+        lam = numpyro.sample("lam", dist.Gamma(a, 0.2))
+        pi = numpyro.sample("pi", dist.Dirichlet(jnp.full(2, 0.5)))
+        W = numpyro.sample("W", dist.Dirichlet(jnp.full(3, 0.5)).expand([2]).to_event(1))
+        H = numpyro.sample("H", dist.Dirichlet(jnp.full(2, 0.5)).expand([2]).to_event(1))
+        p = (pi[:, None, None] * W[:, :, None] * H[:, None, :]).sum(0)
+        numpyro.sample("X", dist.Poisson(lam * p), obs=X)
+
+    X = np.array([[1, 0], [2, 1], [0, 1]])
+    model, data = bam.from_numpyro(broadcast, X)
+    same = bam.AllocationModel("k -> i; k -> j", latent={"k": 2}, a=1.0, b=0.2, priors={"k": 0.5, "i": 0.5, "j": 0.5})
+    assert exact(model, data) == pytest.approx(exact(same, X), abs=1e-10)
+
+
 # -- count programs: the zoo round trip with the Gamma–Poisson total ---------------------------------
 def _poisson(einsum, tables, operands=None):
     """A Poisson count program: Dirichlet tables in plates, lam ~ Gamma(a, b), X ~ Poisson(lam p)."""
@@ -403,6 +431,25 @@ def test_refuses_param_sites_and_bad_model_fn():
         with numpyro.plate("data", len(x)):
             numpyro.sample("x", dist.Categorical(pi), obs=x)
 
+    def with_factor(x):
+        pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))
+        numpyro.factor("penalty", -jnp.sum(pi ** 2))
+        with numpyro.plate("data", len(x)):
+            numpyro.sample("x", dist.Categorical(pi), obs=x)
+
+    def masked(x):
+        pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))
+        with numpyro.plate("data", len(x)):
+            numpyro.sample("x", dist.Categorical(pi), obs=x, obs_mask=x >= 0)
+
+    def subsampled(x):
+        pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))
+        with numpyro.plate("data", len(x), subsample_size=2) as idx:
+            numpyro.sample("x", dist.Categorical(pi), obs=x[idx])
+
     _refused(with_param, "pi", X_TOKENS)
+    _refused(with_factor, "penalty", X_TOKENS)
+    _refused(masked, "x_observed", X_TOKENS)
+    _refused(subsampled, "data", X_TOKENS)
     with pytest.raises(TypeError, match="model_fn"):
         bam.from_numpyro("not a program")

@@ -94,7 +94,15 @@ def _trace(model_fn, args, kwargs, values=None):
     # float64 locally, so concentrations such as a / (K V) are read as the program states them;
     # probe values (integer tags, unnormalised tables) are not valid parameters, by design.
     with jax.enable_x64(True), validation_enabled(False):
-        return handlers.trace(fn).get_trace(*args, **kwargs)
+        try:
+            return handlers.trace(fn).get_trace(*args, **kwargs)
+        except Exception as err:
+            # Without seed no key is split per site (faster); a program that needs one (a
+            # subsampled plate) is traced again with it, and refused by what the trace shows.
+            if "random key" not in str(err).lower() and "rng_key" not in str(err).lower():
+                raise
+            seeded = handlers.substitute(handlers.seed(model_fn, rng_seed=0), substitute_fn=value_of)
+            return handlers.trace(seeded).get_trace(*args, **kwargs)
 
 
 def _stand_in(msg):
