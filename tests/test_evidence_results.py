@@ -222,3 +222,21 @@ def test_log_evidence_stores_into_idata_and_bad_input_is_named(x1):
         bam.add_evidence(_idata(), -3.0)
     with pytest.raises(ValueError, match="no evidence estimate"):
         bam.read_evidence(_idata())
+
+
+def test_the_demo_prints_a_narrow_table_and_the_classes():
+    import xarray as xr
+
+    from bam_ppl.cli import _class_profiles, _demo_table
+
+    table = bam.compare({"2 latent classes": _estimate([-129.9, -130.0]), "independence": EvidenceEstimate(
+        -180.18, 0.0, "auto", "exact", pipeline="exact")}, data=None)
+    lines = _demo_table(table).splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) < 60
+    assert lines[1].split()[-2:] == ["0.05", "1.000"] and lines[2].split()[-3:] == ["exact", "<", "0.001"]
+    posterior = xr.Dataset({
+        "theta_r": (("chain", "draw", "r"), np.full((1, 2, 2), [0.7, 0.3])),
+        "theta_hair": (("chain", "draw", "r", "hair"), np.broadcast_to([[0.9, 0.1], [0.2, 0.8]], (1, 2, 2, 2))),
+    }, coords={"hair": ["Black", "Blond"]})
+    assert _class_profiles(posterior, ("hair",)).splitlines()[1:] == ["  0        0.70  Black 0.90",
+                                                                      "  1        0.30  Blond 0.80"]
