@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-KINDS = ("exact", "estimate", "lower_bound")
+KINDS = ("exact", "estimate", "lower_bound", "upper_bound")
 # Runs whose log estimates spread by more than this many nats (standard deviation) are in the
 # regime where the pooled log-mean-exp is decided by one run: a warning says so.
 DISAGREEING_RUNS_SD = 2.0

@@ -32,7 +32,8 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     The kind of each number is drawn differently: an estimate (``kind="estimate"``) is a filled
     marker with ± ``errorbars`` standard errors; an exact value a filled square without error
     bar; a lower bound (``kind="lower_bound"``, e.g. a VB ELBO) an open triangle with an upward
-    arrow, since the log evidence lies somewhere above it.
+    arrow, since the log evidence lies somewhere above it; an upper bound (``kind="upper_bound"``,
+    :func:`bam_ppl.evidence_upper_bound`) an open triangle pointing down with a downward arrow.
 
     Parameters
     ----------
@@ -113,9 +114,11 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         "estimate": dict(marker="o", fillstyle="full"),
         "exact": dict(marker="s", fillstyle="full"),
         "lower_bound": dict(marker="^", fillstyle="none"),
+        "upper_bound": dict(marker="v", fillstyle="none"),
     }
     legend_label = {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""),
-                    "exact": "exact", "lower_bound": "lower bound (value lies above)"}
+                    "exact": "exact", "lower_bound": "lower bound (value lies above)",
+                    "upper_bound": "upper bound (value lies below)"}
     for kind in dict.fromkeys(kinds):
         rows = kinds == kind
         marker = style.get(kind, style["estimate"])
@@ -125,6 +128,9 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
                       label=(f"{label}: {text}" if categorical and user_label else text) if shown else None, **marker)
         if kind == "lower_bound":
             ax.errorbar(pos[rows], values[rows], yerr=np.full(rows.sum(), arrow), lolims=True, capsize=0,
+                        **common)
+        elif kind == "upper_bound":
+            ax.errorbar(pos[rows], values[rows], yerr=np.full(rows.sum(), arrow), uplims=True, capsize=0,
                         **common)
         elif kind == "estimate" and errorbars and np.any(stderr[rows] > 0):
             ax.errorbar(pos[rows], values[rows], yerr=errorbars * stderr[rows], capsize=3, **common)

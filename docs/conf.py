@@ -84,7 +84,7 @@ suppress_warnings = ["myst.header", "mystnb.unknown_mime_type", "config.cache"]
 API_GROUPS = {
     "Models and data": ["AllocationModel", "DAG", "CountTensor"],
     "Inference": ["infer", "methods", "register", "posterior_predictive", "relabel"],
-    "Evidence and model comparison": ["log_evidence", "compare", "EvidenceEstimate",
+    "Evidence and model comparison": ["log_evidence", "compare", "evidence_upper_bound", "EvidenceEstimate",
                                       "EvidenceWarning", "register_evidence"],
     "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_evidence",
                                  "plot_trace", "plot_var_names"],

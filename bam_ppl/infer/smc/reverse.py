@@ -1,0 +1,350 @@
+"""A stochastic upper bound on the log evidence by reverse annealing: bidirectional Monte Carlo.
+
+Grosse, Ghahramani & Adams (2015), "Sandwiching the marginal likelihood using bidirectional Monte
+Carlo" (arXiv:1511.02543), reverse AIS. Annealed importance sampling (Neal 2001) runs a chain
+through targets f_0, …, f_K from a normalised start to the unnormalised posterior
+f_K(z) ∝ p(z | X), and its weight has expectation Z_K / Z_0. Run backwards — from an *exact* draw of the posterior,
+through f_K, …, f_0, each move leaving the next target invariant — the weight
+
+    w = Π_{k=1..K} f_{k−1}(z_k) / f_k(z_k)            (Grosse et al. 2015, the reverse AIS weight)
+
+has expectation Z_0 / Z_K. On data simulated from the model, the allocation that generated X is
+such a draw. R reverse runs give 1/Ẑ_up = mean_r w_r / Z_0 with E[1/Ẑ_up] = 1/p(X), so that
+log Ẑ_up is a stochastic upper bound (by Markov's inequality, P[log Ẑ_up < log p(X) − b] ≤ e^(−b)),
+while the forward estimators' log Ẑ is a stochastic lower bound: the two sandwich log p(X), and
+the width of the sandwich bounds the error of both where no enumeration exists.
+
+The path is the one of the tempered SMC from the latent urn (:mod:`bam_ppl.infer.smc.tempered`):
+f_β(z) = start(z)^(1−β) (π₀(z) L(z))^β, with π₀ the latent urn (or the flatter urn of
+``start_a``) whose normaliser is known, and the same collapsed-Gibbs sweeps as moves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from ...estimate import EvidenceEstimate, EvidenceWarning, below_bound, pool_runs
+from ...models.allocation import DEFAULT_MAX_CONFIGS
+from ...types import as_key
+from ...validation import check_choice, check_int, check_positive
+from ..gibbs.chib import configs_of_allocation
+from ..gibbs.collapsed import KERNELS, resolve_kernel
+from ..prepare import prepare
+from .tempered import (
+    NUM_BLOCKS,
+    JaxParticles,
+    NumbaParticles,
+    Reference,
+    _label_symmetries,
+    build_tempered_problem,
+    references_from_allocations,
+    with_reference,
+)
+
+# β_k = 1 − (1 − k / K)^SCHEDULE_POWER, temperatures crowding near β = 1: on NMF(4) the reverse runs
+# lose most of their weight in the first steps down from the posterior (benchmarks/sandwich.py).
+SCHEDULE_POWER = 2
+# Default temperatures per token, and at least MIN_TEMPERATURES: the reverse path's bias falls as
+# 1/K and grows with the path's length, which grows with T.
+TEMPERATURES_PER_TOKEN = 1.0
+MIN_TEMPERATURES = 200
+# Relabelling moves per run on the path from a reference, evenly spaced: the runs leave the
+# generating allocation's labels for the reference's once, so a few dozen suffice.
+RELABEL_MOVES = 50
+
+
+class ReverseRuns(NamedTuple):
+    """Output of :func:`reverse_anneal`: ``log_weights`` (R,) the log of each run's reverse weight
+    w_r, ``schedule`` (K + 1,) the temperatures from 0 to 1 (run from 1 down to 0)."""
+
+    log_weights: np.ndarray
+    schedule: np.ndarray
+
+
+def fixed_schedule(num_temperatures: int) -> np.ndarray:
+    """(K + 1,) temperatures β_k = 1 − (1 − k / K)^SCHEDULE_POWER, k = 0..K, from 0 to 1."""
+    return 1.0 - (1.0 - np.arange(num_temperatures + 1) / num_temperatures) ** SCHEDULE_POWER
+
+
+def _log_ratio(particles, tp) -> np.ndarray:
+    """log of π₀ L over the start distribution at every particle (log L when the start is π₀):
+    log f_β = log start + β × this, as in the forward sampler."""
+    if tp.tilted:
+        return np.asarray(particles.log_prior) + np.asarray(particles.log_like) - np.asarray(particles.log_start)
+    return np.asarray(particles.log_like)
+
+
+def relabel_move(particles, tp, relabellings: np.ndarray, beta: float, rng: np.random.Generator) -> None:
+    """Move every particle to a relabelling h(z) of its allocation, h drawn among the label
+    symmetries ``relabellings`` (G, L) with probability ∝ q(h(z))^(1−β), q the reference.
+
+    p(X, z) is the same at every h(z), so this is a Gibbs move on z's orbit under the group and
+    leaves q^(1−β) (π₀ L)^β invariant. It lets a run that left the posterior in the generating
+    allocation's labelling reach the copy of the posterior that q covers; single-token moves
+    cannot swap labels.
+    """
+    config = np.asarray(particles.config)
+    num_cells, num_configs = tp.log_reference.shape
+    columns = np.arange(num_configs)[None, :]
+    moved, new = False, config.copy()
+    for p in range(config.shape[0]):
+        groups = np.bincount(tp.token_cell * num_configs + config[p], minlength=num_cells * num_configs)
+        # log q(h(z)) = Σ_(u, l) S[u, l] log q[u, h(l)] for every h
+        scores = groups.reshape(num_cells, num_configs).T @ tp.log_reference  # [l, l'] = Σ_u S[u, l] log q[u, l']
+        logits = (1.0 - beta) * scores[columns, relabellings].sum(1)
+        probabilities = np.exp(logits - logits.max())
+        h = rng.choice(relabellings.shape[0], p=probabilities / probabilities.sum())
+        if h != 0:  # the identity is first
+            new[p], moved = relabellings[h][config[p]], True
+    if moved:
+        particles.set_configs(new)
+
+
+def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabellings: np.ndarray | None = None,
+                   rng: np.random.Generator | None = None) -> ReverseRuns:
+    """Anneal every particle, placed at an exact posterior draw (``particles.set_configs``), from
+    β = 1 down to 0 through the increasing ``schedule``; each particle is one independent run.
+
+    A first move at β = 1 leaves the draws exact and takes the runs apart. Then for k = K..1 the
+    weight gains log f_{k−1}(z) − log f_k(z) = (β_{k−1} − β_k) log(π₀ L / start)(z) (the reverse
+    AIS weight) and the particles move by ``num_sweeps`` sweeps that leave f_{k−1} invariant
+    (none at β = 0), and, with ``relabellings`` (the label symmetries, from a reference),
+    RELABEL_MOVES times along the way by :func:`relabel_move` (drawing from ``rng``).
+    """
+    particles.move(1.0, num_sweeps)
+    log_weights = np.zeros(particles.num_particles)
+    every = max(1, (schedule.size - 1) // RELABEL_MOVES)
+    for step, (upper, lower) in enumerate(zip(schedule[:0:-1], schedule[-2::-1]), start=1):
+        log_weights += (lower - upper) * _log_ratio(particles, tp)
+        if lower > 0.0:
+            particles.move(float(lower), num_sweeps)
+            if relabellings is not None and step % every == 0:
+                relabel_move(particles, tp, relabellings, float(lower), rng)
+    return ReverseRuns(log_weights, np.asarray(schedule))
+
+
+def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_sweeps: int, kernel: str,
+                         key, relabellings: np.ndarray | None = None) -> np.ndarray:
+    """log Z_0 − log w_r (R,) of one reverse run (:func:`reverse_anneal`) from each row of ``configs``
+    (R, T), the token configurations of exact posterior draws, under the problem ``tp`` of
+    :func:`~bam_ppl.infer.smc.tempered.build_tempered_problem`: each is a stochastic upper bound
+    on log p(X) whose exp(−value) has expectation 1/p(X). log Z_0 = C + log Z₀ is the forward
+    sampler's start (the data constant and the start's normaliser; C alone from a reference).
+    ``kernel`` "numba" or "jax"; ``key`` an int or a JAX key; ``relabellings`` the label
+    symmetries for :func:`relabel_move` on the path from a reference (None: no such moves)."""
+    num_runs, key = configs.shape[0], as_key(key)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if kernel == "numba" else None
+    try:
+        with jax.enable_x64(True):
+            seeds = np.asarray(jax.random.split(key, NUM_BLOCKS + 1)).astype(np.uint32)
+            if kernel == "numba":
+                particles = NumbaParticles(tp, num_runs, seeds[:NUM_BLOCKS], pool)
+            else:
+                particles = JaxParticles(tp, num_runs, key)
+            particles.set_configs(configs)
+            runs = reverse_anneal(particles, tp, schedule, num_sweeps, relabellings,
+                                  np.random.default_rng(seeds[NUM_BLOCKS]))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return tp.constant + tp.log_z0 - runs.log_weights
+
+
+def _allocation_cells(bound, allocation) -> tuple[np.ndarray, np.ndarray]:
+    """(cells (n, nodes), counts (n,)) of the nonzero entries of a dense allocation tensor S
+    (axes ``bound.nodes``, as :meth:`AllocationModel.sample` returns it), or of an allocation
+    already given as (cells, counts)."""
+    if isinstance(allocation, tuple) and len(allocation) == 2:
+        return allocation
+    try:
+        S = np.asarray(allocation)
+    except (TypeError, ValueError):
+        S = np.asarray(None)
+    if S.dtype == object or not (np.issubdtype(S.dtype, np.integer) or np.issubdtype(S.dtype, np.floating)):
+        raise TypeError("allocation must be the allocation tensor S of model.sample (integer counts, "
+                        f"axes {bound.nodes}) or (cells, counts), got {type(allocation).__name__}")
+    expected = tuple(bound.sizes[n] for n in bound.nodes)
+    if S.shape != expected:
+        raise ValueError(f"allocation must have shape {expected} (axes {bound.nodes}), got {S.shape}")
+    if not np.all(np.isfinite(S)) or np.any(S < 0) or np.any(S != np.round(S)):
+        raise ValueError("allocation must hold nonnegative integer counts")
+    cells = np.argwhere(S > 0)
+    return cells, S[tuple(cells.T)].astype(np.int64)
+
+
+def _check_options(num_runs, num_temperatures, num_sweeps, kernel, start_a, max_configs, reference,
+                   reference_sweeps) -> None:
+    check_int(num_runs, "num_runs", minimum=2)
+    if num_temperatures is not None:
+        check_int(num_temperatures, "num_temperatures", minimum=1)
+    check_int(num_sweeps, "num_sweeps", minimum=1)
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
+    check_choice(kernel, "kernel", KERNELS)
+    if start_a is not None:
+        check_positive(start_a, "start_a")
+    check_int(max_configs, "max_configs", minimum=1)
+    if reference is not None and not isinstance(reference, Reference) and not (
+            isinstance(reference, (tuple, list)) and len(reference) == 2):
+        raise TypeError("reference must be an allocation (cells, counts) found without the generating allocation "
+                        f"(e.g. a forward estimate's best_cells, best_counts) or a Reference, got {type(reference).__name__}")
+    if reference_sweeps is not None:
+        check_int(reference_sweeps, "reference_sweeps", minimum=0)
+
+
+def default_temperatures(num_tokens: int) -> int:
+    """Temperatures when ``num_temperatures`` is not given: TEMPERATURES_PER_TOKEN × T, at least
+    MIN_TEMPERATURES."""
+    return max(MIN_TEMPERATURES, int(round(TEMPERATURES_PER_TOKEN * num_tokens)))
+
+
+class _Path(NamedTuple):
+    """The problem whose path the runs take back (``tp``, with its start) and the label symmetries
+    for :func:`relabel_move` (None: none, or no reference)."""
+
+    tp: object
+    relabellings: np.ndarray | None
+
+
+def _checked_reference(bound, data, layout, tp, reference) -> None:
+    """ValueError naming ``reference`` where it does not fit X (before any chain runs)."""
+    if isinstance(reference, Reference):
+        shape = (data.nnz, tp.num_configs)
+        if np.shape(reference.log_q) != shape or not np.all(np.isfinite(reference.log_q)):
+            raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape "
+                             f"{shape}, got shape {np.shape(reference.log_q)}")
+    elif reference is not None:
+        configs_of_allocation(bound, data, layout, tp.token_cell, tuple(reference), "reference")
+
+
+def _reference_path(model, bound, data, layout, tp, reference, reference_sweeps, max_configs, key) -> _Path:
+    """The path from the reference q (built by a posterior chain from an allocation, or given) and
+    the label symmetries, enumerated, that :func:`relabel_move` draws from."""
+    if not isinstance(reference, Reference):
+        reference = references_from_allocations(model, data, [tuple(reference)], key, reference_sweeps, max_configs)[0]
+    symmetry = _label_symmetries(bound, data, layout)
+    enumerated = symmetry.swap is None and symmetry.relabellings.shape[0] > 1
+    return _Path(with_reference(tp, reference.log_q), symmetry.relabellings if enumerated else None)
+
+
+def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
+                         num_temperatures: int | None = None, num_sweeps: int = 1, kernel: str = "auto",
+                         start_a: float | None = 1.0, reference=None, reference_sweeps: int | None = None,
+                         max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
+    """A stochastic upper bound on log p(X) by reverse annealing from the allocation that generated X.
+
+    Bidirectional Monte Carlo (Grosse, Ghahramani & Adams 2015): ``num_runs`` annealing runs from
+    the generating allocation, an exact draw of the posterior p(S | X) when X was drawn from
+    ``model``, along the tempered SMC's path from the posterior back to its start, each with its
+    own weight w_r (the paper's reverse AIS weight; :func:`reverse_anneal`). The value
+    log Ẑ_up = log Z_0 − log mean_r w_r is unbiased for 1/p(X) on the natural scale,
+    E[1/Ẑ_up] = 1/p(X), and so a stochastic upper bound: P[value < log p(X) − b] ≤ e^(−b). With a
+    forward estimate (:func:`bam_ppl.log_evidence`, a stochastic lower bound) it sandwiches the
+    log evidence; their gap bounds the error of both.
+
+    Parameters
+    ----------
+    model : AllocationModel
+        The model X was simulated from.
+    X : array-like or CountTensor
+        The counts, the second output of ``model.sample``.
+    allocation : array or (cells, counts)
+        The allocation tensor S that generated X (the first output of ``model.sample``, axes in
+        ``model.dag.nodes`` order), or its nonzero entries as full cells (n, nodes) and counts
+        (n,). Its margins over the latent nodes must give X (ValueError otherwise).
+    rng_key : int or JAX key
+    num_runs : int
+        Independent reverse runs (≥ 2): their spread gives the standard error.
+    num_temperatures : int, optional
+        K, the temperatures of the fixed schedule β_k = 1 − (1 − k / K)² (:func:`fixed_schedule`;
+        fixed, so that the weights are unbiased). Default: T (the number of tokens), at least 200:
+        the bound's excess over log p(X) falls as 1/K and grows with the path's length.
+    num_sweeps : int
+        Collapsed-Gibbs sweeps over all tokens per temperature.
+    kernel : {"auto", "numba", "jax"}
+        The tempered SMC's kernels (:func:`bam_ppl.infer.smc.tempered.run_tempered`).
+    start_a : float, optional
+        The start of the path without a reference, as in
+        :func:`~bam_ppl.infer.smc.tempered.run_tempered`: the latent urn with concentrations
+        scaled by max(1, start_a / a), or (None) π₀ itself.
+    reference : (cells, counts) or Reference, optional
+        Anneal back to a product reference q instead, on the path q^(1−β) (π₀ L)^β of the
+        tempered SMC from a reference, which stays short at any T: an allocation found *without*
+        ``allocation`` — a forward estimate's ``details["best_cells"], details["best_counts"]`` —
+        from which a posterior chain of ``reference_sweeps`` sweeps builds q
+        (:func:`~bam_ppl.infer.smc.tempered.build_references`), or a ``Reference`` built so. A q
+        built from the generating allocation itself would make the path depend on the start, and
+        the bound would no longer hold. Relabelling moves (:func:`relabel_move`) carry the runs
+        to the copy of the posterior under the labels that q covers (where the label symmetries
+        are too many to enumerate, more than 8!, none run: the bound holds but can be loose).
+    reference_sweeps : int, optional
+        Sweeps of the chain that builds q from an allocation (default: as ``run_tempered``).
+    max_configs : int
+        Largest number of joint free-node configurations enumerated per token.
+
+    Returns
+    -------
+    EvidenceEstimate
+        ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` from the runs' spread
+        (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up of each run); ``run_values`` (and
+        ``details["run_upper_bound"]``) each run's log Z_0 − log w_r, itself a stochastic upper
+        bound; ``lower_bound`` log p(X, S) of the generating allocation, a sure lower bound on
+        log p(X); ``details`` also ``schedule``, ``num_temperatures``, ``num_sweeps``,
+        ``kernel``, ``referenced``.
+
+    Warns
+    -----
+    EvidenceWarning
+        Where the bound lies more than three standard errors below log p(X, S) of the
+        allocation: the allocation is then not a draw of this model's posterior (X simulated
+        from another model, or S not the allocation that generated it).
+
+    Notes
+    -----
+    The runs start from one allocation, so ``stderr`` is their spread given it; the draw of the
+    allocation itself, which the expectation E[1/Ẑ_up] also averages over, is not in it. The
+    first move at β = 1 (exact, as it leaves the posterior invariant) takes the runs apart.
+    """
+    _check_options(num_runs, num_temperatures, num_sweeps, kernel, start_a, max_configs, reference, reference_sweeps)
+    run_key, reference_key = jax.random.split(as_key(rng_key))
+    data, bound, layout, _ = prepare(model, X, max_configs=max_configs, algorithm="the reverse annealing")
+    cells, counts = _allocation_cells(bound, allocation)
+    start_scale = 1.0 if start_a is None or reference is not None else max(1.0, float(start_a) / bound.a)
+    tp = build_tempered_problem(bound, data, layout, start_scale)
+    config = configs_of_allocation(bound, data, layout, tp.token_cell, (cells, counts), "allocation")
+    _checked_reference(bound, data, layout, tp, reference)
+    kernel = resolve_kernel(kernel)
+    start = time.perf_counter()
+    path = _Path(tp, None) if reference is None else _reference_path(
+        model, bound, data, layout, tp, reference, reference_sweeps, max_configs, reference_key)
+    schedule = fixed_schedule(num_temperatures or default_temperatures(data.total))
+    run_upper_bound = reverse_upper_bounds(path.tp, np.tile(config, (num_runs, 1)), schedule, num_sweeps, kernel,
+                                           run_key, path.relabellings)
+    return _upper_bound(run_upper_bound, float(bound.log_prob_cells(cells, counts)), dict(
+        schedule=schedule, num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=kernel,
+        referenced=reference is not None, seconds=time.perf_counter() - start))
+
+
+def _upper_bound(run_upper_bound: np.ndarray, lower_bound: float, details: dict) -> EvidenceEstimate:
+    """The pooled bound of the runs, with a warning where it lies below the allocation's own log
+    p(X, S), a sure lower bound."""
+    # pool_runs pools log(1/Ẑ_r), whose mean on the natural scale is unbiased for 1/p(X).
+    negated, stderr = pool_runs(-run_upper_bound)
+    messages = ()
+    if below_bound(-negated, stderr, lower_bound):
+        messages = (f"the upper bound {-negated:.6g} ± {stderr:.3g} lies {lower_bound + negated:.4g} nats below "
+                    f"log p(X, S) = {lower_bound:.6g} of the allocation: S is not a draw of this model's posterior "
+                    "given X (X simulated from another model, or S not the allocation that generated it), and the "
+                    "value bounds nothing",)
+        warnings.warn(messages[0], EvidenceWarning, stacklevel=3)
+    return EvidenceEstimate(
+        value=-negated, stderr=stderr, method="reverse", kind="upper_bound", lower_bound=lower_bound,
+        run_values=tuple(run_upper_bound.tolist()), seconds=details["seconds"], warnings=messages,
+        details=dict(run_upper_bound=run_upper_bound, lower_bound=lower_bound, **details))
