@@ -10,6 +10,7 @@ inference backends; :mod:`bam_ppl.estimate` says what an estimate holds.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -134,7 +135,16 @@ def _recording():
         warnings.simplefilter("always", EvidenceWarning)
         yield caught
     for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        # As warnings.warn would: the raising module's name (filters such as Python's
+        # default::DeprecationWarning:__main__ match it) and its registry ("once per location").
+        module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == w.filename), None)
+        if module is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        else:
+            namespace = vars(module)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module=module.__name__,
+                                   registry=namespace.setdefault("__warningregistry__", {}),
+                                   module_globals=namespace, source=w.source)
 
 
 def _evidence_messages(caught) -> list[str]:
