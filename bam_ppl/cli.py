@@ -206,7 +206,8 @@ def evidence(args, out=None) -> None:
     data = _read_table(args, next(iter(models.values())))
     print(f"{args.table}: {data}", file=out)
     table = bam.compare(models, data, method=args.method, rng_key=args.seed, **_options(args.option))
-    print(table.round(3).to_string(), file=out)
+    shown = ["rank", "log_evidence", "se", "dse", "weight", "warning", "kind", "method", "lower_bound"]
+    print(table[shown].round(3).to_string(), file=out)  # arviz.compare's columns; --out writes them all
     if args.out:
         table.to_csv(args.out)
         print(f"wrote {args.out}", file=out)
