@@ -5,6 +5,11 @@ Declare a model as a DAG of index variables, run any registered backend through
 :func:`compare`.
 """
 
+import logging
+
+# Stages of long calls are logged under "bam_ppl"; a library configures no output of its own.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 from . import datasets, families, models  # noqa: E402,F401  (families: importing registers their backends)
 from ._version import __version__  # noqa: E402,F401
 from .dag import DAG  # noqa: E402

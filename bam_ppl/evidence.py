@@ -10,6 +10,7 @@ inference backends; :mod:`bam_ppl.estimate` says what an estimate holds.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 import warnings
@@ -33,6 +34,8 @@ from .infer.registry import check_options, evidence_methods, find_evidence, regi
 from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
 from .types import KeyLike
 from .validation import check_int, check_positive
+
+logger = logging.getLogger(__name__)
 
 # Independent calls of an estimator under target_stderr run in rounds; a round at most doubles
 # the calls made so far, so the calls never overshoot the projected need by more than twice.
@@ -110,6 +113,8 @@ def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options
     check_executor(executor)
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
+    logger.debug("log_evidence(method=%r) on %s: started", method, type(model).__name__)
+    began = time.perf_counter()
     with _recording() as caught:
         if target_stderr is None and max_time is None and (min_calls or 1) == 1:
             start = time.perf_counter()
@@ -123,6 +128,8 @@ def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options
             est = check_estimate(est, stacklevel=4)
         else:
             est = _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls)
+    logger.debug("log_evidence(method=%r) on %s: %.2f ± %.2f (%s) in %.1f s", method, type(model).__name__,
+                 est.value, est.stderr, est.kind, time.perf_counter() - began)
     return with_warnings(est, _evidence_messages(caught))
 
 
@@ -159,6 +166,8 @@ def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_k
     advised = int(first.details.get("advised_calls", 1)) if first.kind == "estimate" else 1
     if advised <= 1 or "run_log_evidence" not in first.details:
         return first
+    logger.info("evidence: %d further calls with keys of their own, as the first call advises (%s)",
+                advised - 1, first.details.get("reason", "its search"))
     pooled = _pooled([first, *_calls(executor, fn, model, data, rng_key, options, range(1, advised))],
                      time.perf_counter() - start)
     # Why the calls were made is the first call's to say (the other details are the highest call's).
@@ -199,6 +208,7 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
     start = time.perf_counter()
     made, calls, size = [], 0, min_calls or 1
     while True:
+        logger.info("evidence: calls %d..%d of %s", calls, calls + size - 1, fn.__name__)
         estimates = _calls(executor, fn, model, data, rng_key, options, range(calls, calls + size))
         calls += size
         for est in estimates:
@@ -207,6 +217,8 @@ def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, e
             made.append(est)
         _, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
         elapsed = time.perf_counter() - start
+        logger.info("evidence: %d calls in %.1f s, pooled standard error %.3g (target %s)", calls, elapsed, stderr,
+                    target_stderr)
         if target_stderr is None and max_time is None:
             break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
@@ -317,7 +329,9 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     start = time.perf_counter()
     remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)
     estimates = {}
-    for name, model in models.items():
+    for number, (name, model) in enumerate(models.items(), 1):
+        if not isinstance(model, EvidenceEstimate):
+            logger.info("compare: model %d of %d, %r", number, len(models), str(name))
         if isinstance(model, EvidenceEstimate):
             est = model
         elif name in remote:

@@ -13,6 +13,7 @@ names the estimators whose runs make the value (``"exact"``, ``"tempered+chib"``
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import replace
@@ -28,6 +29,8 @@ from .gibbs.chib import NO_SYMMETRIES
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
 from .smc.tempered import REFERENCE_MIN_SWEEPS, allocation_near_counts, references_from_allocations
+
+logger = logging.getLogger(__name__)
 
 # Exact enumeration of up to this many allocation tensors takes well under a second.
 AUTO_MAX_TENSORS = 20_000
@@ -157,6 +160,7 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
         options = dict(options, num_particles=AUTO_DENSE_SMC_PARTICLES)
         reason += f", {AUTO_DENSE_SMC_PARTICLES} particles"
     options = dict(options, max_configs=max_configs)
+    logger.info("auto evidence: %s (%s)", method, reason)
     if method == "tempered":
         est = tempered_then_chib(model, data, rng_key, options)
     else:
@@ -232,15 +236,21 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     pilot_key, vb_key, reference_key = (jax.random.fold_in(key, i) for i in (1, 2, 3))
     mine = lambda fn: {k: v for k, v in options.items() if k in option_names(fn)}  # noqa: E731
     tokens = model.as_data(data).total
+    logger.info("auto evidence: pilot run of the tempered SMC (%d particles)", AUTO_PILOT_PARTICLES)
     tempered_options, stage, pilot = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
     parts, chib_warnings = {}, []
     if tokens < AUTO_SAMPLERS_MAX_TOKENS:
+        logger.info("auto evidence: tempered SMC, %d particles (the pilot's schedule: %d temperatures)",
+                    stage["num_particles"], stage["pilot_temperatures"])
         parts["tempered"] = tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
+        logger.info("auto evidence: tempered SMC %.2f ± %.2f", tempered.value, tempered.stderr)
         start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
         chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
+        logger.info("auto evidence: Chib-style estimate from the tempered SMC's best allocations")
         with warnings.catch_warnings(record=True) as chib_warnings:  # passed on below, if they concern the result
             warnings.simplefilter("always")
             parts["chib"] = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
+        logger.info("auto evidence: Chib %.2f ± %.2f", parts["chib"].value, parts["chib"].stderr)
     # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so. VB runs from the best allocation of every part too (see AUTO_VB_REFERENCES).
     vb_fn = find_evidence("vb", model)
@@ -249,6 +259,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     best_visited = lambda: max([*parts.values(), pilot], key=lambda est: est.details["lower_bound"])  # noqa: E731
     if tokens >= AUTO_REFERENCE_MIN_TOKENS:
         # Random restarts alone first: their best fit starts references of its own (AUTO_VB_RESTARTS).
+        logger.info("auto evidence: VB, %d restarts (the yardstick and a search for starts)", AUTO_VB_RESTARTS)
         vb = vb_fn(model, data, rng_key=vb_key, num_restarts=AUTO_VB_RESTARTS, **AUTO_VB_SCREEN)
         parts["reference"], references = reference_stage(model, data, reference_key, best_visited(), vb,
                                                          tempered_options)
@@ -262,6 +273,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
               "vb_bound": vb_bound, "tempered_stage": stage, "reference_stage": references,
               "parts": {name: summary(est) for name, est in parts.items()}}
     est = combine(parts, common)
+    logger.info("auto evidence: %.2f ± %.2f from %s", est.value, est.stderr, est.pipeline)
     for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
         # of: the reference-started SMC kept alone sums over them.
@@ -308,6 +320,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
         warnings.simplefilter("ignore")
         for batch in range(AUTO_SCOUT_BATCHES):
+            logger.info("auto evidence: reference stage, scouts batch %d of at most %d", batch + 1, AUTO_SCOUT_BATCHES)
             # Batch 0 from the stage's own keys, the others from keys folded from them.
             scout_key, scout_build_key = (jax.random.fold_in(k, batch) if batch else k for k in scout_keys)
             scouts = tempered_fn(model, data, rng_key=scout_key, **AUTO_SCOUTS, **shared, progress_bar=False)
@@ -323,6 +336,8 @@ def reference_stage(model, data, key, found, vb, tempered_options):
                 break
     names = [name for name, _ in candidates]
     chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
+    logger.info("auto evidence: tempered SMC from %d of %d references (their pilots within %g nats of the best)",
+                len(set(chosen)), len(candidates), AUTO_REFERENCE_PILOT_MARGIN)
     estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
                            **AUTO_REFERENCE_OPTIONS, **shared)
     return estimate, dict(start_lower_bound=found.details["lower_bound"], vb_restarts=vb.value,

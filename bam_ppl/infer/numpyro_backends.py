@@ -7,7 +7,6 @@ conversion of the draws differs (NBMF: :mod:`bam_ppl.families.nbmf.numpyro_backe
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 
 import jax
@@ -18,6 +17,7 @@ from numpyro.optim import Adam
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
 from ..parallel import chain_keys
+from ..progress import AUTOMATIC, interactive, resolve_progress
 from ..types import as_key
 from ..validation import check_int, check_positive
 from .registry import register
@@ -38,20 +38,14 @@ TRACING = threading.Lock()
 
 
 def show_progress(progress_bar) -> bool:
-    """Resolve ``progress_bar``: ``None`` shows NumPyro's bar only when stderr is a terminal.
+    """Resolve ``progress_bar`` for NumPyro's own bar: ``None`` shows it where a person watches (a
+    terminal or a Jupyter kernel, :func:`bam_ppl.progress.interactive`).
 
-    A bar redraws itself with carriage returns; in a log file or a captured stream every frame
-    would be kept, so by default it is off there. ``True``/``False`` force it.
+    NumPyro's bar redraws itself with carriage returns; in a log file or a captured stream every
+    frame would be kept, so by default it is off there. ``True``/``False`` force it.
     """
-    if progress_bar is None:
-        try:
-            return bool(sys.stderr.isatty())
-        except (AttributeError, ValueError):  # no stderr, or a closed one
-            return False
-    if not isinstance(progress_bar, (bool, np.bool_)):
-        raise TypeError(f"progress_bar must be True, False or None (shown on a terminal), "
-                        f"got {progress_bar!r}")
-    return bool(progress_bar)
+    show = resolve_progress(progress_bar)
+    return bool(show) and (show is not AUTOMATIC or interactive())
 
 
 def _split_theta(bound, samples):
@@ -132,8 +126,8 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
     """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out).
 
     sample_stats: ``energy``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``lp`` (ArviZ's
-    names). ``progress_bar=None`` shows NumPyro's bar when stderr is a terminal and never in a
-    log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)`` alone: the
+    names). ``progress_bar=None`` shows NumPyro's bar in a terminal or a Jupyter kernel and
+    never in a log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)`` alone: the
     run holds chains ``first_chain .. first_chain + num_chains - 1``, and with the default
     ``chain_method="sequential"`` chain c run alone (``num_chains=1, first_chain=c``) is chain
     c of a larger run exactly.

@@ -11,11 +11,15 @@ Importing :mod:`bam_ppl.infer` registers every built-in one.
 from __future__ import annotations
 
 import inspect
+import logging
+import time
 import warnings
 from typing import NamedTuple
 
 from ..parallel import check_executor, split_backend
 from ..types import KeyLike
+
+logger = logging.getLogger(__name__)
 
 
 class Backend(NamedTuple):
@@ -130,11 +134,14 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
     backend = find(method, model)
     check_options(backend.fn, options, f"bam.infer(method={method!r})")
     check_executor(executor)
+    logger.debug("infer(method=%r) on %s: started", method, type(model).__name__)
+    began = time.perf_counter()
     if executor is None:
         result = backend.fn(model, data, rng_key=rng_key, **options)
     else:
         result = split_backend(backend.fn, model, data, rng_key, options, executor,
                                f"{type(model).__name__} {method!r}")
+    logger.debug("infer(method=%r) on %s: done in %.1f s", method, type(model).__name__, time.perf_counter() - began)
     if not _is_inference_data(result):
         raise TypeError(
             f"backend {method!r} for {type(model).__name__} returned {type(result).__name__}, not "

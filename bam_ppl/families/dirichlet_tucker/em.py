@@ -457,8 +457,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         Arithmetic precision. float64 (default) makes the log posterior trace exactly monotone;
         float32 halves memory for large tensors.
     progress_bar : bool or None
-        A bar over the restarts (each one compiled loop); ``None``: on a terminal for several
-        restarts (:mod:`bam_ppl.progress`).
+        A bar over the restarts (each one compiled loop); ``None``: for several restarts (:mod:`bam_ppl.progress`).
     acceleration : {"none", "squarem"}
         ``"squarem"``: every iteration is a SQUAREM step (:func:`squarem_step`: three EM updates
         and a jump along their direction, never lowering the log posterior), which reaches the

@@ -499,7 +499,7 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     active_threshold : float
         A component is active when it holds more than this fraction of the assignments z.
     progress_bar : bool or None
-        tqdm bar over sweeps; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
+        tqdm bar over sweeps; ``None`` reports long runs (:mod:`bam_ppl.progress`).
     init : {"bica", "random"}, optional
         Starting labels. ``"bica"`` (default for Beta-Dir and Dir-Beta): the authors' code's
         start, 100 iterations of bICA (``method="vb"``) with 10 components, then each entry's most

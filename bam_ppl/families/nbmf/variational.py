@@ -278,7 +278,7 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
     active_threshold : float
         A component is active when it holds more than this fraction of the soft assignments.
     progress_bar : bool or None
-        tqdm bar over iterations; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
+        tqdm bar over iterations; ``None`` reports long runs (:mod:`bam_ppl.progress`).
 
     Returns
     -------

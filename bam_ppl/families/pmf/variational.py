@@ -259,7 +259,7 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     num_categories : int or sequence, optional
         Alphabet sizes I_n when the data do not show every category.
     progress_bar : bool or None
-        tqdm bar over iterations; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
+        tqdm bar over iterations; ``None`` reports long runs (:mod:`bam_ppl.progress`).
 
     Returns
     -------

@@ -93,7 +93,7 @@ from scipy.special import gammaln, logsumexp
 
 from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
-from ...progress import resolve_progress
+from ...progress import make_bar, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int
 from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
@@ -872,8 +872,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
     progress_bar : bool or None
-        A tqdm bar over the searches and chains; ``None``: on a terminal for more than 2000
-        tokens (:mod:`bam_ppl.progress`).
+        A tqdm bar over the searches and chains; ``None``: for more than 2000 tokens (:mod:`bam_ppl.progress`).
     start : (cells, counts) or list of them, optional
         Allocations to consider for z* besides the searched ones, each as full cells (n, nodes)
         and their counts (n,) adding up to X: e.g. the best allocation of every tempered SMC run
@@ -909,10 +908,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
     groups = np.array_split(np.arange(num_searches), min(num_runs, num_searches))
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=num_searches + num_runs, desc="chib", unit="chain",
-               disable=not resolve_progress(progress_bar, long_run=data.total > 2000))
+    bar = make_bar(num_searches + num_runs, "chib", resolve_progress(progress_bar, long_run=data.total > 2000),
+                   unit="chain")
 
     def tick(out):
         bar.update(1)

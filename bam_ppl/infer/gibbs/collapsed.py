@@ -564,7 +564,7 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         is installed and JAX runs on the CPU. The kernels sample the same posterior from
         different random streams.
     progress_bar : bool or None
-        Show a tqdm bar; ``None`` shows it on a terminal only (:mod:`bam_ppl.progress`).
+        Show a tqdm bar; ``None`` reports long runs (:mod:`bam_ppl.progress`).
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
 

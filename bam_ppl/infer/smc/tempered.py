@@ -77,7 +77,7 @@ from ...data import CountTensor
 from ...estimate import EvidenceEstimate, EvidenceWarning, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ...parallel import shard_axis
-from ...progress import resolve_progress
+from ...progress import make_bar, resolve_progress
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs import collapsed_numba as gibbs_numba
@@ -1826,10 +1826,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
     runs = []
-    from tqdm.auto import tqdm
-
     pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
         if kernel == "numba" or reference is not None else None
+    bar = make_bar(num_runs, "tempered SMC", progress_bar, unit="run")
     symmetry = None
     try:
         with jax.enable_x64(True):
@@ -1842,7 +1841,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                 run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
                 run_tps = [with_reference(tp, log_q) for log_q in
                            chain_references(tp, [reference_config] * num_runs, reference_sweeps, run_keys, pool)]
-            for r in tqdm(range(num_runs), desc="tempered SMC", unit="run", disable=not progress_bar):
+            for r in range(num_runs):
                 run_tp = tp if reference is None else run_tps[r]
                 if kernel == "numba":
                     particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
@@ -1851,7 +1850,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
                 resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
                 runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule,
                                      (cell_moves, pair_moves, node_moves), symmetry))
+                bar.update(1)
     finally:
+        bar.close()
         if pool is not None:
             pool.shutdown()
     if any(r.degenerate_start for r in runs):

@@ -530,7 +530,7 @@ def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, ini
 
 
 def show_progress(progress_bar, layout: CellLayout, data, num_restarts: int, num_iters: int) -> bool:
-    """``progress_bar`` itself, or for ``None`` a long run on a terminal (:mod:`bam_ppl.progress`)."""
+    """``progress_bar`` itself, or for ``None`` whether the run is long (:mod:`bam_ppl.progress`)."""
     work = data.nnz * layout.num_configs * layout.num_members * num_restarts * num_iters
     return resolve_progress(progress_bar, long_run=work > AUTO_PROGRESS_WORK)
 
