@@ -49,7 +49,8 @@ class ProgramInfo:
         ``"tokens"`` (Categorical sites in a plate of tokens), ``"poisson"`` (counts with a Gamma
         total rate) or ``"multinomial"`` (counts with fixed totals per row).
     nodes : dict
-        Allocation-model node of every index site, plate position or data array read as an index.
+        Every node of the model → what it was read from (a Categorical site, a plate position, a
+        data argument, an axis of the count site, a latent index summed in it).
     tables : dict
         Dirichlet site name → the nodes whose conditional table it is (two or more: tied).
     evidence_of : str
@@ -315,6 +316,7 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
     arg_arrays = _argument_names(model_fn, args, kwargs)
 
     nodes: dict[str, str] = {s: s for s in index}
+    sources = {s: f"{'observed' if tr[s]['is_observed'] else 'latent'} Categorical site {s!r}" for s in index}
     coord_values: dict[str, np.ndarray] = {}
     coord_sizes: dict[str, int] = {}
     parents: dict[str, list[str]] = {}
@@ -338,12 +340,14 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
                         f"site {s!r}: axis {axis} of table {tables[t]!r} is indexed by a value computed "
                         "from the latent sites, not by one index site; expected table[z] with z a "
                         "Categorical site (or a data array, or a plate position)")
-                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken)
+                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken, sources)
                 if source is None and np.all(col[0] == col[0].reshape(-1)[0]):
                     # One fixed slice (phi[j] in a loop over features): an independent table of its own.
                     sliced[axis] = int(col[0].reshape(-1)[0])
                     continue
-                source = source or _unique(f"{tables[t]}_axis{axis}", taken)
+                if source is None:
+                    source = _unique(f"{tables[t]}_axis{axis}", taken)
+                    sources[source] = f"data index of axis {axis} of {tables[t]!r}"
                 coord_values[source] = col[0]
                 coord_sizes[source] = shapes[t][axis]
                 taken.add(source)
@@ -366,6 +370,7 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
         # node states that (eq. 3.15) without changing any table.
         name = _unique(plates.get(-1, "tokens"), taken)
         cond, coord_values[name], sizes[name] = [name], np.zeros(grid, np.int64), 1
+        sources[name] = "the fixed number of tokens (one cell)"
     a, priors = _priors(members, sizes, parents, conc)
     observed_sites = [s for s in index if tr[s]["is_observed"]]
     visible = cond + observed_sites
@@ -379,13 +384,14 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
     data = CountTensor.from_tokens(tokens, tuple(sizes[n] for n in visible), dims=visible)
     cond_totals = np.bincount(np.ravel_multi_index(tokens[:, : len(cond)].T, [sizes[c] for c in cond]))
     offset = float(gammaln(cond_totals + 1.0).sum() - gammaln(data.counts + 1.0).sum())
-    info = ProgramInfo("tokens", {**{s: s for s in index}, **{c: c for c in cond}}, members,
+    info = ProgramInfo("tokens", sources, members,
                        log_sequence_offset=offset)
     return model, data, info
 
 
-def _coordinate(values, grid, plates, arg_arrays, known, taken) -> str | None:
-    """Name the data index ``values`` (over the token grid): a known one, a plate, an argument, or None."""
+def _coordinate(values, grid, plates, arg_arrays, known, taken, sources) -> str | None:
+    """Name the data index ``values`` (over the token grid): a known one, a plate, an argument, or
+    None; a new name's origin is written to ``sources``."""
     for name, v in known.items():
         if np.array_equal(v, values):
             return name
@@ -394,11 +400,13 @@ def _coordinate(values, grid, plates, arg_arrays, known, taken) -> str | None:
         if 0 <= axis < len(grid):
             pos = np.arange(grid[axis]).reshape((-1,) + (1,) * (len(grid) - axis - 1))
             if np.array_equal(np.broadcast_to(pos, grid), values) and plate not in taken:
+                sources[plate] = f"position in plate {plate!r}"
                 return plate
     for arg, v in arg_arrays.items():
         v = np.asarray(v)
         try:
             if np.array_equal(np.broadcast_to(v, grid), values) and arg not in taken:
+                sources[arg] = f"argument {arg!r}"
                 return arg
         except ValueError:
             continue
@@ -508,7 +516,7 @@ def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
         owned = {k: ([t] if owners[k] is None else list(owners[k])) for k, t in enumerate(tables)}
         node_sizes = {**sizes, **latent}
         choices = []
-        for k, t in enumerate(tables):
+        for k in range(len(tables)):
             for child in owned[k]:
                 batch = shapes[k][:-1]
                 options = [[n for n in node_sizes if n != child and node_sizes[n] == b] for b in batch]
