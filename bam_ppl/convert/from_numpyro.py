@@ -251,22 +251,30 @@ def _priors(members: dict, sizes: dict, parents: dict, conc: dict, a_hint=None):
 
 
 # -- token form ----------------------------------------------------------------------------------
+_FULL_CHECK = 1024  # elements whose whole probability vector is compared with the table column
+
+
 def _gathered(tr, name, offsets, shapes, table_names):
-    """Decode which table and which coordinates each element of index site ``name`` gathers."""
+    """Decode which table and which coordinates each element of index site ``name`` gathers.
+
+    Every element's first and last probabilities are decoded, and the whole vector of up to
+    :data:`_FULL_CHECK` of them, so the check costs O(elements) beside what the program computes.
+    """
     site = tr[name]
-    probs = np.asarray(_unwrap(site["fn"]).probs, dtype=np.float64)
     batch = np.shape(site["value"])
+    probs = np.asarray(_unwrap(site["fn"]).probs)
     K = probs.shape[-1]
-    probs = np.broadcast_to(probs, (*batch, K))
-    tags = probs - 1.0
+    first = np.broadcast_to(probs[..., 0], batch).astype(np.float64) - 1.0
+    last = np.broadcast_to(probs[..., -1], batch).astype(np.float64) - 1.0
+    some = np.broadcast_to(probs, (*batch, K)).reshape(-1, K)[:_FULL_CHECK].astype(np.float64) - 1.0
     total = offsets[-1]
-    if not (np.all(tags == np.round(tags)) and np.all((tags >= 0) & (tags < total))):
+    if not all(np.all(v == np.round(v)) and np.all((v >= 0) & (v < total)) for v in (first, last, some)):
         raise ValueError(
             f"site {name!r}: its probabilities are not a column of a Dirichlet table gathered by "
             f"indices (table[...]); expected e.g. Categorical(theta[doc]) or Categorical(phi[z]) "
             f"with tables {table_names}")
-    tags = tags.astype(np.int64)
-    which = np.searchsorted(offsets, tags, side="right") - 1
+    first = first.astype(np.int64)
+    which = np.searchsorted(offsets, first, side="right") - 1
     t = int(which.reshape(-1)[0])
     if not np.all(which == t):
         raise ValueError(f"site {name!r}: its probabilities mix entries of several tables; expected "
@@ -275,11 +283,14 @@ def _gathered(tr, name, offsets, shapes, table_names):
     if shape[-1] != K:
         raise ValueError(f"site {name!r}: has {K} categories but table {table_names[t]!r} has "
                          f"{shape[-1]}; expected a whole column of the table")
-    coords = np.unravel_index(tags - offsets[t], shape)
-    if not np.all(coords[-1] == np.arange(K)) or not all(np.all(c == c[..., :1]) for c in coords[:-1]):
+    # A column is contiguous in the flat table: entry k of the column sits k after its first.
+    expected = first.reshape(-1)[: len(some), None] + np.arange(K)
+    coords = np.unravel_index(first - offsets[t], shape)
+    if (not np.all(coords[-1] == 0) or not np.array_equal(last, first + K - 1)
+            or not np.array_equal(some, expected)):
         raise ValueError(f"site {name!r}: its probabilities are not one column of table "
                          f"{table_names[t]!r} (the last, category axis must be kept whole)")
-    return t, [c[..., 0] for c in coords[:-1]], batch
+    return t, list(coords[:-1]), batch
 
 
 def _argument_names(model_fn, args, kwargs):
