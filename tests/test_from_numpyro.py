@@ -384,6 +384,17 @@ def test_refuses_probabilities_that_are_not_a_table_column():
     _refused(program, "x", X_TOKENS)
 
 
+def test_refuses_index_sites_in_different_plates():
+    def program(x, y):
+        p = numpyro.sample("p", dist.Dirichlet(jnp.ones(3)))
+        with numpyro.plate("first", len(x)):
+            numpyro.sample("x", dist.Categorical(p), obs=x)
+        with numpyro.plate("second", len(y)):
+            numpyro.sample("y", dist.Categorical(p), obs=y)
+
+    _refused(program, "y", X_TOKENS, X_TOKENS)
+
+
 def test_refuses_logits_asymmetric_and_dependent_concentrations():
     def logits(x):
         pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))

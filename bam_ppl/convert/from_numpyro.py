@@ -323,6 +323,14 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
                 f"site {s!r}: batch shape {np.shape(tr[s]['value'])} but the tokens (the other index "
                 f"sites) have shape {grid}; every Categorical index site needs one value per token "
                 "(put it in the same plates)")
+    frames = {s: {f.name for f in tr[s]["cond_indep_stack"]} for s in index}
+    for s in index:
+        if frames[s] != frames[index[0]]:
+            # Equal shapes in different plates are different tokens; pairing them would be a guess.
+            raise ValueError(
+                f"site {s!r}: in plates {sorted(frames[s])} but site {index[0]!r} is in plates "
+                f"{sorted(frames[index[0]])}; every Categorical index site of a token must be in the "
+                "same plates")
     plates = {f.dim: f.name for s in index for f in tr[s]["cond_indep_stack"]}
     arg_arrays = _argument_names(model_fn, args, kwargs)
 
