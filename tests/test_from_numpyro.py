@@ -272,6 +272,29 @@ def test_pmf_tensor_round_trip_with_explicit_priors():
     assert exact(model, data) == pytest.approx(exact(zoo, counts), abs=1e-10)
 
 
+def test_pmf_tensor_samples_with_missing_entries_via_obs_mask():
+    def pmf(x, rank=2, alpha_lambda=0.3, alpha=1.2):
+        lam = numpyro.sample("lam", dist.Dirichlet(jnp.full(rank, alpha_lambda)))
+        factors = []
+        for n, size in enumerate((2, 3)):
+            with numpyro.plate(f"rank_{n}", rank):
+                factors.append(numpyro.sample(f"A{n + 1}", dist.Dirichlet(jnp.full(size, alpha))))
+        with numpyro.plate("samples", x.shape[0]):
+            r = numpyro.sample("r", dist.Categorical(lam))
+            for n, A in enumerate(factors):
+                numpyro.sample(f"x{n + 1}", dist.Categorical(A[r]), obs=np.maximum(x[:, n], 0),
+                               obs_mask=x[:, n] >= 0)
+
+    x = np.array([[0, 1], [1, -1], [-1, 2], [1, 2], [0, 0]])
+    model, data = bam.from_numpyro(pmf, x)
+    assert data.dims == ("samples", "x1", "x2") and data.has_missing
+    zoo = bam.models.pmf_tensor(2, alpha_lambda=0.3, alpha=1.2, num_variables=2)
+    counts = bam.models.categorical_samples(x, num_categories=(2, 3))
+    # The zoo model carries the Gamma–Poisson total term; the program fixes the number of samples.
+    expected = exact(zoo, counts) - zoo.bind(counts).log_total_term() + gammaln(len(x) + 1.0)
+    assert exact(model, data) == pytest.approx(expected, abs=1e-10)
+
+
 def test_lda_multinomial_counts_condition_on_document_totals():
     def lda_counts(X, K=2):
         with numpyro.plate("topics", K):
@@ -448,10 +471,11 @@ def test_refuses_param_sites_and_bad_model_fn():
         with numpyro.plate("data", len(x)):
             numpyro.sample("x", dist.Categorical(pi), obs=x)
 
-    def masked(x):
+    def masked(X):
+        lam = numpyro.sample("lam", dist.Gamma(1.0, 1.0))
         pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))
-        with numpyro.plate("data", len(x)):
-            numpyro.sample("x", dist.Categorical(pi), obs=x, obs_mask=x >= 0)
+        with numpyro.handlers.mask(mask=X > 0):
+            numpyro.sample("X", dist.Poisson(lam * pi), obs=X)
 
     def subsampled(x):
         pi = numpyro.sample("pi", dist.Dirichlet(jnp.ones(3)))
@@ -460,7 +484,7 @@ def test_refuses_param_sites_and_bad_model_fn():
 
     _refused(with_param, "pi", X_TOKENS)
     _refused(with_factor, "penalty", X_TOKENS)
-    _refused(masked, "x_observed", X_TOKENS)
+    _refused(masked, "X", np.array([1, 0, 2]))
     _refused(subsampled, "data", X_TOKENS)
     with pytest.raises(TypeError, match="model_fn"):
         bam.from_numpyro("not a program")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import gammaln
 
-from ..data import CountTensor
+from ..data import MISSING, CountTensor
 from ..models.allocation import AllocationModel
 
 _NUM_PROBES = 3
@@ -128,9 +128,21 @@ def _unwrap(fn):
     """The distribution inside ``expand``/``to_event`` wrappers (their batch shape comes from the value)."""
     import numpyro.distributions as dist
 
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent)):
+    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
         fn = fn.base_dist
     return fn
+
+
+def _mask_of(site):
+    """The mask of a masked site (``obs_mask``, ``handlers.mask``) over its value, or None."""
+    import numpyro.distributions as dist
+
+    fn, mask = site["fn"], None
+    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
+        if isinstance(fn, dist.MaskedDistribution) and fn._mask is not True:
+            mask = np.asarray(fn._mask) if mask is None else mask & np.asarray(fn._mask)
+        fn = fn.base_dist
+    return None if mask is None else np.broadcast_to(mask, np.shape(site["value"]))
 
 
 def _kind(site) -> str:
@@ -138,11 +150,17 @@ def _kind(site) -> str:
     import numpyro.distributions as dist
 
     name, fn = site["name"], site["fn"]
-    if isinstance(fn, dist.MaskedDistribution) or isinstance(_unwrap(fn), dist.MaskedDistribution):
-        raise ValueError(f"site {name!r}: masked sites (obs_mask, handlers.mask) are not recognised; "
-                         "pass only the observed tokens")
     base = _unwrap(fn)
     observed = site["is_observed"]
+    if _mask_of(site) is not None:
+        # A masked-out observation is a missing entry: summed over, it contributes a factor 1.
+        if isinstance(base, dist.CategoricalProbs) and observed:
+            return "index"
+        if isinstance(base, dist.CategoricalProbs) and name.endswith("_unobserved"):
+            return "imputed"  # obs_mask's imputation of the missing entries: not part of the evidence
+        raise ValueError(f"site {name!r}: a masked {'observed' if observed else 'latent'} "
+                         f"{type(base).__name__}; only observed Categorical sites may be masked "
+                         "(missing entries)")
     what = type(base).__name__
     if isinstance(base, dist.Dirichlet):
         if observed:
@@ -171,7 +189,8 @@ def _kind(site) -> str:
 
 
 def _sites(tr) -> dict[str, list[str]]:
-    kinds: dict[str, list[str]] = {"table": [], "index": [], "rate": [], "poisson": [], "multinomial": []}
+    kinds: dict[str, list[str]] = {"table": [], "index": [], "rate": [], "poisson": [], "multinomial": [],
+                                   "imputed": []}
     for name, site in tr.items():
         if site["type"] == "plate":
             size, subsample = site["args"][0], site["args"][1]
@@ -179,7 +198,7 @@ def _sites(tr) -> dict[str, list[str]]:
                 raise ValueError(f"plate {name!r}: subsampled plates are not recognised; the evidence "
                                  "needs every token")
             continue
-        if site["type"] in ("deterministic",):
+        if site["type"] == "deterministic":
             continue
         if site["type"] != "sample":
             raise ValueError(f"site {name!r}: a {site['type']} site; {_EXPECTED}")
@@ -316,6 +335,7 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
         ptr = _trace(model_fn, args, kwargs, {**tags, **values})
         _check_constant_priors(tr, ptr, tables)
         probes.append((ptr, {s: np.asarray(ptr[s]["value"]) for s in index}))
+    masks = {s: _mask_of(tr[s]) for s in index}
     grid = np.broadcast_shapes(*[np.shape(tr[s]["value"]) for s in index])
     for s in index:
         if tuple(np.shape(tr[s]["value"])) != tuple(grid):
@@ -370,6 +390,9 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
                 coord_values[source] = col[0]
                 coord_sizes[source] = shapes[t][axis]
                 taken.add(source)
+            if masks.get(source) is not None:
+                raise ValueError(f"site {s!r}: gathers by the masked site {source!r}; a site with "
+                                 "missing entries cannot index a table")
             pars.append(nodes.get(source, source))
         parents[s] = pars
         table_of[s] = tables[t] if not sliced else "{}[{}]".format(tables[t], ", ".join(
@@ -392,15 +415,27 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
         sources[name] = "the fixed number of tokens (one cell)"
     a, priors = _priors(members, sizes, parents, conc)
     observed_sites = [s for s in index if tr[s]["is_observed"]]
-    visible = cond + observed_sites
-    structure = {**{c: [] for c in cond}, **{s: parents[s] for s in index}}
+    # obs_mask splits site x into x_observed and x_unobserved; the node keeps the name x.
+    name = {s: s[: -len("_observed")] if masks[s] is not None and s.endswith("_observed")
+            and tr.get(s[: -len("_observed")], {}).get("type") == "deterministic" else s for s in index}
+    rename = {**{c: c for c in cond}, **name}
+    visible = cond + [name[s] for s in observed_sites]
+    structure = {**{c: [] for c in cond}, **{name[s]: [rename[p] for p in parents[s]] for s in index}}
+    members = {t: [name[s] for s in m] for t, m in members.items()}
+    priors = None if priors is None else {rename[n]: v for n, v in priors.items()}
+    sources = {rename.get(n, n): v for n, v in sources.items()}
     model = AllocationModel(
-        structure, latent={s: K[s] for s in latent}, observed=visible, a=a, priors=priors,
+        structure, latent={name[s]: K[s] for s in latent}, observed=visible, a=a, priors=priors,
         tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond)
+
+    def observed_values(s):
+        value = np.broadcast_to(np.asarray(tr[s]["value"]), grid)
+        return value if masks[s] is None else np.where(masks[s], value, MISSING)
+
     tokens = np.stack([np.broadcast_to(coord_values[c], grid).reshape(-1) for c in cond]
-                      + [np.broadcast_to(np.asarray(tr[s]["value"]), grid).reshape(-1) for s in observed_sites],
-                      axis=1)
-    data = CountTensor.from_tokens(tokens, tuple(sizes[n] for n in visible), dims=visible)
+                      + [observed_values(s).reshape(-1) for s in observed_sites], axis=1)
+    data = CountTensor.from_tokens(tokens, tuple(sizes[c] for c in cond) + tuple(K[s] for s in observed_sites),
+                                   dims=visible)
     cond_totals = np.bincount(np.ravel_multi_index(tokens[:, : len(cond)].T, [sizes[c] for c in cond]))
     offset = float(gammaln(cond_totals + 1.0).sum() - gammaln(data.counts + 1.0).sum())
     info = ProgramInfo("tokens", sources, members,
