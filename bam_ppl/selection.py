@@ -14,6 +14,8 @@ import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .data import as_count_tensor
@@ -192,8 +194,6 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
         ``heldout_loglik`` (their sum), ``train_loglik``, ``rate`` (λ̂), ``cell_prob`` p(u | Θ̂) of
         the held-out cells (slice by slice, each slice's cells in C order) and ``theta`` (the flat tables of the kept restart).
     """
-    import jax
-    import jax.numpy as jnp
     from scipy.special import gammaln
 
     from .data import CountTensor
@@ -257,59 +257,26 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     bound = model.bind(train)
     layout = bound.cell_layout(union, max_configs=max_configs or DEFAULT_MAX_CONFIGS)
     problem = em.build_problem(bound, union, layout)
-    has_valid = layout.valid is not None
-    T_train = float(train.total)
-    a, b = float(bound.a), float(bound.b)
+    # Pad the cells to a size shared by the folds (copies of cell 0 holding no count and not held
+    # out add nothing to any sum): every fold of one model then reuses one compiled fit.
+    padding = _padded_size(union.nnz) - union.nnz
+    problem = problem._replace(index=np.pad(problem.index, ((0, 0), (0, padding), (0, 0)), mode="edge"))
+    if layout.valid is not None:
+        problem = problem._replace(valid=np.pad(problem.valid, ((0, padding), (0, 0)), mode="edge"))
+    counts = np.pad(counts, (0, padding))
+    problem = problem._replace(counts=counts)
+    is_held_padded = np.pad(is_held, (0, padding))
+    totals = np.array([float(train.total), float(bound.a), float(bound.b)])
 
     with jax.enable_x64(True):
-        problem = problem._replace(counts=jnp.asarray(counts))
-        held = jnp.asarray(is_held)
-        train_counts = jnp.asarray(counts)
-
-        def cells(theta):
-            prob = em._configuration_probabilities(problem, theta, has_valid)
-            cell = prob.sum(-1)
-            p_held = jnp.sum(jnp.where(held, cell, 0.0))
-            rate = (a + T_train) / (b + jnp.maximum(1.0 - p_held, 1e-300))
-            return prob, cell, p_held, rate
-
-        def train_loglik(cell, p_held):
-            log_cell = jnp.log(jnp.where(held, 1.0, cell))
-            return jnp.sum(jnp.where(held, 0.0, train_counts * log_cell)) - T_train * jnp.log1p(-p_held)
-
-        def step(theta):
-            prob, cell, _, rate = cells(theta)
-            filled = jnp.where(held, rate * cell, train_counts)
-            weight = filled[:, None] * prob / jnp.where(cell > 0, cell, 1.0)[:, None]
-            members = problem.index.shape[0]
-            expected = jnp.zeros_like(theta).at[problem.index.reshape(-1)].add(
-                jnp.broadcast_to(weight, (members, *weight.shape)).reshape(-1))
-            return em._normalise(problem, problem.concentration + expected)
-
-        def run(key):
-            theta = em.init(problem, key, "random")
-
-            def body(state):
-                theta, value, it, _ = state
-                theta = step(theta)
-                _, cell, p_held, _ = cells(theta)
-                new = train_loglik(cell, p_held)
-                return theta, new, it + 1, jnp.abs(new - value) / jnp.maximum(jnp.abs(new), 1.0)
-
-            def not_done(state):
-                return (state[2] < num_iters) & (state[3] > tol)
-
-            _, cell, p_held, _ = cells(theta)
-            state = (theta, train_loglik(cell, p_held), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf))
-            return jax.lax.while_loop(not_done, body, state)
-
-        thetas, values, _, _ = jax.jit(jax.vmap(run))(jax.random.split(as_key(rng_key), int(num_restarts)))
+        keys = jax.random.split(as_key(rng_key), int(num_restarts))
+        thetas, values, cell, rate = _heldout_em(problem, jnp.asarray(is_held_padded), jnp.asarray(totals), keys,
+                                                 int(num_iters), float(tol), has_valid=layout.valid is not None)
         values = np.asarray(values)
         best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
         theta = thetas[best]
-        _, cell, _, rate = cells(theta)
-        cell = np.asarray(cell)[is_held]
-        rate = float(rate)
+        cell = np.asarray(cell[best])[: union.nnz][is_held]
+        rate = float(rate[best])
     held_cell = np.empty(num_cells)
     held_cell[held_position] = cell  # back to slice-by-slice order
     mean = rate * held_cell
@@ -318,6 +285,68 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     pointwise = np.bincount(held_slice, weights=logpmf, minlength=len(slices))
     return dict(pointwise=pointwise, heldout_loglik=float(pointwise.sum()), train_loglik=float(values[best]),
                 rate=rate, cell_prob=held_cell, theta=np.asarray(theta))
+
+
+def _padded_size(n: int) -> int:
+    """``n`` rounded up to one of eight sizes per octave: at most 1/8 padding, few distinct shapes."""
+    step = 1 << max(int(n).bit_length() - 4, 0)
+    return -(-int(n) // step) * step
+
+
+def _heldout_cells(problem, theta, held, totals, has_valid):
+    """Configuration and cell probabilities, Σ_held p(u | Θ) and the rate λ̂ of the missing-cell fit."""
+    from .infer import em
+
+    T_train, a, b = totals[0], totals[1], totals[2]
+    prob = em._configuration_probabilities(problem, theta, has_valid)
+    cell = prob.sum(-1)
+    p_held = jnp.sum(jnp.where(held, cell, 0.0))
+    rate = (a + T_train) / (b + jnp.maximum(1.0 - p_held, 1e-300))
+    return prob, cell, p_held, rate
+
+
+def _heldout_train_loglik(problem, cell, held, p_held, T_train):
+    """Multinomial log-likelihood of the training cells given their total (up to a constant)."""
+    log_cell = jnp.log(jnp.where(held, 1.0, cell))
+    return jnp.sum(jnp.where(held, 0.0, problem.counts * log_cell)) - T_train * jnp.log1p(-p_held)
+
+
+@functools.partial(jax.jit, static_argnames=("has_valid",))
+def _heldout_em(problem, held, totals, keys, num_iters, tol, *, has_valid):
+    """EM of :func:`allocation_heldout_fit` from every key: its tables, training log-likelihoods,
+    cell probabilities and rates. The data are arguments, so equal shapes share one compiled program."""
+    from .infer import em
+
+    def step(theta):
+        prob, cell, _, rate = _heldout_cells(problem, theta, held, totals, has_valid)
+        filled = jnp.where(held, rate * cell, problem.counts)
+        weight = filled[:, None] * prob / jnp.where(cell > 0, cell, 1.0)[:, None]
+        members = problem.index.shape[0]
+        expected = jnp.zeros_like(theta).at[problem.index.reshape(-1)].add(
+            jnp.broadcast_to(weight, (members, *weight.shape)).reshape(-1))
+        return em._normalise(problem, problem.concentration + expected)
+
+    def loglik(theta):
+        _, cell, p_held, _ = _heldout_cells(problem, theta, held, totals, has_valid)
+        return _heldout_train_loglik(problem, cell, held, p_held, totals[0])
+
+    def run(key):
+        def body(state):
+            theta, value, it, _ = state
+            theta = step(theta)
+            new = loglik(theta)
+            return theta, new, it + 1, jnp.abs(new - value) / jnp.maximum(jnp.abs(new), 1.0)
+
+        def not_done(state):
+            return (state[2] < num_iters) & (state[3] > tol)
+
+        theta = em.init(problem, key, "random")
+        state = (theta, loglik(theta), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf))
+        theta, value, _, _ = jax.lax.while_loop(not_done, body, state)
+        _, cell, _, rate = _heldout_cells(problem, theta, held, totals, has_valid)
+        return theta, value, cell, rate
+
+    return jax.vmap(run)(keys)
 
 
 def num_parameters(model, X) -> int | None:

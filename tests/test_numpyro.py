@@ -34,6 +34,8 @@ def _cell_probs_from_draws(idata, X_shape):
     return np.einsum("cdk,cdki,cdkj->cdij", tk, ti, tj)
 
 
+@pytest.mark.slow
+@pytest.mark.stats
 def test_nuts_cell_probabilities_match_enumeration():
     X = np.array([[2, 1], [0, 2]])
     model = bam.models.nmf(2, a=4.0)

@@ -98,6 +98,8 @@ def test_select_ranks_finds_planted_mouse_rank():
     assert any(np.allclose(line.get_ydata(), best) for line in fig.axes[0].lines)
 
 
+@pytest.mark.slow
+@pytest.mark.stats
 def test_select_ranks_recovers_planted_ranks_over_seeds():
     """The default protocol (three speckled folds, SQUAREM-accelerated fits, the paired
     one-standard-error rule stepping back to nested models) on a smaller version of

@@ -27,8 +27,8 @@ def kernel(request):
 
 @pytest.fixture(params=["numba", pytest.param("jax", marks=[pytest.mark.slow, pytest.mark.stats])])
 def exact_kernel(request):
-    """The kernels for the sweeps over exact cases: the numba kernel (what a CPU runs) in make test,
-    the JAX kernel (what an accelerator runs; each case compiles a program of its own) in make
+    """The kernels for the checks against exact values: the numba kernel (what a CPU runs) in make
+    test, the JAX kernel (what an accelerator runs; each case compiles a program of its own) in make
     test-stats. The JAX kernel meets an exact case in make test too (test_posterior_matches_...)."""
     return request.param
 
@@ -115,9 +115,9 @@ def test_other_models_match_exact(name, exact_kernel):
 
 @pytest.mark.parametrize("model", [bam.models.complete_graph(3, a=1.0), bam.models.independence(3, a=2.0)],
                          ids=["complete", "independence"])
-def test_latent_free_models_equal_closed_form(model, kernel):
+def test_latent_free_models_equal_closed_form(model, exact_kernel):
     X = np.random.default_rng(3).integers(0, 5, (2, 3, 2))
-    estimate = smc_estimate(model, X, num_particles=10, num_chains=2, kernel=kernel)
+    estimate = smc_estimate(model, X, num_particles=10, num_chains=2, kernel=exact_kernel)
     assert abs(estimate.value - exact_log_evidence(model, X)) < 1e-8
 
 
@@ -132,11 +132,11 @@ def test_markov_equivalent_structures_agree():
     assert abs(first.value - second.value) <= max(0.05, 3 * combined)
 
 
-def test_plain_sis_is_unbiased(kernel):
+def test_plain_sis_is_unbiased(exact_kernel):
     # Without resampling every run is an unbiased estimate of L_X: the natural-scale mean of many
     # independent runs matches the exact evidence within its Monte Carlo error.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
-    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0, kernel=kernel)
+    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0, kernel=exact_kernel)
     assert not result.resampled.any()
     ratios = np.exp(result.chain_log_evidence - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 3 * ratios.std(ddof=1) / np.sqrt(ratios.size)
@@ -213,11 +213,11 @@ def test_rescaled_probability_products_give_the_same_estimate(monkeypatch, kerne
     np.testing.assert_allclose(rescaled.chain_log_evidence, plain.chain_log_evidence, rtol=0, atol=1e-9)
 
 
-def test_tiny_concentrations_match_exact(kernel):
+def test_tiny_concentrations_match_exact(exact_kernel):
     # a = 1e-150: the product of a token's factors would underflow without rescaling.
     model = bam.models.nmf(2, a=1e-150)
     assert smc_module.rescale_interval(model.bind(X2), int(X2.sum())) < len(model.bind(X2).members)
-    estimate = smc_estimate(model, X2, num_particles=500, num_chains=4, kernel=kernel)
+    estimate = smc_estimate(model, X2, num_particles=500, num_chains=4, kernel=exact_kernel)
     assert_matches_exact(estimate, exact_log_evidence(model, X2))
 
 

@@ -89,7 +89,7 @@ def test_latent_free_model_is_exact():
     assert result.lower_bound == pytest.approx(exact_log_evidence(model, X), abs=1e-9)
 
 
-@pytest.mark.parametrize("kernel", ["numba", "jax"])
+@pytest.mark.parametrize("kernel", ["numba", pytest.param("jax", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_fixed_schedule_is_unbiased(kernel):
     # With a fixed schedule every run's exp(estimate) is an unbiased estimate of p(X): the
     # natural-scale mean of many runs matches the exact evidence within its Monte Carlo error.
