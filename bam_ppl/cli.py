@@ -1,17 +1,27 @@
 """The ``bam-ppl`` command line.
 
-``bam-ppl demo`` runs the demonstration, ``bam-ppl methods`` lists the backends, and two commands
-work on a user's own table: ``bam-ppl evidence`` compares structures (and latent sizes) by their
-evidence, ``bam-ppl fit`` runs one backend and writes its InferenceData.
+``bam-ppl demo`` runs the demonstration, ``bam-ppl methods`` lists the backends and evidence
+estimators, and two commands work on a user's own table: ``bam-ppl evidence`` compares
+structures (and latent sizes) by their evidence, ``bam-ppl fit`` runs one backend and writes its
+InferenceData.
+
+Errors: a problem with the arguments or the user's file — found while the command line and the
+table are read and checked, or by bam_ppl's own checks of an option (:mod:`bam_ppl.validation`,
+the registry's option names) — is one line on stderr and exit status 2; anything else is a bug
+and propagates with its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import json
+import math
 import re
 import sys
 import time
+from pathlib import Path
 
 # The demo's latent-class models: R = 1 would be the independence model again.
 DEMO_RANKS = (2, 3, 4)
@@ -99,23 +109,65 @@ def demo(out=sys.stdout) -> None:
           "(your columns a, b, c), or see docs/getting_started.md.", file=out)
 
 
-def methods(out=sys.stdout) -> None:
+def methods(args=None, out=None) -> None:
+    """The inference backends and the evidence estimators, as two tables or one JSON object."""
     import bam_ppl as bam
 
-    print(bam.methods().to_string(index=False), file=out)
+    out = out or sys.stdout
+    tables = {kind: bam.methods(kind) for kind in ("inference", "evidence")}
+    for table in tables.values():
+        table["description"] = table["description"].map(_plain)
+    if args is not None and args.json:
+        print(json.dumps({kind: table.to_dict("records") for kind, table in tables.items()}, indent=2), file=out)
+        return
+    print("inference backends (bam-ppl fit --method, bam.infer):", file=out)
+    print(_left_aligned(tables["inference"]), file=out)
+    print("\nevidence estimators (bam-ppl evidence --method, bam.log_evidence):", file=out)
+    print(_left_aligned(tables["evidence"]), file=out)
 
+
+def _left_aligned(table) -> str:
+    """A table of words, each column left-aligned (pandas right-aligns text)."""
+    widths = {column: max(len(column), *(len(str(v)) for v in table[column])) for column in table}
+    rows = [list(table.columns)] + [[str(v) for v in row] for row in table.itertuples(index=False)]
+    return "\n".join("  ".join(cell.ljust(widths[c]) for cell, c in zip(row, table)).rstrip() for row in rows)
+
+
+def _plain(text: str) -> str:
+    """A docstring line without its reStructuredText markup (roles and literals)."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
+
+
+DESCRIPTION = "Bayesian allocation models: fit count tables and compare their structures by the evidence."
 
 EXAMPLES = """examples:
+  bam-ppl demo
+  bam-ppl evidence survey.csv --structure "age -> vote; region" --structure "r -> age, vote, region" --latent r=1..3
+  bam-ppl fit votes.csv --structure "r -> i, j, k" --latent r=3 --method gibbs
+
+Run bam-ppl COMMAND --help for the options of a command."""
+
+EVIDENCE_EXAMPLES = """examples:
   bam-ppl evidence survey.csv --structure "age -> vote; region" --count Freq
+  bam-ppl evidence survey.csv --structure "age -> vote; region" --structure "age -> region; vote" --json
   bam-ppl evidence votes.csv --structure "r -> i, j, k" --latent r=1..6 --out table.csv --plot ranks.png
+  bam-ppl evidence votes.csv --structure "r -> i, j, k" --latent r=1..6 --jobs 4 --target-stderr 0.5
   bam-ppl evidence counts.csv --wide --structure "k -> i; k -> j" --latent k=1..4
-  bam-ppl fit votes.csv --structure "r -> i, j, k" --latent r=3 --method gibbs --out result.nc \\
-      --option num_samples=200 --option num_chains=2
 
 A long table has one column per visible node (named as in --structure, any order) and one count
 column (--count; default: the one remaining column, or one token per row without it). A wide
 table (--wide) is a matrix: first column the row labels (first visible node), header the column
-labels (second visible node)."""
+labels (second visible node). Every --structure must name the same visible nodes; each is
+compared with every size of --latent that it uses."""
+
+FIT_EXAMPLES = """examples:
+  bam-ppl fit votes.csv --structure "r -> i, j, k" --latent r=3
+  bam-ppl fit votes.csv --structure "r -> i, j, k" --latent r=3 --method nuts --out result.nc \\
+      --option num_samples=200 --option num_chains=2
+
+The table is read as by bam-ppl evidence (see bam-ppl evidence --help). Without --out the
+InferenceData goes to TABLE-STEM.METHOD.nc in the current folder."""
 
 
 class UsageError(Exception):
@@ -154,15 +206,32 @@ def _options(pairs) -> dict:
 
 
 def _models(args) -> dict:
+    """Every ``--structure`` with every combination of the ``--latent`` sizes it uses, by name."""
     import bam_ppl as bam
 
-    models = {}
-    for sizes in _latent_grid(args.latent):
-        name = ", ".join(f"{k}={v}" for k, v in sizes.items()) or args.structure
-        try:
-            models[name] = bam.AllocationModel(args.structure, latent=sizes, a=args.a)
-        except (TypeError, ValueError) as err:
-            raise UsageError(f"--structure/--latent: {err}") from None
+    structures = list(dict.fromkeys(args.structure))
+    models, used = {}, set()
+    for structure in structures:
+        words = set(re.findall(r"\w+", structure))
+        grid = [{k: v for k, v in sizes.items() if k in words} for sizes in _latent_grid(args.latent)]
+        for sizes in [dict(t) for t in dict.fromkeys(tuple(g.items()) for g in grid)]:
+            used |= set(sizes)
+            label = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            if len(structures) == 1:
+                name = label or structure
+            else:
+                name = f"{structure} ({label})" if label else structure
+            try:
+                models[name] = bam.AllocationModel(structure, latent=sizes, a=args.a)
+            except (TypeError, ValueError) as err:
+                raise UsageError(f"--structure {structure!r}: {err}") from None
+    unused = sorted({name for sizes in _latent_grid(args.latent) for name in sizes} - used)
+    if unused:
+        raise UsageError(f"--latent {', '.join(unused)}: no --structure has such a node")
+    visible = {name: set(model.observed) for name, model in models.items()}
+    if len({frozenset(nodes) for nodes in visible.values()}) > 1:
+        raise UsageError("every --structure must name the same visible nodes (the table's columns); got "
+                         + "; ".join(f"{name}: {sorted(nodes)}" for name, nodes in visible.items()))
     return models
 
 
@@ -198,47 +267,153 @@ def _read_table(args, model):
         raise UsageError(f"{args.table}: {err}") from None
 
 
+def _check_method(kind: str, method: str, model, options: dict) -> None:
+    """UsageError unless ``method`` is registered for ``model`` and takes every option given."""
+    from bam_ppl.infer.auto import check_auto_options
+    from bam_ppl.infer.registry import check_options, find, find_evidence
+
+    flag = "--method/--option"
+    try:
+        if kind == "evidence":
+            fn = find_evidence(method, model)
+            if method == "auto":
+                check_auto_options(model, options)
+            else:
+                check_options(fn, options, f"evidence --method {method}")
+        else:
+            check_options(find(method, model).fn, options, f"fit --method {method}")
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{flag}: {err}") from None
+
+
+@contextlib.contextmanager
+def _executor(args):
+    """The executor of ``--jobs``/``--scheduler`` (None without them), shut down on exit."""
+    if getattr(args, "scheduler", None):
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise UsageError("--scheduler needs dask.distributed: pip install 'dask[distributed]'") from None
+        try:
+            client = Client(args.scheduler)
+        except (OSError, ValueError) as err:
+            raise UsageError(f"--scheduler {args.scheduler}: cannot connect ({err})") from None
+        with client:
+            yield client
+    elif getattr(args, "jobs", 1) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        # Spawned, not forked: a forked child of a process running JAX's threads can deadlock.
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield pool
+    else:
+        yield None
+
+
+def _json_value(value):
+    """A table cell as JSON: NaN and infinities as null, NumPy scalars as Python ones."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+COMPARE_COLUMNS = ["rank", "log_evidence", "se", "dse", "weight", "warning", "kind", "method", "lower_bound"]
+
+
 def evidence(args, out=None) -> None:
     import bam_ppl as bam
 
     out = out or sys.stdout
+    note = sys.stderr if args.json else out  # with --json, stdout holds the JSON alone
     models = _models(args)
     data = _read_table(args, next(iter(models.values())))
-    print(f"{args.table}: {data}", file=out)
-    table = bam.compare(models, data, method=args.method, rng_key=args.seed, **_options(args.option))
-    shown = ["rank", "log_evidence", "se", "dse", "weight", "warning", "kind", "method", "lower_bound"]
-    print(table[shown].round(3).to_string(), file=out)  # arviz.compare's columns; --out writes them all
+    options = _options(args.option)
+    for model in models.values():
+        _check_method("evidence", args.method, model, options)
+    print(f"{args.table}: {data}", file=note)
+    with _executor(args) as executor:
+        if args.target_stderr is None and args.max_time is None:
+            table = bam.compare(models, data, method=args.method, rng_key=args.seed, executor=executor,
+                                min_calls=args.min_calls, **options)
+        else:  # compare has no precision target: each model's estimate first, then the table
+            estimates = {name: bam.log_evidence(model, data, args.method, args.seed, target_stderr=args.target_stderr,
+                                                max_time=args.max_time, min_calls=args.min_calls,
+                                                executor=executor, **options)
+                         for name, model in models.items()}
+            table = bam.compare(estimates, data)
+    if args.json:
+        rows = [{"model": name, **{column: _json_value(row[column]) for column in table.columns
+                                   if column not in ("stderr", "prob", "delta")}}  # deprecated names
+                for name, row in table.iterrows()]
+        print(json.dumps({"table": str(args.table), "data": str(data), "models": rows}, indent=2), file=out)
+    else:
+        print(table[COMPARE_COLUMNS].round(3).to_string(), file=out)  # arviz.compare's columns
     if args.out:
         table.to_csv(args.out)
-        print(f"wrote {args.out}", file=out)
+        print(f"wrote {args.out}", file=note)
     if args.plot:
         import matplotlib
 
         matplotlib.use("Agg")
         fig = bam.plot_evidence(table).figure
         fig.savefig(args.plot, dpi=120, bbox_inches="tight")
-        print(f"wrote {args.plot}", file=out)
+        print(f"wrote {args.plot}", file=note)
+
+
+def default_fit_path(table, method: str) -> Path:
+    """Where ``fit`` writes without ``--out``: ``<table stem>.<method>.nc`` in the current folder."""
+    return Path(f"{Path(table).stem}.{method}.nc")
 
 
 def fit(args, out=None) -> None:
     import bam_ppl as bam
 
     out = out or sys.stdout
+    note = sys.stderr if args.json else out
+    if len(args.structure) != 1:
+        raise UsageError("fit runs one model: give one --structure")
     models = _models(args)
     if len(models) != 1:
         raise UsageError("fit runs one model: give one size per latent node (e.g. --latent r=3)")
     model = next(iter(models.values()))
     data = _read_table(args, model)
-    idata = bam.infer(model, data, method=args.method, rng_key=args.seed, **_options(args.option))
-    print(idata, file=out)
-    if args.out:
-        idata.to_netcdf(args.out)
-        print(f"wrote {args.out}", file=out)
+    options = _options(args.option)
+    _check_method("fit", args.method, model, options)
+    path = Path(args.out) if args.out else default_fit_path(args.table, args.method)
+    with _executor(args) as executor:
+        idata = bam.infer(model, data, method=args.method, rng_key=args.seed, executor=executor, **options)
+    idata.to_netcdf(str(path))
+    if args.json:
+        groups = list(idata.groups()) if callable(getattr(idata, "groups", None)) else list(idata.children)
+        print(json.dumps({"table": str(args.table), "method": args.method, "out": str(path.resolve()),
+                          "groups": [str(g).strip("/") for g in groups]}, indent=2), file=out)
+    else:
+        print(idata, file=out)
+    print(f"wrote {path.resolve()}", file=note)
 
 
-def _table_arguments(parser, method: str, method_help: str) -> None:
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not value > 0 or (kind is float and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _table_arguments(parser, method: str, method_help: str, several: bool) -> None:
     parser.add_argument("table", help="CSV file: a long table (node columns + count) or, with --wide, a matrix")
-    parser.add_argument("--structure", required=True, help='the DAG, e.g. "r -> i, j, k" or "k -> i; k -> j"')
+    parser.add_argument("--structure", required=True, action="append",
+                        help='the DAG, e.g. "r -> i, j, k" or "k -> i; k -> j"'
+                             + (" (repeat to compare several)" if several else ""))
     parser.add_argument("--latent", action="append", metavar="NAME=SIZES",
                         help="latent node sizes: r=3, or a range r=1..6 (repeat or comma-separate for several)")
     parser.add_argument("--count", help="name of the count column of a long table")
@@ -246,36 +421,87 @@ def _table_arguments(parser, method: str, method_help: str) -> None:
     parser.add_argument("--a", type=float, default=1.0, help="BDeu equivalent sample size a (default 1)")
     parser.add_argument("--method", default=method, help=method_help)
     parser.add_argument("--option", action="append", metavar="NAME=VALUE", help="an estimator/backend option")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (rng_key)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (rng_key; default 0)")
+    workers = parser.add_mutually_exclusive_group()
+    workers.add_argument("--jobs", type=_positive(int), default=1, metavar="N",
+                         help="run the independent tasks (models, calls, chains) in N local processes")
+    workers.add_argument("--scheduler", metavar="ADDRESS",
+                         help="run them on the Dask cluster at ADDRESS, e.g. tcp://10.0.0.1:8786")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (messages go to stderr)")
+
+
+def _wrap(text: str) -> str:
+    """A paragraph for a help page whose epilog keeps its own line breaks (RawDescriptionHelpFormatter)."""
+    import textwrap
+
+    return textwrap.fill(text, width=80)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``bam-ppl`` argument parser."""
+    from ._version import __version__
+
+    main_parser = argparse.ArgumentParser(prog="bam-ppl", description=_wrap(DESCRIPTION), epilog=EXAMPLES,
+                                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    main_parser.add_argument("--version", action="version", version=f"bam-ppl {__version__}")
+    sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("demo", help="evidence-based structure comparison on HairEyeColor",
+                   description=_wrap("Which structure explains R's HairEyeColor table: five models ranked by their "
+                                     "evidence, then the classes of the best latent-class model."))
+    me = sub.add_parser("methods", help="list the inference backends and evidence estimators",
+                        description="The registered inference backends and evidence estimators.")
+    me.add_argument("--json", action="store_true", help="print them as JSON")
+    ev = sub.add_parser("evidence", help="compare structures and latent sizes on your table by their evidence",
+                        description=_wrap("Rank structures (and latent sizes) of your table by their log "
+                                          "evidence, in the columns of arviz.compare."),
+                        epilog=EVIDENCE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _table_arguments(ev, "auto", "evidence estimator (see bam-ppl methods; default auto)", several=True)
+    ev.add_argument("--min-calls", type=_positive(int), metavar="N",
+                    help="make at least N independent calls per model and pool their runs")
+    ev.add_argument("--target-stderr", type=_positive(float), metavar="NATS",
+                    help="repeat the calls until each model's standard error is at most NATS")
+    ev.add_argument("--max-time", type=_positive(float), metavar="SECONDS",
+                    help="per model, start no round of calls for --target-stderr that would end later")
+    ev.add_argument("--out", help="write the whole comparison table to this CSV file")
+    ev.add_argument("--plot", help="write a plot of the evidence to this PNG file")
+    fi = sub.add_parser("fit", help="fit one model to your table and write its InferenceData",
+                        description=_wrap("Fit one model to your table with one backend and write its "
+                                          "InferenceData (netCDF)."),
+                        epilog=FIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _table_arguments(fi, "gibbs", "inference backend (see bam-ppl methods; default gibbs)", several=False)
+    fi.add_argument("--out", help="the netCDF file to write (default: TABLE-STEM.METHOD.nc here)")
+    return main_parser
+
+
+def _raised_by_an_argument_check(err: BaseException) -> bool:
+    """Whether ``err`` comes from bam_ppl's checks of an argument (:mod:`bam_ppl.validation`, the
+    registry's option names): a usage error, not a bug."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    code = tb.tb_frame.f_code
+    path = Path(code.co_filename).as_posix()
+    return path.endswith("bam_ppl/validation.py") or (path.endswith("bam_ppl/infer/registry.py")
+                                                      and code.co_name in ("check_options", "find", "find_evidence"))
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bam-ppl", description=__doc__, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="evidence-based structure comparison on HairEyeColor")
-    sub.add_parser("methods", help="list the registered inference backends")
-    ev = sub.add_parser("evidence", help="compare structures / latent sizes on your table by their evidence",
-                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _table_arguments(ev, "auto", "evidence method: auto (default), exact, tempered, smc, chib, vb")
-    ev.add_argument("--out", help="write the comparison table to this CSV file")
-    ev.add_argument("--plot", help="write a plot of the evidence to this PNG file")
-    fi = sub.add_parser("fit", help="fit one model to your table and write its InferenceData",
-                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _table_arguments(fi, "gibbs", "backend (see `bam-ppl methods`), default gibbs")
-    fi.add_argument("--out", help="write the InferenceData to this netCDF file (.nc)")
-    args = parser.parse_args(argv)
+    main_parser = parser()
+    args = main_parser.parse_args(argv)
+    commands = {"demo": lambda: demo(), "methods": lambda: methods(args), "evidence": lambda: evidence(args),
+                "fit": lambda: fit(args)}
     try:
-        if args.command == "demo":
-            demo()
-        elif args.command == "methods":
-            methods()
-        elif args.command == "evidence":
-            evidence(args)
-        elif args.command == "fit":
-            fit(args)
-    except (UsageError, TypeError, ValueError) as err:  # bam_ppl's own errors name the problem
-        parser.exit(2, f"bam-ppl {args.command}: error: {err}\n")
+        commands[args.command]()
+    except UsageError as err:
+        main_parser.exit(2, f"bam-ppl {args.command}: error: {err}\n")
+    except (TypeError, ValueError) as err:
+        if not _raised_by_an_argument_check(err):
+            raise  # a bug: its traceback says where
+        main_parser.exit(2, f"bam-ppl {args.command}: error: {err}\n")
+    except KeyboardInterrupt:
+        main_parser.exit(130, f"bam-ppl {args.command}: interrupted\n")
     return 0
 
 

@@ -72,3 +72,124 @@ def test_bad_input_gets_a_clear_message(survey_csv, capsys, argv, message):
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
     assert pytest.importorskip("re").search(message, err)
+
+
+def test_version_and_plain_help(capsys):
+    from bam_ppl import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"bam-ppl {__version__}"
+    pages = {}
+    for command in ([], ["evidence"], ["fit"], ["methods"], ["demo"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        pages[" ".join(command)] = capsys.readouterr().out
+    for page in pages.values():
+        assert "``" not in page and ":func:" not in page and ":mod:" not in page  # no reStructuredText
+    assert "Run bam-ppl COMMAND --help" in pages[""]
+    assert not any("Run bam-ppl COMMAND --help" in page for command, page in pages.items() if command)
+    assert "--target-stderr" in pages["evidence"] and "--jobs N" in pages["fit"]
+
+
+def test_several_structures_in_one_json_table(survey_csv, capsys):
+    import json
+
+    assert main(["evidence", str(survey_csv), "--count", "Freq", "--json", "--structure", "age -> vote; region",
+                 "--structure", "age -> region; vote", "--structure", "r -> age, vote, region",
+                 "--latent", "r=1..2"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # stdout holds the JSON alone
+    names = [row["model"] for row in result["models"]]
+    assert sorted(names) == sorted(["age -> vote; region", "age -> region; vote", "r -> age, vote, region (r=1)",
+                                    "r -> age, vote, region (r=2)"])
+    assert [row["rank"] for row in result["models"]] == [1, 2, 3, 4]
+    assert {"log_evidence", "se", "dse", "weight", "warning", "kind", "method", "lower_bound"} <= set(result["models"][0])
+    assert names.index("age -> vote; region") < names.index("age -> region; vote")
+    assert "survey.csv" in captured.err
+
+
+def test_structures_must_share_their_visible_nodes(survey_csv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evidence", str(survey_csv), "--count", "Freq", "--structure", "age -> vote; region",
+              "--structure", "age -> vote"])
+    assert exit_info.value.code == 2 and "same visible nodes" in capsys.readouterr().err
+
+
+def test_precision_options_of_evidence(survey_csv, capsys):
+    import json
+
+    common = ["evidence", str(survey_csv), "--count", "Freq", "--structure", "r -> age, vote, region",
+              "--latent", "r=2", "--method", "smc", "--option", "num_particles=20", "--json"]
+    assert main([*common, "--min-calls", "2"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["models"]
+    assert row["kind"] == "estimate" and row["se"] > 0
+    assert main([*common, "--target-stderr", "1000", "--max-time", "60"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["models"]
+    assert row["method"] == "smc"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*common, "--target-stderr", "-1"])
+    assert exit_info.value.code == 2 and "positive float" in capsys.readouterr().err
+
+
+def test_jobs_runs_models_in_processes_with_the_serial_result(survey_csv, tmp_path):
+    serial, parallel = tmp_path / "serial.csv", tmp_path / "parallel.csv"
+    argv = ["evidence", str(survey_csv), "--count", "Freq", "--method", "exact",
+            "--structure", "age -> vote; region", "--structure", "age -> region; vote"]
+    assert main([*argv, "--out", str(serial)]) == 0
+    assert main([*argv, "--jobs", "2", "--out", str(parallel)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(serial, index_col=0), pd.read_csv(parallel, index_col=0))
+
+
+def test_jobs_and_scheduler_exclude_each_other(survey_csv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evidence", str(survey_csv), "--structure", "age", "--jobs", "2", "--scheduler", "tcp://x:1"])
+    assert exit_info.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_fit_writes_a_default_file_and_says_where(survey_csv, tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", str(survey_csv), "--count", "Freq", "--structure", "r -> age, vote, region", "--latent", "r=2",
+            "--option", "num_samples=3", "--option", "num_warmup=2", "--option", "num_chains=1"]
+    assert main(argv) == 0
+    written = tmp_path / "survey.gibbs.nc"
+    assert written.stat().st_size > 0 and f"wrote {written}" in capsys.readouterr().out
+    assert main([*argv[:-6], "--method", "vb", "--json", "--option", "num_iters=5"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["out"] == str(tmp_path / "survey.vb.nc") and "posterior" in result["groups"]
+
+
+def test_methods_lists_backends_and_evidence_estimators(capsys):
+    import json
+
+    assert main(["methods"]) == 0
+    printed = capsys.readouterr().out
+    assert "inference backends" in printed and "evidence estimators" in printed and "tempered" in printed
+    assert "``" not in printed and ":func:" not in printed
+    assert main(["methods", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {"auto", "exact", "tempered", "chib", "smc", "vb"} <= {row["method"] for row in listed["evidence"]}
+    assert "gibbs" in {row["method"] for row in listed["inference"]}
+    import bam_ppl as bam
+
+    with pytest.raises(ValueError, match="kind must be 'inference' or 'evidence'"):
+        bam.methods("estimators")
+
+
+def test_bad_option_values_are_usage_errors_and_bugs_keep_their_traceback(survey_csv, monkeypatch, capsys):
+    argv = ["evidence", str(survey_csv), "--count", "Freq", "--structure", "r -> age, vote, region",
+            "--latent", "r=2", "--method", "smc"]
+    with pytest.raises(SystemExit) as exit_info:  # bam_ppl.validation's check: the user's mistake
+        main([*argv, "--option", "num_particles=0"])
+    assert exit_info.value.code == 2 and "num_particles must be >= 1" in capsys.readouterr().err
+
+    import bam_ppl
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal error")
+
+    monkeypatch.setattr(bam_ppl, "compare", broken)
+    with pytest.raises(ValueError, match="an internal error"):  # not a one-line usage error
+        main(argv)

@@ -144,14 +144,8 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     on; an option that no candidate takes is an error. On small tables with many tokens per cell
     the Pólya-urn SMC runs with AUTO_DENSE_SMC_PARTICLES particles unless ``num_particles`` is given.
     """
+    check_auto_options(model, options)
     candidates = {name: find_evidence(name, model) for name in AUTO_CANDIDATES}
-    # Chib runs after the tempered SMC (tempered_then_chib), which chooses its start allocations.
-    known = set().union(*(option_names(fn) for fn in [*candidates.values(), find_evidence("chib", model)]))
-    known = (known | {"max_configs"}) - {"start"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
-                        f"(of {', '.join(AUTO_CANDIDATES)} and chib): {sorted(known)}")
     began = time.perf_counter()
     method, reason = choose_method(model, data, max_configs)
     fn = candidates[method]
@@ -170,6 +164,17 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
         reason += f"; {why}: {calls} calls advised"
     return replace(est, method="auto", pipeline=est.pipeline, seconds=time.perf_counter() - began,
                    details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
+
+
+def check_auto_options(model, options) -> None:
+    """TypeError naming the options that no estimator ``method="auto"`` may choose takes."""
+    # Chib runs after the tempered SMC (tempered_then_chib), which chooses its start allocations.
+    fns = [find_evidence(name, model) for name in (*AUTO_CANDIDATES, "chib")]
+    known = (set().union(*(option_names(fn) for fn in fns)) | {"max_configs"}) - {"start"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
+                        f"(of {', '.join(AUTO_CANDIDATES)} and chib): {sorted(known)}")
 
 
 def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | None]:

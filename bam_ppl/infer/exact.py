@@ -167,6 +167,7 @@ def expected_cell_probabilities(bound: BoundModel, flat_counts: np.ndarray, grid
 
 @register_evidence("exact", models=(AllocationModel,))
 def _exact(model, data, *, rng_key=None, max_tensors: int = DEFAULT_MAX_TENSORS):
+    """The exact log evidence by enumerating the allocation tensors (:func:`exact_log_evidence`)."""
     start = time.perf_counter()
     value = exact_log_evidence(model, data, max_tensors=max_tensors)
     return EvidenceEstimate(value=value, stderr=0.0, method="exact", kind="exact", num_runs=0,

@@ -171,16 +171,21 @@ def _is_inference_data(result) -> bool:
     return kind in ("InferenceData", "DataTree") or hasattr(result, "posterior") and hasattr(result, "groups")
 
 
-def methods():
-    """Registered backends as a pandas DataFrame (method, models, description)."""
+def methods(kind: str = "inference"):
+    """Registered inference backends (``kind="inference"``, for :func:`infer`) or evidence
+    estimators (``kind="evidence"``, for :func:`bam_ppl.log_evidence`) as a pandas DataFrame
+    (method, models, description)."""
     import pandas as pd
 
-    rows = [
-        dict(method=b.name, models=", ".join(m.__name__ for m in b.models), description=b.description)
-        for name in sorted(_BACKENDS)
-        for b in _BACKENDS[name]
-    ]
-    return pd.DataFrame(rows, columns=["method", "models", "description"])
+    if kind == "inference":
+        rows = [(b.name, b.models, b.description) for name in sorted(_BACKENDS) for b in _BACKENDS[name]]
+    elif kind == "evidence":
+        rows = [(name, models, (fn.__doc__ or "").strip().split("\n")[0])
+                for name in sorted(_EVIDENCE) for models, fn in _EVIDENCE[name]]
+    else:
+        raise ValueError(f"kind must be 'inference' or 'evidence', got {kind!r}")
+    return pd.DataFrame([dict(method=name, models=", ".join(m.__name__ for m in models), description=description)
+                         for name, models, description in rows], columns=["method", "models", "description"])
 
 
 # -- evidence estimators -----------------------------------------------------------------------
