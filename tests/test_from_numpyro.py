@@ -92,7 +92,11 @@ def test_lda_flat_with_bdeu_priors_round_trips():
     model, data = bam.from_numpyro(lda_flat, doc, words, D, K, V, a / (D * K), a / (K * V))
     assert model.priors == {} and model.a == pytest.approx(a)
     assert data.dims == ("doc", "w")
-    assert exact(model, data) == pytest.approx(exact(bam.models.lda(K, a=a), data.to_dense()), abs=1e-10)
+    zoo = bam.models.lda(K, a=a)
+    assert exact(model, data) == pytest.approx(exact(zoo, data.to_dense()), abs=1e-10)
+    # Beyond enumeration: the same estimator and key give the same value.
+    smc = [bam.log_evidence(m, x, method="smc", rng_key=3).value for m, x in ((model, data), (zoo, data.to_dense()))]
+    assert smc[0] == smc[1]
 
 
 def test_mixture_of_categoricals_has_no_total_term_and_the_sequence_offset():
