@@ -70,17 +70,12 @@ class ProgramInfo:
 
 
 # -- tracing ---------------------------------------------------------------------------------------
-def _handlers():
-    from numpyro import handlers
-
-    return handlers
-
-
 def _trace(model_fn, args, kwargs, values=None):
+    """The program's trace, latent sites set to ``values`` or to stand-ins (:func:`_stand_in`)."""
     import jax
+    from numpyro import handlers
     from numpyro.distributions.distribution import validation_enabled
 
-    handlers = _handlers()
     values = values or {}
 
     def value_of(msg):
@@ -107,6 +102,9 @@ def _trace(model_fn, args, kwargs, values=None):
 
 
 def _stand_in(msg):
+    """A value of the site's shape: uniform tables, index 0, unit rate; a draw for anything else
+    (which is refused once the trace is read)."""
+    import jax
     import jax.numpy as jnp
     import numpyro.distributions as dist
 
@@ -119,8 +117,6 @@ def _stand_in(msg):
         return jnp.zeros(shape, dtype=jnp.int32)
     if isinstance(base, dist.Gamma):
         return jnp.ones(shape)
-    import jax
-
     return fn.sample(jax.random.PRNGKey(0), msg["kwargs"].get("sample_shape", ()))
 
 
@@ -313,6 +309,7 @@ def _gathered(tr, name, offsets, shapes, table_names):
 
 
 def _argument_names(model_fn, args, kwargs):
+    """The program's array arguments by parameter name (a data index is named after its argument)."""
     try:
         bound = inspect.signature(model_fn).bind_partial(*args, **kwargs)
     except (TypeError, ValueError):
@@ -321,6 +318,13 @@ def _argument_names(model_fn, args, kwargs):
 
 
 def _token_form(model_fn, args, kwargs, tr, kinds):
+    """(model, data, info) of a program whose observed sites are Categorical tokens.
+
+    Tables are tagged, latent index sites set at random in each probe; a table axis gathered by
+    the values of an index site makes that site a parent, one gathered by a fixed data index
+    (plate position, argument) a conditioned visible node, one gathered at a fixed position a
+    slice that is a table of its own.
+    """
     tables, index = kinds["table"], kinds["index"]
     shapes = [tuple(np.shape(tr[t]["value"])) for t in tables]
     offsets = np.cumsum([0] + [math.prod(s) for s in shapes])
@@ -469,6 +473,7 @@ def _coordinate(values, grid, plates, arg_arrays, known, taken, sources) -> str 
 
 # -- count form ------------------------------------------------------------------------------------
 def _count_form(model_fn, args, kwargs, tr, kinds):
+    """(model, data, info) of a program whose observed site is a Poisson or Multinomial count."""
     tables = kinds["table"]
     multinomial = bool(kinds["multinomial"])
     site_name = (kinds["multinomial"] or kinds["poisson"])[0]
