@@ -67,7 +67,7 @@ def heldout_loglik(theta, phi):
 # ## NumPyro's inference on the function
 
 # %%
-draws = 50 if SMALL else 400
+draws = 30 if SMALL else 400
 start = time.perf_counter()
 mcmc = MCMC(DiscreteHMCGibbs(NUTS(lda)), num_warmup=draws, num_samples=draws, progress_bar=False)
 mcmc.run(jax.random.key(0), train)
