@@ -31,6 +31,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "myst_nb",
+    "_backends",  # the option tables of docs/inference_backends.md, read from the registry
 ]
 try:
     import sphinx_copybutton  # noqa: F401
