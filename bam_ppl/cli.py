@@ -78,9 +78,9 @@ def demo(out=sys.stdout) -> None:
 
     import bam_ppl as bam
     from bam_ppl.convert import group
-    from bam_ppl.datasets import hair_eye_color
+    from bam_ppl.datasets import load_hair_eye_color
 
-    X = hair_eye_color()
+    X = load_hair_eye_color()
     print(f"HairEyeColor (R datasets): hair × eye × sex of {X.total} students", file=out)
     dense = X.to_dense()
     for k, sex in enumerate(X.coords["sex"]):

@@ -268,6 +268,47 @@ class CountTensor:
         """One row per token, ``(T, ndim)`` (cells repeated by their counts)."""
         return np.repeat(self.indices, self.counts, axis=0)
 
+    def _dim_names(self) -> tuple[str, ...]:
+        """``dims``, or xarray's default names ``dim_0, dim_1, …`` for a tensor without them."""
+        return self.dims or tuple(f"dim_{n}" for n in range(self.ndim))
+
+    def to_xarray(self, name: str = "count"):
+        """The dense counts as an ``xarray.DataArray`` with the tensor's dims (``dim_0``, … without
+        names) and coords; :func:`as_count_tensor` and every backend read it back as the same tensor.
+
+        A tensor with missing coordinates has no dense form (ValueError).
+        """
+        import xarray as xr
+
+        dims = self._dim_names()
+        return xr.DataArray(self.to_dense(), dims=dims, coords={d: list(c) for d, c in self.coords.items()},
+                            name=name)
+
+    def to_dataframe(self, count: str = "count"):
+        """One row per nonzero cell: a column per dim holding the cell's label on that axis (its index
+        where the axis has no coords), and a ``count`` column.
+
+        The dim columns are pandas Categoricals whose categories are all the labels of the axis, in
+        order, so ``CountTensor.from_dataframe(df, dims, count="count")`` gives back this tensor,
+        zero rows and columns included (a tensor without dims comes back with the names
+        ``dim_0``, … and its indices as labels). A missing coordinate (``-1``) is a missing value.
+        """
+        import pandas as pd
+
+        if not isinstance(count, str) or count in self._dim_names():
+            raise ValueError(f"count must be a column name other than the dims {self._dim_names()}, got {count!r}")
+        columns = {}
+        for axis, dim in enumerate(self._dim_names()):
+            labels = self.coords.get(dim, range(self.shape[axis]))
+            codes = self.indices[:, axis]
+            try:
+                columns[dim] = pd.Categorical.from_codes(codes, categories=list(labels))
+            except ValueError:  # repeated labels cannot be categories: the labels themselves
+                values = np.asarray(list(labels), dtype=object)[np.where(codes == MISSING, 0, codes)]
+                columns[dim] = pd.Series(values).where(codes != MISSING)
+        columns[count] = self.counts.copy()
+        return pd.DataFrame(columns)
+
     def transpose(self, dims) -> CountTensor:
         """The same counts with the axes reordered to ``dims`` (a permutation of ``self.dims``)."""
         if self.dims is None:

@@ -39,7 +39,7 @@ def nmf_data(rank, rows, cols, tokens, seed=0):
 
 def cases():
     """(name, model, data) from many tokens per nonzero cell to about one."""
-    hec = bam.datasets.hair_eye_color()
+    hec = bam.datasets.load_hair_eye_color()
     yield "HairEyeColor CP(2)", bam.models.cp(2), hec
     yield "HairEyeColor CP(3)", bam.models.cp(3), hec
     for tokens in (60, 600, 3000):

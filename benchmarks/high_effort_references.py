@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_auto_evidence import DENSE  # noqa: E402  (the table the test holds the default to)
 
 CASES = {
-    "hair_eye_color_cp2": (bam.models.cp(2), bam.datasets.hair_eye_color),
+    "hair_eye_color_cp2": (bam.models.cp(2), bam.datasets.load_hair_eye_color),
     "dense_nmf2": (bam.models.nmf(2), lambda: DENSE),
 }
 ESTIMATORS = {

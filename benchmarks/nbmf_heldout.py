@@ -55,7 +55,7 @@ def methods(args):
 
 
 def run_dataset(name, args):
-    data = bam.datasets.load_binary(name)
+    data = bam.datasets.fetch_binary(name)
     competitors = [m for m in methods(args) if args.only is None or m[0] in args.only]
     rows = {label: dict(perplexity=[], seconds=[], active=[]) for label, *_ in competitors}
     rows["constant rate"] = dict(perplexity=[], seconds=[], active=[])
@@ -115,7 +115,7 @@ def gibbs_trace(X, heldout, init, checkpoints, rng_key=0, K=100):
 
 
 def run_trace(name, args):
-    data = bam.datasets.load_binary(name)
+    data = bam.datasets.fetch_binary(name)
     heldout = random_heldout_mask(data.X, 0.25, rng_key=1000)
     train = np.where(heldout, np.nan, data.X)
     constant = -heldout_perplexity(data.X, np.full(data.X.shape, np.nanmean(train)), heldout)

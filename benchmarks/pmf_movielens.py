@@ -18,7 +18,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of
-from bam_ppl.datasets import movielens_ratings
+from bam_ppl.datasets import load_movielens_ratings
 from bam_ppl.families.pmf.em import em_candidate_idata, em_rank_selection
 from bam_ppl.models.pmf import hide_one_entry, mae, rmse
 
@@ -49,7 +49,7 @@ def main():
     parser.add_argument("--max-rank", type=int, default=50)
     parser.add_argument("--em-ranks", type=int, nargs="+", default=[5, 10, 15, 20, 25, 30])
     args = parser.parse_args()
-    table = movielens_ratings()
+    table = load_movielens_ratings()
     codes = table.to_numpy(dtype=float, na_value=np.nan)
     codes = np.where(np.isnan(codes), -1, codes).astype(int)
     print(f"data: {codes.shape[0]} users x {codes.shape[1]} movies, {np.mean(codes < 0):.1%} missing")

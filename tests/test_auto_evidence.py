@@ -41,7 +41,7 @@ DENSE = np.array([[11, 15, 15, 16, 8, 11, 7, 15], [21, 20, 17, 10, 13, 12, 12, 2
 
 
 def _data(name):
-    return bam.datasets.hair_eye_color() if name.startswith("hair") else DENSE
+    return bam.datasets.load_hair_eye_color() if name.startswith("hair") else DENSE
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))

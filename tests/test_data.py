@@ -67,3 +67,40 @@ def test_bad_indices():
         CountTensor([[0, 1, 1]], [1], (2, 2))
     with pytest.raises(ValueError, match="coords"):
         CountTensor([[0, 1]], [1], (2, 2), dims=("a", "b"), coords={"a": ["x"]})
+
+
+def test_to_xarray_and_to_dataframe_round_trip():
+    from bam_ppl.datasets import load_hair_eye_color
+
+    X = load_hair_eye_color()
+    array = X.to_xarray()
+    assert array.dims == ("hair", "eye", "sex") and list(array["eye"].values) == X.coords["eye"]
+    assert int(array.sel(hair="Black", eye="Brown", sex="Male")) == 32 and int(array.sum()) == X.total
+    back = as_count_tensor(array)
+    assert back.dims == X.dims and back.coords == X.coords and np.array_equal(back.to_dense(), X.to_dense())
+
+    table = X.to_dataframe()
+    assert list(table.columns) == ["hair", "eye", "sex", "count"] and len(table) == X.nnz
+    assert table["count"].sum() == X.total and (table["count"] > 0).all()
+    first = table.iloc[0]
+    assert (first["hair"], first["eye"], first["sex"], first["count"]) == ("Black", "Brown", "Male", 32)
+    again = CountTensor.from_dataframe(table, dims=X.dims, count="count")
+    assert again.coords == X.coords and np.array_equal(again.to_dense(), X.to_dense())
+
+
+def test_to_dataframe_keeps_empty_labels_and_unnamed_axes():
+    X = CountTensor.from_dense(np.array([[0, 2, 0], [0, 0, 0]]), dims=("row", "col"),
+                               coords={"row": ["a", "b"], "col": ["x", "y", "z"]})
+    table = X.to_dataframe(count="n")
+    assert table.to_dict("list") == {"row": ["a"], "col": ["y"], "n": [2]}
+    back = CountTensor.from_dataframe(table, dims=("row", "col"), count="n")
+    assert back.shape == (2, 3) and back.coords == X.coords  # the categories keep the empty labels
+    plain = CountTensor.from_dense(np.array([[1, 0], [0, 3]]))
+    assert plain.to_xarray().dims == ("dim_0", "dim_1")
+    assert plain.to_dataframe().to_dict("list") == {"dim_0": [0, 1], "dim_1": [0, 1], "count": [1, 3]}
+    with pytest.raises(ValueError, match="count must be a column name"):
+        X.to_dataframe(count="row")
+    missing = CountTensor.from_samples(np.array([[0, -1], [1, 1]]))
+    assert missing.to_dataframe()["dim_1"].isna().sum() == 1
+    with pytest.raises(ValueError, match="no dense form"):
+        missing.to_xarray()

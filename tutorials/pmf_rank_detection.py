@@ -18,7 +18,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import attrs_of, group
-from bam_ppl.datasets import movielens_ratings
+from bam_ppl.datasets import load_movielens_ratings
 from bam_ppl.models.pmf import (
     hide_one_entry,
     joint_pmf,
@@ -95,7 +95,7 @@ print(f"EM + BIC: rank {attrs_of(em)['detected_rank']}, {time.perf_counter() - s
 # given the user's other ratings (Chege et al. 2024 eq. 55). Errors are reported on the star scale.
 
 # %%
-table = movielens_ratings(num_movies=50, min_ratings=2)
+table = load_movielens_ratings(num_movies=50, min_ratings=2)
 codes = table.to_numpy(dtype=float, na_value=np.nan)
 codes = np.where(np.isnan(codes), -1, codes).astype(int)
 print(f"{codes.shape[0]} users × {codes.shape[1]} movies, {np.mean(codes < 0):.0%} missing")

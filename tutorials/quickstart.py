@@ -13,7 +13,7 @@ import numpy as np
 
 import bam_ppl as bam
 from bam_ppl.convert import import_arviz
-from bam_ppl.datasets import hair_eye_color
+from bam_ppl.datasets import load_hair_eye_color
 
 az = import_arviz()
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
@@ -24,7 +24,7 @@ SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 # three variables independent; `"hair -> eye; (hair, eye) -> sex"` is the complete graph.
 
 # %%
-X = hair_eye_color()
+X = load_hair_eye_color()
 dims = ("hair", "eye", "sex")
 models = {
     "independence": bam.AllocationModel("hair; eye; sex", observed=dims),

