@@ -428,6 +428,8 @@ def _table_arguments(parser, method: str, method_help: str, several: bool) -> No
     workers.add_argument("--scheduler", metavar="ADDRESS",
                          help="run them on the Dask cluster at ADDRESS, e.g. tcp://10.0.0.1:8786")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (messages go to stderr)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log the stages of the work on stderr (-vv: also each backend's start and end)")
 
 
 def _wrap(text: str) -> str:
@@ -487,9 +489,25 @@ def _raised_by_an_argument_check(err: BaseException) -> bool:
                                                       and code.co_name in ("check_options", "find", "find_evidence"))
 
 
+def _log_to_stderr(verbosity: int) -> None:
+    """Show the "bam_ppl" logger's records on stderr: INFO for -v, DEBUG for -vv (the library
+    itself only adds a NullHandler; a command line is where output gets configured)."""
+    import logging
+
+    if verbosity <= 0:
+        return
+    logger = logging.getLogger("bam_ppl")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    handler.set_name("bam-ppl")  # main() called twice in one process logs each record once
+    logger.handlers[:] = [h for h in logger.handlers if h.get_name() != "bam-ppl"] + [handler]
+    logger.setLevel(logging.INFO if verbosity == 1 else logging.DEBUG)
+
+
 def main(argv=None) -> int:
     main_parser = parser()
     args = main_parser.parse_args(argv)
+    _log_to_stderr(getattr(args, "verbose", 0))
     commands = {"demo": lambda: demo(), "methods": lambda: methods(args), "evidence": lambda: evidence(args),
                 "fit": lambda: fit(args)}
     try:

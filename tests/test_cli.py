@@ -193,3 +193,17 @@ def test_bad_option_values_are_usage_errors_and_bugs_keep_their_traceback(survey
     monkeypatch.setattr(bam_ppl, "compare", broken)
     with pytest.raises(ValueError, match="an internal error"):  # not a one-line usage error
         main(argv)
+
+
+def test_verbose_logs_the_stages_on_stderr(survey_csv, capsys):
+    import logging
+
+    logger = logging.getLogger("bam_ppl")
+    handlers, level = list(logger.handlers), logger.level
+    try:
+        assert main(["evidence", str(survey_csv), "--count", "Freq", "--structure", "age -> vote; region",
+                     "-vv"]) == 0
+    finally:
+        logger.handlers[:], logger.level = handlers, level
+    err = capsys.readouterr().err
+    assert "auto evidence: exact" in err and "log_evidence(method='auto')" in err
