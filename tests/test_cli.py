@@ -207,3 +207,23 @@ def test_verbose_logs_the_stages_on_stderr(survey_csv, capsys):
         logger.handlers[:], logger.level = handlers, level
     err = capsys.readouterr().err
     assert "auto evidence: exact" in err and "log_evidence(method='auto')" in err
+
+
+def test_scheduler_sends_the_work_to_a_dask_cluster(survey_csv, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    serial, remote = tmp_path / "serial.csv", tmp_path / "remote.csv"
+    argv = ["evidence", str(survey_csv), "--count", "Freq", "--method", "exact",
+            "--structure", "age -> vote; region", "--structure", "age -> region; vote"]
+    assert main([*argv, "--out", str(serial)]) == 0
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        assert main([*argv, "--scheduler", cluster.scheduler_address, "--out", str(remote)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(serial, index_col=0), pd.read_csv(remote, index_col=0))
+
+
+def test_unreachable_scheduler_is_a_usage_error(survey_csv, capsys):
+    pytest.importorskip("distributed")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evidence", str(survey_csv), "--count", "Freq", "--structure", "age -> vote; region",
+              "--scheduler", "bogus://nowhere:1"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "cannot connect" in err and "Traceback" not in err
