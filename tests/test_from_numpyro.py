@@ -242,6 +242,10 @@ def _zoo_cases(a=1.5):
         "tucker": (bam.models.tucker((2, 2), a=a), (J, K), "s,sr,ri,sj->ij",
                    {"core2": ((), 2, a / 2), "core1": ((2,), 2, a / 4), "A": ((2,), J, a / (2 * J)),
                     "B": ((2,), K, a / (2 * K))}),
+        # Every size 2: only the derivative pattern of the cell probabilities tells the axes apart.
+        "tucker_equal_sizes": (bam.models.tucker((2, 2, 2), a=a), (2, 2, 2), "c,cb,cba,ai,bj,ck->ijk",
+                               {"core3": ((), 2, a / 2), "core2": ((2,), 2, a / 4), "core1": ((2, 2), 2, a / 8),
+                                "A": ((2,), 2, a / 4), "B": ((2,), 2, a / 4), "C": ((2,), 2, a / 4)}),
         "symmetric_nmf": (bam.models.symmetric_nmf(R, a=a), (J, J), "r,ri,rj->ij",
                           {"pi": ((), R, a / R), "W": ((R,), J, 2 * a / (R * J))}),
         "complete_graph": (bam.models.complete_graph(3, a=a), (I, J, K), "i,ij,ijk->ijk",

@@ -34,6 +34,7 @@ from ..data import MISSING, CountTensor
 from ..models.allocation import AllocationModel
 
 _NUM_PROBES = 3
+_QUICK_HYPOTHESES = 2_000  # tried before the Jacobian that prunes the search is computed
 _MAX_HYPOTHESES = 50_000
 _EXPECTED = ("an allocation model has Dirichlet table sites, Categorical index sites, count "
              "observations (Poisson with a Gamma total rate, or Multinomial) and plates")
@@ -526,7 +527,18 @@ def _count_form(model_fn, args, kwargs, tr, kinds):
     cond = cell_names[:-1] if multinomial else []
     free_cells = cell_names[-1:] if multinomial else cell_names
     sizes = dict(zip(cell_names, X.shape))
-    found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name)
+    try:
+        found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, {}, _QUICK_HYPOTHESES)
+    except _TooMany:
+        # Many equal sizes: settle the cell axes by the derivative pattern, then search again.
+        forced = _forced_axes(model_fn, args, kwargs, kinds, site_name, X.shape, shapes, probes[0][0],
+                              cell_names, sizes)
+        try:
+            found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, forced,
+                            _MAX_HYPOTHESES)
+        except _TooMany:
+            raise ValueError(f"site {site_name!r}: more than {_MAX_HYPOTHESES} candidate DAGs fit the "
+                             "table shapes; use distinct sizes or the token form") from None
     members, parents, latent = found
     rename = _latent_names(tr, members, shapes, tables, parents, latent, taken | set(cell_names))
     members = {t: [rename.get(n, n) for n in m] for t, m in members.items()}
@@ -562,14 +574,57 @@ def _latent_names(tr, members, shapes, tables, parents, latent, taken) -> dict:
     return rename
 
 
-def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
+def _forced_axes(model_fn, args, kwargs, kinds, site_name, cell_shape, shapes, values, cell_names, sizes):
+    """Table axes that follow one cell axis: {(table, axis): cell name}.
+
+    Where a table axis is a cell axis, the derivative of cell u's probability is nonzero only at
+    entries whose coordinate on that axis equals u's; a latent axis shows no such pattern (it is
+    summed). One reverse-mode Jacobian at random tables settles every such axis, so the search
+    below only pairs latent axes. A program that cannot be differentiated gets no forced axes.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    tables, multinomial = kinds["table"], bool(kinds["multinomial"])
+    rate = {kinds["rate"][0]: np.float64(1.0)} if kinds["rate"] else {}
+
+    def cells(*vals):
+        ptr = _trace(model_fn, args, kwargs, {**dict(zip(tables, vals)), **rate})
+        fn = _unwrap(ptr[site_name]["fn"])
+        return jnp.broadcast_to(fn.probs if multinomial else fn.rate, cell_shape)
+
+    try:
+        with jax.enable_x64(True):
+            jac = jax.jacrev(cells, argnums=tuple(range(len(tables))))(
+                *[jnp.asarray(values[t], dtype=jnp.float64) for t in tables])
+    except Exception:  # noqa: BLE001 (any failure only means no pruning)
+        return {}
+    forced = {}
+    for k, J in enumerate(jac):
+        nonzero = np.nonzero(np.asarray(J) != 0)
+        at_cell, at_entry = nonzero[: len(cell_shape)], nonzero[len(cell_shape):]
+        for axis, size in enumerate(shapes[k]):
+            hits = [c for i, c in enumerate(cell_names)
+                    if size > 1 and sizes[c] == size and len(at_entry[axis])
+                    and np.array_equal(at_entry[axis], at_cell[i])]
+            if len(hits) == 1:
+                forced[(k, axis)] = hits[0]
+    return forced
+
+
+class _TooMany(Exception):
+    """More candidate DAGs than the search was allowed to try."""
+
+
+def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, forced, limit):
     """The DAG whose cell probabilities Σ_latent ∏ θ equal the program's for every probe.
 
     Each table owns one latent node or one or more free cell axes (several: tied tables); its
-    batch axes are its parents, matched to nodes of the same size. Candidates are tried in turn.
+    batch axes are its parents, matched to nodes of the same size. Axes in ``forced`` follow
+    their cell axis; the others are latent (or tied), and candidates are tried in turn.
     """
     tried = 0
-    for owners in _ownerships(tables, shapes, free_cells, sizes):
+    for owners in _ownerships(tables, shapes, free_cells, sizes, forced):
         # A latent node takes the name of the table that owns it (``pi`` in ``k ~ Categorical(pi)``).
         latent = {t: shapes[k][-1] for k, t in enumerate(tables) if owners[k] is None}
         owned = {k: ([t] if owners[k] is None else list(owners[k])) for k, t in enumerate(tables)}
@@ -578,13 +633,15 @@ def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
         for k in range(len(tables)):
             for child in owned[k]:
                 batch = shapes[k][:-1]
-                options = [[n for n in node_sizes if n != child and node_sizes[n] == b] for b in batch]
+                options = [[forced[(k, a)]] if (k, a) in forced else
+                           [n for n in node_sizes if n != child and node_sizes[n] == b
+                            and (n in latent or b == 1 or not forced)]
+                           for a, b in enumerate(batch)]
                 choices.append([(k, child, p) for p in itertools.product(*options) if len(set(p)) == len(p)])
         for assignment in itertools.product(*choices):
             tried += 1
-            if tried > _MAX_HYPOTHESES:
-                raise ValueError(f"site {site_name!r}: more than {_MAX_HYPOTHESES} candidate DAGs fit the "
-                                 "table shapes; use distinct sizes or the token form")
+            if tried > limit:
+                raise _TooMany
             parents = {child: list(p) for _, child, p in assignment}
             if not _acyclic(parents):
                 continue
@@ -598,13 +655,20 @@ def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name):
         "lam * jnp.einsum('k,ki,kj->ij', pi, W, H) (Cemgil et al. 2019 eq. 3.4)")
 
 
-def _ownerships(tables, shapes, free_cells, sizes):
+def _ownerships(tables, shapes, free_cells, sizes, forced):
     """Every way for the tables to own the free cell axes (each exactly once) or a latent node."""
     options = []
     for k in range(len(tables)):
+        last = len(shapes[k]) - 1
+        if (k, last) in forced:
+            options.append([(forced[(k, last)],)] if forced[(k, last)] in free_cells else [])
+            continue
         K = shapes[k][-1]
         match = [c for c in free_cells if sizes[c] == K]
-        opts = [None] + [tuple(g) for r in range(1, len(match) + 1) for g in itertools.combinations(match, r)]
+        # Unforced: latent, or tied over two or more axes (one axis alone would have been forced).
+        smallest = 1 if K == 1 or not forced else 2
+        opts = [None] + [tuple(g) for r in range(smallest, len(match) + 1)
+                         for g in itertools.combinations(match, r)]
         options.append(opts)
     for owners in itertools.product(*options):
         cells = [c for o in owners if o for c in o]
