@@ -269,6 +269,21 @@ def test_zoo_round_trip_poisson_counts(name):
     assert exact(model, data) == pytest.approx(exact(zoo, X), abs=1e-10)
 
 
+@pytest.mark.parametrize("name", ["lda", "tucker", "symmetric_nmf", "complete_graph", "pmf_tensor"])
+def test_the_program_bam_ppl_writes_reads_back_as_the_same_model(name):
+    zoo, shape = {
+        "lda": (bam.models.lda(2), (3, 4)), "tucker": (bam.models.tucker((2, 2)), (3, 2)),
+        "symmetric_nmf": (bam.models.symmetric_nmf(2), (3, 3)),
+        "complete_graph": (bam.models.complete_graph(3), (2, 3, 2)),
+        "pmf_tensor": (bam.models.pmf_tensor(2, alpha_lambda=0.3, num_variables=2), (2, 3)),
+    }[name]
+    X = np.zeros(shape, dtype=int)
+    X.flat[RNG.choice(X.size, size=5, replace=False)] = 1
+    X = bam.CountTensor.from_dense(X)
+    model, data = bam.from_numpyro(zoo.numpyro_model(), X)
+    assert exact(model, data) == pytest.approx(exact(zoo, X), abs=1e-10)
+
+
 def test_pmf_tensor_round_trip_with_explicit_priors():
     samples = np.array([[0, 1, 2], [1, 1, 0], [0, 0, 2], [1, 1, 2]])
     zoo = bam.models.pmf_tensor(2, alpha_lambda=0.3, alpha=1.2, num_variables=3)
