@@ -12,8 +12,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 from . import datasets, families, models  # noqa: E402,F401  (families: importing registers their backends)
 from ._version import __version__  # noqa: E402,F401
-from .dag import DAG  # noqa: E402
 from .convert.from_numpyro import from_numpyro  # noqa: E402
+from .dag import DAG  # noqa: E402
 from .data import CountTensor  # noqa: E402
 from .evidence import (  # noqa: E402
     EvidenceEstimate,
