@@ -123,7 +123,7 @@ def backend_rst(kind: str) -> list[str]:
     for name, models, fn, description in _entries(kind):
         anchor = f"{kind}-{name}-{'-'.join(models)}".lower()
         lines += [f".. rubric:: ``{name}`` — {', '.join(models)}", f"   :name: {anchor}", ""]
-        lines += [f"``{call.format(name)}`` runs ``{fn.__module__}.{fn.__name__}``. {description}", ""]
+        lines += [f"``{call.format(name)}`` runs ``{fn.__module__}.{fn.__name__}``. {_cell(description)}", ""]
         rows = option_rows(fn)
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
             lines += ["Further options (``**options``) are passed on unchanged: see the text above.", ""]

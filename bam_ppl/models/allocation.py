@@ -57,7 +57,7 @@ class Table(NamedTuple):
 
     @property
     def dims(self) -> tuple[str, ...]:
-        """Axis names: the first member's parents, then the first member."""
+        """The axis names (the first member's parents, then the first member)."""
         return (*self.parents[0], self.members[0])
 
     @property
