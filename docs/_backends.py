@@ -126,7 +126,7 @@ def backend_rst(kind: str) -> list[str]:
         lines += [f"``{call.format(name)}`` runs ``{fn.__module__}.{fn.__name__}``. {_cell(description)}", ""]
         rows = option_rows(fn)
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
-            lines += ["Further options (``**options``) are passed on unchanged: see the text above.", ""]
+            lines += ["Further keyword options (``**options``) are passed on to what it runs.", ""]
         if not rows:
             lines += ["No options of its own.", ""]
             continue
