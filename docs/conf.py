@@ -262,8 +262,8 @@ def _type_markup(text: str, module: str) -> str:
                 pos = match.end()
         out.append(part[pos:])
     markup = "".join(out)
-    # a type without any role would be split into words and each looked up as a class
-    return markup if ":py:" in markup else f"*{markup.strip()}*"
+    # a type of plain text alone would be split into words and each looked up as a class
+    return markup if ":py:" in markup or "``" in markup else f"*{markup.strip()}*"
 
 
 def _type_fields(lines: list[str], module: str) -> list[str]:
