@@ -94,8 +94,8 @@ def option_rows(fn) -> list[tuple[str, str, str, str]]:
     documented = documented_parameters(fn.__doc__)
     rows = []
     for name, parameter in inspect.signature(fn).parameters.items():
-        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY or name == "rng_key":
-            continue
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY or name == "rng_key" or name.startswith("_"):
+            continue  # a leading underscore marks an option for bam_ppl's own use
         kind, description = documented.get(name, ("", ""))
         rows.append((f"``{name}``", _default(parameter), kind, description))
     return rows
@@ -138,6 +138,23 @@ def backend_rst(kind: str) -> list[str]:
     return lines
 
 
+def shared_rst() -> list[str]:
+    """A table of the options that several registered functions take, and which take each."""
+    taken: dict[str, list[str]] = {}
+    for kind in ("infer", "evidence"):
+        for name, _models, fn, _description in _entries(kind):
+            label = name if kind == "infer" else f"{name} (evidence)"
+            for option, *_ in option_rows(fn):
+                users = taken.setdefault(option, [])
+                if label not in users:
+                    users.append(label)
+    lines = [".. list-table::", "   :header-rows: 1", "   :widths: 25 75", "",
+             "   * - option", "     - taken by"]
+    for option in sorted(o for o, users in taken.items() if len(users) > 1):
+        lines += [f"   * - {option}", f"     - {', '.join(taken[option])}"]
+    return lines + [""]
+
+
 def defaults_rst() -> list[str]:
     """A table of every model class of :mod:`bam_ppl.models` and its ``default_method``."""
     import bam_ppl.models as zoo
@@ -152,15 +169,15 @@ def defaults_rst() -> list[str]:
 
 
 class BackendsDirective(SphinxDirective):
-    """``.. bam-backends::`` with ``:kind: infer`` (default), ``evidence`` or ``defaults``."""
+    """``.. bam-backends::`` with ``:kind: infer`` (default), ``evidence``, ``defaults`` or ``shared``."""
 
     has_content = False
-    option_spec = {"kind": lambda value: directives.choice(value, ("infer", "evidence", "defaults"))}
+    option_spec = {"kind": lambda value: directives.choice(value, ("infer", "evidence", "defaults", "shared"))}
 
     def run(self):
         kind = self.options.get("kind", "infer")
         container = nodes.container()
-        text = defaults_rst() if kind == "defaults" else backend_rst(kind)
+        text = {"defaults": defaults_rst, "shared": shared_rst}.get(kind, lambda: backend_rst(kind))()
         source = StringList(text, source=f"<bam-backends {kind}>")
         self.state.nested_parse(source, self.content_offset, container)
         return container.children
