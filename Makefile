@@ -27,7 +27,10 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/bam-ppl demo
 
+# The numba kernels are compiled once, two families at a time, before the workers start: each
+# worker would otherwise compile the same kernels at the same time (bam_ppl/precompile.py).
 test: $(STAMP)
+	$(PY) -m bam_ppl.precompile --jobs 2
 	$(PY) -m pytest -q $(PARALLEL)
 
 $(PY312):

@@ -1,0 +1,91 @@
+"""Compile and cache the numba kernels once: ``python -m bam_ppl.precompile``.
+
+numba compiles a kernel the first time a process calls it and caches the machine code beside
+the package (``cache=True``), so only the first process on a machine pays for it — about a
+minute or two on one core for all the kernels. Several processes that start at once (a process
+pool, a Dask cluster on one machine, the workers of a parallel test run) would each compile the
+same kernels. This runs each kernel family once on tiny data, the families split over
+``--jobs`` processes, so later processes read them from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import time
+import warnings
+
+import numpy as np
+
+#: Families of kernels, each compiled by one process. The data variants (missing entries,
+#: conditioned totals, a tied table) are other argument types, hence other compilations.
+GROUPS = {
+    "tempered and Pólya-urn SMC": ("tempered", "smc"),
+    "collapsed Gibbs and Chib": ("gibbs", "chib"),
+}
+
+
+def _cases():
+    import bam_ppl as bam
+    from bam_ppl.data import CountTensor
+
+    X = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
+    missing = CountTensor.from_samples(np.array([[0, 1, 0], [1, -1, 0], [1, 1, 1], [0, 0, -1]]), shape=(2, 2, 2))
+    return [(bam.models.nmf(2), X), (bam.models.cp(2), missing), (bam.models.lda(2), X),
+            (bam.models.symmetric_nmf(2), np.array([[2, 1], [1, 0]]))]
+
+
+#: Chib's estimate runs on the first case only: its kernels take the same argument types on all.
+CHIB_CASES = 1
+
+
+def _compile_family(name: str) -> float:
+    """Run the numba kernels of one family on every tiny case; the seconds it took. The default
+    kernel is numba on a CPU; on an accelerator the calls run the JAX kernels instead."""
+    import bam_ppl as bam
+
+    warnings.filterwarnings("ignore")
+    start = time.perf_counter()
+    for case, (model, data) in enumerate(_cases()):
+        if name == "tempered":
+            bam.log_evidence(model, data, method="tempered", num_particles=4)
+        elif name == "smc":
+            bam.log_evidence(model, data, method="smc", num_particles=4)
+        elif name == "gibbs":
+            bam.infer(model, data, method="gibbs", num_warmup=1, num_samples=1, progress_bar=False)
+        elif name == "chib" and case < CHIB_CASES:
+            bam.log_evidence(model, data, method="chib")
+    return time.perf_counter() - start
+
+
+def _compile_group(families) -> float:
+    return sum(_compile_family(name) for name in families)
+
+
+def precompile(jobs: int = 2) -> dict[str, float]:
+    """Compile every numba kernel family (:data:`GROUPS`) in ``jobs`` processes; seconds per group."""
+    from .infer.kernels import HAVE_NUMBA
+    from .validation import check_int
+
+    check_int(jobs, "jobs", minimum=1)
+    if not HAVE_NUMBA:
+        return {}
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked JAX state
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(GROUPS)), mp_context=context) as pool:
+        futures = {group: pool.submit(_compile_group, families) for group, families in GROUPS.items()}
+        return {group: future.result() for group, future in futures.items()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bam_ppl.precompile", description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="processes that compile at once (default 2)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    seconds = precompile(args.jobs)
+    parts = ", ".join(f"{group} {s:.0f} s" for group, s in seconds.items()) or "numba is not installed"
+    print(f"numba kernels compiled and cached in {time.perf_counter() - start:.0f} s ({parts})")
+
+
+if __name__ == "__main__":
+    main()
