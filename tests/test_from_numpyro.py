@@ -333,6 +333,46 @@ def test_lda_multinomial_counts_condition_on_document_totals():
     assert exact(model, data) == pytest.approx(exact(zoo, X), abs=1e-10)
 
 
+def lda_sampled(docs, num_topics=2, vocab=4):
+    """``lda_nested`` without the enumeration flag on ``z``."""
+    with numpyro.plate("topics", num_topics):
+        phi = numpyro.sample("phi", dist.Dirichlet(jnp.full(vocab, 0.5)))
+    with numpyro.plate("documents", docs.shape[1]):
+        theta = numpyro.sample("theta", dist.Dirichlet(jnp.ones(num_topics)))
+        with numpyro.plate("words", docs.shape[0], dim=-2):
+            z = numpyro.sample("z", dist.Categorical(theta))
+            numpyro.sample("w", dist.Categorical(phi[z]), obs=docs)
+
+
+def _same_reading(first, second):
+    (m1, d1), (m2, d2) = first, second
+    assert repr(m1) == repr(m2) and m1.program_info == m2.program_info
+    assert d1.dims == d2.dims and np.array_equal(d1.to_dense(), d2.to_dense())
+    assert exact(m1, d1) == exact(m2, d2)
+
+
+def test_the_enumeration_flag_is_read_as_the_same_model():
+    # NumPyro enumerates a latent under NUTS when its site says so (infer={"enumerate":
+    # "parallel"}, or config_enumerate on the whole program); the recogniser reads the same model.
+    from numpyro.contrib.funsor import config_enumerate
+
+    docs = RNG.integers(0, 4, size=(3, 2))
+    plain = bam.from_numpyro(lda_sampled, docs)
+    _same_reading(plain, bam.from_numpyro(lda_nested, docs))
+    _same_reading(plain, bam.from_numpyro(config_enumerate(lda_sampled), docs))
+    x = RNG.integers(0, 3, size=5)
+    _same_reading(bam.from_numpyro(mixture, x), bam.from_numpyro(config_enumerate(mixture), x))
+
+
+def test_a_program_passed_to_infer_or_log_evidence_says_to_read_it_first():
+    x = RNG.integers(0, 3, size=5)
+    for call in (lambda: bam.infer(mixture, x), lambda: bam.infer(mixture, x, method="gibbs"),
+                 lambda: bam.log_evidence(mixture, x), lambda: bam.log_evidence(mixture, x, method="exact"),
+                 lambda: bam.compare({"K=2": mixture}, x)):
+        with pytest.raises(TypeError, match=r"model, data = bam\.from_numpyro\(mixture"):
+            call()
+
+
 # -- the rest of the API runs on a recognised model ------------------------------------------------
 def test_infer_and_compare_run_on_a_recognised_lda():
     doc = np.repeat(np.arange(3), 4)

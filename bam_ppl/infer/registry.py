@@ -90,6 +90,16 @@ def most_specific(model, entries):
     return min(ranked, key=lambda r: r[:2])[2] if ranked else None
 
 
+def refuse_program(model) -> None:
+    """A TypeError if ``model`` is a function (a NumPyro model function, say) rather than a bam_ppl
+    model, saying to read it with :func:`bam_ppl.from_numpyro` first."""
+    if callable(model) and not isinstance(model, type):
+        name = getattr(model, "__name__", None) or type(model).__name__
+        raise TypeError(
+            f"got the function {name!r}, not a bam_ppl model: read a NumPyro program first with "
+            f"`model, data = bam.from_numpyro({name}, *args, **kwargs)` and pass that model and data")
+
+
 def find(name: str, model) -> Backend:
     if not isinstance(name, str):
         raise TypeError(f"method must be a string, got {type(name).__name__}")
@@ -98,6 +108,7 @@ def find(name: str, model) -> Backend:
     best = most_specific(model, [(b.models, b) for b in _BACKENDS[name]])
     if best is not None:
         return best
+    refuse_program(model)
     ok = sorted({m.__name__ for b in _BACKENDS[name] for m in b.models})
     fits = sorted(n for n, bs in _BACKENDS.items() if any(isinstance(model, b.models) for b in bs))
     raise TypeError(
@@ -130,6 +141,7 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
     if method is None:
         method = getattr(model, "default_method", None)
         if method is None:
+            refuse_program(model)
             raise ValueError("method is required for this model; see bam_ppl.methods()")
     backend = find(method, model)
     check_options(backend.fn, options, f"bam.infer(method={method!r})")
@@ -219,6 +231,7 @@ def find_evidence(name: str, model):
         raise ValueError(f"unknown evidence method {name!r}; registered: {sorted(_EVIDENCE)}")
     fn = most_specific(model, _EVIDENCE[name])
     if fn is None:
+        refuse_program(model)
         accepted = [t.__name__ for types, _ in _EVIDENCE[name] for t in types]
         raise TypeError(f"evidence method {name!r} accepts {accepted}, not {type(model).__name__}")
     return fn
