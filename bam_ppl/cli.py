@@ -190,7 +190,7 @@ def _latent_grid(specs) -> list[dict]:
 
 
 def _options(pairs) -> dict:
-    """``["num_samples=200", "kernel=jax"]`` -> {"num_samples": 200, "kernel": "jax"}."""
+    """``["num_samples=200", "engine=jax"]`` -> {"num_samples": 200, "engine": "jax"}."""
     import ast
 
     out = {}

@@ -30,7 +30,13 @@ from .estimate import (  # noqa: F401  (re-exported: the public names of evidenc
     pool_runs,
     with_warnings,
 )
-from .infer.registry import check_options, evidence_methods, find_evidence, register_evidence  # noqa: F401
+from .infer.registry import (  # noqa: F401
+    check_options,
+    evidence_methods,
+    find_evidence,
+    register_evidence,
+    resolve_options,
+)
 from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
 from .types import KeyLike
 from .validation import check_int, check_positive
@@ -88,7 +94,7 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     idata : arviz.InferenceData or xarray.DataTree, optional
         Also store the estimate in it (:func:`add_evidence`).
     **options
-        Passed to the estimator (``num_particles``, ``num_chains``, ``num_restarts``, ...).
+        Passed to the estimator (``num_particles``, ``num_chains``, ``engine``, ...).
 
     Warns
     -----
@@ -109,7 +115,7 @@ def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options
     an EvidenceWarning (``stacklevel``) points at the user's line. The EvidenceWarnings raised on
     the way are kept in the estimate's ``warnings`` (:func:`_recording`)."""
     fn = find_evidence(method, model)
-    check_options(fn, options, f"bam.log_evidence(method={method!r})")
+    options = resolve_options(fn, options, f"bam.log_evidence(method={method!r})", stacklevel=5)
     check_executor(executor)
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
@@ -391,8 +397,8 @@ def _remote_estimates(models: Mapping, data, method, rng_key, options, executor)
             continue
         chosen = _method_of(method, name)
         fn = find_evidence(chosen, model)
-        check_options(fn, options, f"bam.compare(method={chosen!r})")
-        tasks.append(Task(f"model {str(name)!r} (method={chosen!r})", (fn, model, rng_key, options)))
+        mapped = resolve_options(fn, options, f"bam.compare(method={chosen!r})", stacklevel=5)
+        tasks.append(Task(f"model {str(name)!r} (method={chosen!r})", (fn, model, rng_key, mapped)))
         names.append(name)
     return dict(zip(names, run_tasks(executor, evidence_task, tasks, data)))
 

@@ -24,10 +24,10 @@ chain or restart, one grid point). This module holds what every one of them shar
 Without an executor (``executor=None``) ``compare``, ``log_evidence`` and ``select_ranks`` run
 the same tasks one after another in the calling process, so their results do not depend on
 the executor at all. ``infer`` without an executor runs every chain in one call (vectorised);
-with an executor it runs chain ``c`` as its own task (the backend with one chain and
-``first_chain=c``), and the merged InferenceData is the vectorised call's, bit for bit (NUTS with
-``chain_method="sequential"``, its default). A backend registered without ``first_chain``
-(``first_restart``) gets the key ``fold_in(rng_key, c)`` instead: the same result on every
+with an executor it runs chain ``c`` as its own task (the backend with one chain and the
+private option ``_first_chain=c``), and the merged InferenceData is the vectorised call's, bit
+for bit (NUTS with ``chain_method="sequential"``, its default). A backend registered without
+``_first_chain`` gets the key ``fold_in(rng_key, c)`` instead: the same result on every
 executor, not the serial one.
 
 :func:`shard_axis` splits the particles of the Pólya-urn and tempered SMC JAX kernels and the
@@ -210,11 +210,17 @@ def score_task(data, score, model, heldout, rng_key):
 
 # -- chains and restarts of one backend ---------------------------------------------------------
 
-#: Options that count independent chains (merged by concatenation) or restarts (the best is kept).
-CHAIN_OPTION, RESTART_OPTION = "num_chains", "num_restarts"
-#: The option that names the index of a run's first chain (restart): chain c of a run keyed by
-#: ``rng_key`` is the run with one chain, that option c and the same ``rng_key``.
-FIRST_OPTION = {CHAIN_OPTION: "first_chain", RESTART_OPTION: "first_restart"}
+#: The option that counts independent chains, runs or restarts, in every backend. A backend
+#: declared with :func:`restart_layout` runs restarts (the best is kept); otherwise chains
+#: (merged by concatenation).
+CHAIN_OPTION = "num_chains"
+#: The root attribute in which optimisers record their number of restarts (kept for readers of
+#: saved results), and the option name of backends registered before ``num_chains`` meant it.
+RESTART_OPTION = "num_restarts"
+#: The private option, set by :func:`split_backend` only, that names the index of a run's first
+#: chain (restart): chain c of a run keyed by ``rng_key`` is the run with one chain, that option c
+#: and the same ``rng_key``. Not a user option: it is no part of the option vocabulary.
+FIRST_OPTION = "_first_chain"
 #: Root attributes by which a restart is judged, higher is better, in order of preference.
 RESTART_OBJECTIVES = ("best_elbo", "log_posterior")
 
@@ -222,27 +228,29 @@ RESTART_OBJECTIVES = ("best_elbo", "log_posterior")
 def split_backend(backend, model, data, rng_key, options: dict, executor, label: str):
     """Run an inference backend as one task per chain (or restart) on ``executor``.
 
-    A backend that takes ``first_chain`` (``first_restart``) keys chain ``c`` by ``rng_key`` and
-    ``c`` alone (:func:`chain_keys`); task ``c`` runs it with one chain and ``first_chain=c``, so
-    the merged result is the one of ``executor=None``, bit for bit (a ``first_chain`` given
-    in ``options`` offsets every task's index). Another backend gets one
-    chain and the key ``fold_in(rng_key, c)`` (the same result on every executor, not the
-    serial one). The chains are concatenated in order (of the restarts the one with the best
-    objective is kept, the first of equals). A backend without either option runs as a single
-    task.
+    A backend that takes ``_first_chain`` keys chain ``c`` by ``rng_key`` and ``c`` alone
+    (:func:`chain_keys`); task ``c`` runs it with one chain and ``_first_chain=c``, so the merged
+    result is the one of ``executor=None``, bit for bit. Another backend gets one chain and the
+    key ``fold_in(rng_key, c)`` (the same result on every executor, not the serial one). The
+    chains are concatenated in order; restarts (a backend declared with :func:`restart_layout`,
+    or one whose option is still ``num_restarts``) merge as the backend keeps them, else the one
+    with the best objective is kept, the first of equals. A backend without ``num_chains`` runs
+    as a single task.
     """
     params = inspect.signature(backend).parameters
     option = next((name for name in (CHAIN_OPTION, RESTART_OPTION) if name in params), None)
     if option is None:
         return run_tasks(executor, backend_task, [Task(label, (backend, rng_key, options))], (model, data))[0]
+    restarts = option == RESTART_OPTION or getattr(backend, "restart_layout", None) is not None
     count = int(options.get(option, params[option].default))
     if count < 1:
         raise ValueError(f"{option} must be a positive integer, got {count}")
-    offset = int(options.get(FIRST_OPTION[option], 0))
-    tasks = [Task(f"{label} {option[4:-1]} {c}", (backend, *_one_of(params, option, rng_key, options, c)))
+    offset = int(options.get(FIRST_OPTION, 0))
+    kind = "restart" if restarts else "chain"
+    tasks = [Task(f"{label} {kind} {c}", (backend, *_one_of(params, option, rng_key, options, c)))
              for c in range(offset, offset + count)]
     parts = run_tasks(executor, backend_task, tasks, (model, data))
-    if option == CHAIN_OPTION:
+    if not restarts:
         merged = concat_chains(parts, attrs={CHAIN_OPTION: count})
         summarise = getattr(backend, "chain_summary", None)
         return merged if summarise is None else with_attrs(merged, summarise(merged))
@@ -256,9 +264,8 @@ def split_backend(backend, model, data, rng_key, options: dict, executor, label:
 
 def _one_of(params, option: str, rng_key, options: dict, index: int) -> tuple:
     """(rng_key, options) of the task that runs chain (restart) ``index`` alone."""
-    first = FIRST_OPTION[option]
-    if first in params:
-        return rng_key, {**options, option: 1, first: index}
+    if FIRST_OPTION in params:
+        return rng_key, {**options, option: 1, FIRST_OPTION: index}
     return task_key(rng_key, index), {**options, option: 1}
 
 

@@ -11,7 +11,9 @@ is scored on all the data; the models are then compared slice by slice (paired d
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 import jax
@@ -21,7 +23,7 @@ import numpy as np
 from .data import as_count_tensor
 from .parallel import Task, check_executor, run_tasks, score_task
 from .types import KeyLike, as_key, numpy_generator
-from .validation import check_positive
+from .validation import check_positive, renamed_options
 
 SCORE_COLUMN = "heldout_loglik"
 
@@ -168,8 +170,9 @@ def heldout_log_likelihood(model, X, heldout: np.ndarray, *, rng_key: KeyLike = 
     return float(np.mean(stats["heldout_log_likelihood"].values))
 
 
+@renamed_options(num_restarts="num_chains")
 def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_key: KeyLike = 0,
-                           num_iters: int = 500, num_restarts: int = 4, tol: float = 1e-7,
+                           num_iters: int = 500, num_chains: int = 4, tol: float = 1e-7,
                            max_configs: int | None = None) -> dict:
     """Fit an allocation model with the ``heldout`` slices unobserved and score them.
 
@@ -178,7 +181,7 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     E[X_u] = λ̂ p(u | Θ) in each E-step, with λ̂ = (a + T_train) / (b + 1 − Σ_held p(u | Θ)) the
     posterior-mean total rate given the training tokens, and sets each table to its Dirichlet
     posterior mean given the expected allocation counts, (α + E S) normalised (well defined for
-    every concentration α > 0, unlike the posterior mode). ``num_restarts`` random starts run
+    every concentration α > 0, unlike the posterior mode). ``num_chains`` random starts run
     until the relative change of the training log-likelihood is below ``tol``; the one with the
     highest training log-likelihood (multinomial of the training cells given their total) is
     kept. The score of each held-out slice is the Poisson log-likelihood of its cells,
@@ -269,7 +272,7 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     totals = np.array([float(train.total), float(bound.a), float(bound.b)])
 
     with jax.enable_x64(True):
-        keys = jax.random.split(as_key(rng_key), int(num_restarts))
+        keys = jax.random.split(as_key(rng_key), int(num_chains))
         thetas, values, cell, rate = _heldout_em(problem, jnp.asarray(is_held_padded), jnp.asarray(totals), keys,
                                                  int(num_iters), float(tol), has_valid=layout.valid is not None)
         values = np.asarray(values)
@@ -455,7 +458,7 @@ def _heldout_axes(model, heldout_axes) -> tuple[int, ...]:
 #: still tens of nats of log posterior short of its mode moves a fold's held-out total by as
 #: much (plain EM is there after 2000 updates): SQUAREM-accelerated EM (1000 iterations, 3000
 #: updates, with a tolerance that lets it run to them) and the better of two starts.
-DIRICHLET_TUCKER_FIT_OPTIONS = dict(num_iters=1000, num_restarts=2, acceleration="squarem", tol=1e-9)
+DIRICHLET_TUCKER_FIT_OPTIONS = dict(num_iters=1000, num_chains=2, acceleration="squarem", tol=1e-9)
 
 
 def _default_fit_options(model, method) -> dict:
@@ -484,7 +487,7 @@ def _check_folds(folds, heldout_fraction) -> int:
 def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | None = None,
                  heldout_fraction: float | None = None, rng_key: KeyLike = 0, score: Callable | None = None, *,
                  folds: int | None = None, heldout_axes=None, method: str | None = None,
-                 fit_options: Mapping | None = None, executor=None, **model_kwargs):
+                 fit_options: Mapping | None = None, executor=None, **options):
     """Sweep a grid of model sizes and score each by its speckled held-out likelihood (Zhang & Linderman §3).
 
     The slices along ``heldout_axes`` are split into ``folds`` speckled folds
@@ -532,15 +535,17 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         ``heldout=``, else the missing-cell fit of an allocation model). A backend that cannot
         hold out data is an error.
     fit_options : dict, optional
-        Options of that backend (``num_iters``, ``num_restarts`` ...). The Dirichlet Tucker
-        MAP-EM runs with :data:`DIRICHLET_TUCKER_FIT_OPTIONS` unless overridden here.
+        Deprecated: pass the backend's options as keywords (``**options``).
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Scores the grid points there, one task per grid point and fold (:mod:`bam_ppl.parallel`),
         the data sent to each worker once; the table is the same as without an executor. A
         custom ``score`` must then be picklable (a process pool needs a module-level function;
         Dask also sends closures).
-    **model_kwargs
-        Passed to ``model_factory`` (e.g. ``alpha``).
+    **options
+        Those that ``model_factory`` names in its signature are passed to it (e.g. ``alpha``;
+        all of them when it takes ``**kwargs``); the others are options of the backend of the
+        default score (``num_iters``, ``num_chains`` ...). The Dirichlet Tucker MAP-EM runs
+        with :data:`DIRICHLET_TUCKER_FIT_OPTIONS` unless overridden here.
 
     Returns
     -------
@@ -564,9 +569,10 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     num_folds = _check_folds(folds, heldout_fraction)
     if score is not None and not callable(score):
         raise TypeError(f"score must be a callable score(model, X, heldout, rng_key), got {type(score).__name__}")
+    model_kwargs, fit_options = _split_options(model_factory, options, fit_options)
     if score is not None and (method is not None or fit_options):
-        raise ValueError("method and fit_options configure the default score; a custom score fits by itself")
-    fit_options = dict(fit_options or {})
+        raise ValueError(f"method and the fit options {sorted(fit_options)} configure the default score; a custom "
+                         "score fits by itself")
     check_executor(executor)
     key = as_key(rng_key)
     import jax
@@ -616,6 +622,29 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     _mark_selection(table, pointwise, names, complexity)
     table.attrs.update(grid=names, fixed=fixed, folds=assignment, heldout=assignment >= 0, heldout_axes=axes)
     return table
+
+
+def _split_options(model_factory, options: dict, fit_options: Mapping | None) -> tuple[dict, dict]:
+    """(model kwargs, fit options) of :func:`select_ranks`: the keywords that ``model_factory``
+    names go to it, the rest to the fit, with those of the deprecated ``fit_options``."""
+    try:
+        params = inspect.signature(model_factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: keep sending everything to it
+        params = {"": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        model_kwargs, fit = dict(options), {}
+    else:
+        named = {name for name, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+        model_kwargs = {k: v for k, v in options.items() if k in named}
+        fit = {k: v for k, v in options.items() if k not in named}
+    if fit_options is not None:
+        warnings.warn("select_ranks: fit_options= is deprecated and will be removed in the next release; pass the "
+                      "backend's options as keywords (select_ranks(..., num_iters=...))", FutureWarning, stacklevel=3)
+        both = sorted(set(fit) & set(fit_options))
+        if both:
+            raise ValueError(f"select_ranks: {both} given both as keywords and in fit_options; pass them as keywords only")
+        fit = {**dict(fit_options), **fit}
+    return model_kwargs, fit
 
 
 def _fit_score(model, X, heldout, rng_key, *, method, fit_options):

@@ -86,7 +86,7 @@ def main(argv=None) -> None:
         est = bam.log_evidence(model, X, rng_key=args.key)
         best = (est.details["best_cells"], est.details["best_counts"])
         check = bam.log_evidence(model, X, method="chib", rng_key=jax.random.fold_in(jax.random.PRNGKey(args.key), 4),
-                                 num_warmup=0, num_searches=1, start=best)
+                                 num_search_sweeps=0, num_searches=1, start=best)
     print(f"{args.experiment}, {args.model}, key {args.key}: default {est.value:.2f} ± {est.stderr:.2f}; "
           f"method='chib' from its best allocation {check.value:.2f} ± {check.stderr:.2f} "
           f"({time.perf_counter() - start:.1f} s)", flush=True)

@@ -29,7 +29,7 @@ def main(argv=None) -> None:
     warnings.simplefilter("ignore")
     _, X = bam.models.cp(args.true_rank, a=confusion.DEFAULT_A).sample(1000 * args.true_rank, shape=confusion.SHAPE,
                                                                        total=1000)
-    bam.log_evidence(bam.models.cp(2, a=confusion.DEFAULT_A), X, method="chib", num_steps=10, num_warmup=10)
+    bam.log_evidence(bam.models.cp(2, a=confusion.DEFAULT_A), X, method="chib", num_samples=10, num_search_sweeps=10)
     for R in args.ranks:
         model = bam.models.cp(R, a=confusion.DEFAULT_A)
         for symmetry in (False, True):

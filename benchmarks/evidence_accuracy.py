@@ -29,7 +29,7 @@ ESTIMATORS = {
     "tempered-2sweeps": dict(method="tempered", num_sweeps=2),
     "tempered-high": dict(method="tempered", num_particles=512, rho=0.97, num_sweeps=3),
     "chib": dict(method="chib"),
-    "vb": dict(method="vb", num_restarts=4),
+    "vb": dict(method="vb", num_chains=4),
 }
 
 

@@ -8,7 +8,7 @@ the best basin (``basin_starts``), the sure lower bound and the VB bound, and wa
 the mean, the sd across keys, the mean stated stderr, and whether the sd stays within 2 × the
 mean stated stderr + 0.5 (the issue's goal for T ≤ 4000). With ``--chib-at-best``, after each
 call (and outside its seconds), Chib's estimator with z* the call's best allocation (chains only:
-``num_warmup=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another kind
+``num_search_sweeps=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another kind
 in the estimate's basin, and whether it agrees within two combined stderr. With ``--min-calls
 N``, each key's estimate pools N calls with keys of their own (``min_calls=N``); without it, as
 many as the first call advises (``details["advised_calls"]``, the default of ``bam.log_evidence``);
@@ -49,7 +49,7 @@ def chib_at_best(model, X, key: int, est) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         check = bam.log_evidence(model, X, method="chib", rng_key=jax.random.fold_in(jax.random.PRNGKey(key), 4),
-                                 num_warmup=0, num_searches=1,
+                                 num_search_sweeps=0, num_searches=1,
                                  start=(est.details["best_cells"], est.details["best_counts"]))
     print(f"  Chib from the best allocation: {check.value:.2f} ± {check.stderr:.2f}, runs "
           f"{np.round(check.details['run_log_evidence'], 1).tolist()}, agrees: {auto.agree(check, est)}, "

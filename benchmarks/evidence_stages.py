@@ -44,7 +44,7 @@ def stage_timer(spent: dict):
                 name = label
                 if label == "tempered":
                     origin = "from references" if kwargs.get("reference") is not None else "from the prior"
-                    runs = kwargs.get("num_runs") or "default"
+                    runs = kwargs.get("num_chains") or "default"
                     name = f"tempered {origin}, {kwargs.get('num_particles')} particles, {runs} runs"
                 spent[name] += np.array([time.perf_counter(), time.process_time()]) - start
         return wrapper

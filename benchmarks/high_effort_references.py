@@ -28,7 +28,7 @@ CASES = {
 }
 ESTIMATORS = {
     "smc": dict(method="smc", rng_key=123, num_particles=20_000, num_chains=16),
-    "chib": dict(method="chib", rng_key=123, num_runs=16, num_steps=3000),
+    "chib": dict(method="chib", rng_key=123, num_chains=16, num_samples=3000),
 }
 
 

@@ -67,7 +67,7 @@ def main():
     _, X = bam.models.cp(3).sample(0, shape=tuple(args.shape), total=args.tokens)
     X = bam.CountTensor.from_dense(X)
     models = sweep_models(args.models)
-    options = dict(method="tempered", rng_key=0, num_particles=args.particles, num_runs=args.runs,
+    options = dict(method="tempered", rng_key=0, num_particles=args.particles, num_chains=args.runs,
                    progress_bar=False)
     trivial = {f"independence{i}": bam.models.independence(3) for i in range(args.overhead_tasks)}
     print(f"load average {os.getloadavg()[0]:.2f}; {len(models)} models, T = {X.total}, shape {X.shape}, "

@@ -112,7 +112,7 @@ def bam_call(model, X, particles, options, seed, kernel):
     """(log Z, wall s, CPU s, fraction of tokens resampled) of one bam_ppl SMC run."""
     t0, c0 = time.perf_counter(), time.process_time()
     result = smc.run_smc(model, X, seed, num_particles=particles, num_chains=1, progress_bar=False,
-                         keep_particles=False, kernel=kernel, **options)
+                         keep_particles=False, engine=kernel, **options)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return float(result.chain_log_evidence[0]), wall, cpu, float(result.resampled.mean())
 

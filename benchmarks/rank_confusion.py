@@ -50,7 +50,7 @@ def cpu_seconds() -> float:
 
 def estimator_options(args) -> dict:
     """The tempered SMC options given on the command line (absent ones keep the package defaults)."""
-    names = {"num_particles": args.num_particles, "num_runs": args.num_runs, "rho": args.rho,
+    names = {"num_particles": args.num_particles, "num_chains": args.num_runs, "rho": args.rho,
              "num_sweeps": args.num_sweeps}
     return {k: v for k, v in names.items() if v is not None}
 

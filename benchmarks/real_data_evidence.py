@@ -165,10 +165,10 @@ def measure(name: str, args) -> None:
 
 
 def tempered_options(args) -> dict:
-    options = {"num_particles": args.num_particles, "num_runs": args.num_runs, "rho": args.rho,
+    options = {"num_particles": args.num_particles, "num_chains": args.num_runs, "rho": args.rho,
                "num_sweeps": args.num_sweeps}
     if args.small:
-        options = {"num_particles": 64, "num_runs": 2, **{k: v for k, v in options.items() if v is not None}}
+        options = {"num_particles": 64, "num_chains": 2, **{k: v for k, v in options.items() if v is not None}}
     return {k: v for k, v in options.items() if v is not None}
 
 

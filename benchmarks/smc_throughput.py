@@ -172,8 +172,8 @@ def timed_versions(baseline: str | None, kernels=("numba", "jax"), baseline_tree
     ``baseline``'s (which always returns them)."""
     versions = {}
     for kernel in kernels:
-        versions[f"{kernel}-ev"] = partial(smc.run_smc, keep_particles=False, kernel=kernel)
-        versions[f"{kernel}-full"] = partial(smc.run_smc, kernel=kernel)
+        versions[f"{kernel}-ev"] = partial(smc.run_smc, keep_particles=False, engine=kernel)
+        versions[f"{kernel}-full"] = partial(smc.run_smc, engine=kernel)
     if baseline:
         versions[baseline] = load_revision(baseline).run_smc
     if baseline_tree:

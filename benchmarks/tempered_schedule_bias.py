@@ -27,7 +27,7 @@ CASES = {
 
 
 def errors(model, X, exact, schedule, args, key):
-    result = tempered.run_tempered(model, X, key, num_particles=args.particles, num_runs=args.runs, rho=args.rho,
+    result = tempered.run_tempered(model, X, key, num_particles=args.particles, num_chains=args.runs, rho=args.rho,
                                    schedule=schedule)
     diff = result.run_log_evidence - exact
     ratio = np.exp(diff)

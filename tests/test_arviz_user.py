@@ -169,7 +169,7 @@ def test_dirichlet_tucker_log_likelihood_stat_renamed():
     rng = np.random.default_rng(0)
     X = rng.multinomial(20, np.full(12, 1 / 12), size=(3, 2)).reshape(3, 2, 4, 3)
     model = bam.models.dirichlet_tucker((2, 2, 2, 2), alpha=1.1)
-    idata = bam.infer(model, X, method="map", rng_key=0, num_iters=5, num_restarts=1)
+    idata = bam.infer(model, X, method="map", rng_key=0, num_iters=5, num_chains=1)
     stats = group(idata, "sample_stats")
     assert "log_likelihood" not in stats and stats["final_log_likelihood"].dims == ("chain",)
 

@@ -122,7 +122,7 @@ def test_auto_stated_error_is_honest_across_keys(medium_estimates):
 
 def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
     model = bam.models.nmf(2, a=1.0)
-    tempered = bam.log_evidence(model, MEDIUM, method="tempered", rng_key=0, num_runs=2)
+    tempered = bam.log_evidence(model, MEDIUM, method="tempered", rng_key=0, num_chains=2)
     cells, counts = tempered.details["best_cells"], tempered.details["best_counts"]
     assert counts.sum() == MEDIUM.sum()
     est = bam.log_evidence(model, MEDIUM, method="chib", rng_key=0, start=(cells, counts))
@@ -163,7 +163,7 @@ def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estim
 
 def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
     model = bam.models.nmf(2, a=1.0)
-    est = bam.log_evidence(model, MEDIUM, rng_key=0, num_warmup=200, num_steps=100, num_searches=2)
+    est = bam.log_evidence(model, MEDIUM, rng_key=0, num_search_sweeps=200, num_samples=100, num_searches=2)
     chib = est.details if est.pipeline == "chib" else est.details["parts"]["chib"]["details"]
     assert chib["num_steps"] == 100 and chib["num_warmup"] == 200
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
@@ -183,13 +183,13 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     parts = est.details["parts"]
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
-    scouts = auto.AUTO_SCOUTS["num_runs"]
+    scouts = auto.AUTO_SCOUTS["num_chains"]
     vb_above = stage["vb_restarts"] > stage["start_lower_bound"]
     good = auto.AUTO_REFERENCE_CANDIDATES + (0 if vb_above else auto.AUTO_VB_REFERENCES)
     assert len(stage["pilots"]) == len(stage["starts"]) == good + scouts
     assert stage["starts"][-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage["scout_estimates"]) == scouts
     pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
-    assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_runs"] and chosen[0] == int(np.argmax(pilots))
+    assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_chains"] and chosen[0] == int(np.argmax(pilots))
     assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
     assert stage["reference_sweeps"] == [auto.scout_sweeps(MEDIUM.sum()) if stage["starts"][i].startswith("scout")
                                          else tempered.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
@@ -199,11 +199,11 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert stage["starts"].count("vb") == vb_references
     # The VB fit there is a search over AUTO_VB_RESTARTS screened restarts (its key: fold_in(key, 2));
     # the VB bound is the best of it and of VB from the parts' and the pilot's best allocations.
-    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_restarts=auto.AUTO_VB_RESTARTS,
+    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_chains=auto.AUTO_VB_RESTARTS,
                           **auto.AUTO_VB_SCREEN, rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
     assert stage["vb_restarts"] == pytest.approx(vb.value, abs=1e-9)
     found = [(part["details"]["best_cells"], part["details"]["best_counts"]) for part in parts.values()]
-    from_found = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", start=found, num_restarts=1)
+    from_found = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", start=found, num_chains=1)
     assert est.details["vb_bound"] >= max(vb.value, from_found.value) - 1e-9
     assert est.details["vb_bound"] <= MEDIUM_EXACT + 1e-9
     # The best allocation any part visited comes with the estimate, pooled or not: its log π(S) is the sure bound.
@@ -237,7 +237,7 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert "references" in est.details["reason"]
     stage = est.details["reference_stage"]
     assert est.details["lower_bound"] >= stage["start_lower_bound"]
-    assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_runs"]
+    assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_chains"]
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
 
 
@@ -252,7 +252,7 @@ def test_more_scouts_while_few_references_pilot_near_the_best(monkeypatch):
     # lie near it (forced here: no count is enough, any start counts as a scout); batch 0 is what a
     # call without batches runs.
     monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
-    model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_runs"]
+    model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_chains"]
 
     def stage(batches, close):
         monkeypatch.setattr(auto, "AUTO_SCOUT_BATCHES", batches)

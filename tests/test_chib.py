@@ -37,8 +37,8 @@ CASES = {
             np.array([[0, 1, 0], [1, -1, 0], [0, 0, -1], [1, 1, 1], [-1, 0, 1], [0, 1, 0]]), shape=(2, 2, 2)),
     ),
 }
-FAST = dict(num_runs=8, num_warmup=50, num_steps=300)
-EXTRA = {"nmf_X2_K3_small_a": dict(num_steps=1000)}  # sticky (a = 0.1): heavier tails
+FAST = dict(num_chains=8, num_search_sweeps=50, num_samples=300)
+EXTRA = {"nmf_X2_K3_small_a": dict(num_samples=1000)}  # sticky (a = 0.1): heavier tails
 
 
 def chib_estimate(model, X, **options):
@@ -67,7 +67,7 @@ def test_stated_errors_match_the_errors_across_cases():
 def test_matches_exact_enumeration(name):
     est, exact = exact_case(name)
     assert est.method == "chib" and est.kind == "estimate"
-    assert len(est.details["run_log_evidence"]) == FAST["num_runs"]
+    assert len(est.details["run_log_evidence"]) == FAST["num_chains"]
     assert np.isfinite(est.stderr) and est.stderr >= 0
     # Unbiased for p(X); on the log scale a few hundredths low (Jensen, heavy right tail).
     assert abs(est.value - exact) <= 0.06 + 3 * est.stderr, (est, exact)
@@ -154,7 +154,7 @@ def test_factorised_rows_give_the_same_estimate_as_the_general_kernel(model, mon
     # the general kernel does: with it and without it the same key gives the same runs.
     X = np.random.default_rng(3).integers(0, 4, (5, 6) if model.latent == {"k": 3} else (3, 4, 3))
     assert problem_of(model, X)[0].fast.usable
-    options = dict(rng_key=2, num_runs=2, num_searches=2, num_warmup=30, num_steps=20)
+    options = dict(rng_key=2, num_chains=2, num_searches=2, num_search_sweeps=30, num_samples=20)
     fast = bam.log_evidence(model, X, method="chib", **options)
     monkeypatch.setattr(chib, "MAX_TOKEN_ROW_ENTRIES", 0)
     assert not problem_of(model, X)[0].fast.usable
@@ -217,13 +217,13 @@ def test_asymmetric_concentrations_are_not_symmetries():
 def test_too_many_symmetries_warn_and_are_not_averaged(monkeypatch):
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
     with pytest.warns(UserWarning, match="symmetries"):
-        est = chib_estimate(bam.models.nmf(3, a=1.0), X1, num_runs=2, num_steps=20)
+        est = chib_estimate(bam.models.nmf(3, a=1.0), X1, num_chains=2, num_samples=20)
     assert est.details["num_relabellings"] == 1
 
 
 def test_model_without_free_nodes_is_exact():
     model = bam.models.complete_graph(2, a=1.0)
-    est = chib_estimate(model, X1, num_runs=2, num_steps=5)
+    est = chib_estimate(model, X1, num_chains=2, num_samples=5)
     assert est.value == pytest.approx(bam.log_evidence(model, X1, method="exact").value, abs=1e-9)
     assert est.stderr == pytest.approx(0.0, abs=1e-9)
 
@@ -243,32 +243,32 @@ def test_without_label_symmetry_two_modes_cost_log_two():
 
 def test_same_key_same_result_and_details():
     model, X = CASES["nmf_X1_K2"]
-    a = chib_estimate(model, X, rng_key=5, num_runs=3, num_steps=50)
-    b = chib_estimate(model, X, rng_key=5, num_runs=3, num_steps=50)
+    a = chib_estimate(model, X, rng_key=5, num_chains=3, num_samples=50)
+    b = chib_estimate(model, X, rng_key=5, num_chains=3, num_samples=50)
     assert a.details["run_log_evidence"] == b.details["run_log_evidence"]
-    assert a.details["num_steps"] == 50 and a.details["num_warmup"] == FAST["num_warmup"]
+    assert a.details["num_steps"] == 50 and a.details["num_warmup"] == FAST["num_search_sweeps"]
     assert len(a.details["search_log_joint"]) == chib.DEFAULT_NUM_SEARCHES
     assert len(a.details["log_posterior_star"]) == 3
     assert max(a.details["log_joint_star"]) == max(a.details["search_log_joint"])
     assert len(a.details["log_joint_star"]) == 3  # one z* per run
-    one = chib_estimate(model, X, rng_key=5, num_runs=1, num_steps=50)
+    one = chib_estimate(model, X, rng_key=5, num_chains=1, num_samples=50)
     assert np.isnan(one.stderr) and np.isfinite(one.value)
-    default = chib_estimate(model, X, rng_key=5, num_runs=2, num_steps=50, num_warmup=None)
+    default = chib_estimate(model, X, rng_key=5, num_chains=2, num_samples=50, num_search_sweeps=None)
     assert default.details["num_warmup"] == chib.DEFAULT_NUM_WARMUP  # two sweeps per token, at least 2000
 
 
 @pytest.mark.parametrize("options, error", [
-    (dict(num_runs=0), ValueError),
-    (dict(num_runs=2.0), TypeError),
+    (dict(num_chains=0), ValueError),
+    (dict(num_chains=2.0), TypeError),
     (dict(num_searches=0), ValueError),
     (dict(num_searches=None), TypeError),
-    (dict(num_warmup=-1), ValueError),
-    (dict(num_warmup=10.0), TypeError),
-    (dict(num_steps=0), ValueError),
-    (dict(num_steps="10"), TypeError),
-    (dict(kernel="jax"), ValueError),
-    (dict(kernel="gpu"), ValueError),
-    (dict(kernel=1), TypeError),
+    (dict(num_search_sweeps=-1), ValueError),
+    (dict(num_search_sweeps=10.0), TypeError),
+    (dict(num_samples=0), ValueError),
+    (dict(num_samples="10"), TypeError),
+    (dict(engine="jax"), ValueError),
+    (dict(engine="gpu"), ValueError),
+    (dict(engine=1), TypeError),
     (dict(max_configs=0), ValueError),
     (dict(label_symmetry="yes"), TypeError),
     (dict(progress_bar=1), TypeError),
@@ -295,7 +295,7 @@ def test_realistic_size_beats_the_variational_bound():
     X = bam.models.nmf(4, a=200).sample(jax.random.key(0), shape=(50, 70), total=1000)[1]
     model = bam.models.nmf(4, a=1.0)
     vb = bam.log_evidence(model, X, method="vb").value
-    estimates = [chib_estimate(model, X, rng_key=k, num_warmup=None, num_steps=1000, num_runs=4)
+    estimates = [chib_estimate(model, X, rng_key=k, num_search_sweeps=None, num_samples=1000, num_chains=4)
                  for k in range(3)]
     values = np.array([e.value for e in estimates])
     stderrs = np.array([e.stderr for e in estimates])

@@ -57,7 +57,7 @@ def test_single_token_expected_counts_are_exact(case):
     ids=["nmf", "lda", "snmf"],
 )
 def test_recorded_bound_is_below_exact_evidence(model, X):
-    idata = bam.infer(model, X, method="cvb", rng_key=1, num_restarts=4, num_iters=100, num_samples=5)
+    idata = bam.infer(model, X, method="cvb", rng_key=1, num_chains=4, num_iters=100, num_samples=5)
     stats = group(idata, "sample_stats")
     elbo = stats["elbo"].values
     assert stats["training_log_likelihood"].dims == ("chain", "iteration")
@@ -78,7 +78,7 @@ def test_cvb0_and_vb_training_log_likelihoods_agree_on_documents():
     model = bam.AllocationModel("d -> k -> w", latent={"k": 4}, condition_on="d",
                                 priors={"k": 0.5, "w": 0.1})
     runs = {
-        method: bam.infer(model, X, method=method, rng_key=0, num_restarts=4, num_iters=1000,
+        method: bam.infer(model, X, method=method, rng_key=0, num_chains=4, num_iters=1000,
                           num_samples=5)
         for method in ("vb", "cvb")
     }
@@ -94,8 +94,8 @@ def test_cvb0_and_vb_training_log_likelihoods_agree_on_documents():
 
 def test_inference_data_and_reproducibility():
     model = bam.models.nmf(2, a=1.0)
-    first = bam.infer(model, X1, method="cvb", rng_key=5, num_restarts=3, num_samples=20)
-    again = bam.infer(model, X1, method="cvb", rng_key=5, num_restarts=3, num_samples=20)
+    first = bam.infer(model, X1, method="cvb", rng_key=5, num_chains=3, num_samples=20)
+    again = bam.infer(model, X1, method="cvb", rng_key=5, num_chains=3, num_samples=20)
     post = group(first, "posterior")
     assert post["theta_i"].shape == (1, 20, 2, 3)
     np.testing.assert_allclose(post["theta_j"].sum("j").values, 1.0, rtol=1e-10)
@@ -110,7 +110,7 @@ def test_inference_data_and_reproducibility():
         (dict(num_iters=-3), ValueError, "num_iters"),
         (dict(tol=-0.5), ValueError, "tol"),
         (dict(init="uniform"), ValueError, "init"),
-        (dict(num_restarts=True), TypeError, "num_restarts"),
+        (dict(num_chains=True), TypeError, "num_chains"),
     ],
 )
 def test_bad_options_raise(options, error, match):

@@ -27,7 +27,7 @@ PLANTED_SHAPE = (30, 8, 10, 12)
 PLANTED_TOTAL = 500
 # Fits on the planted tensor share one compiled program: the same restarts and a trace buffer of
 # the same size (num_iters in [128, 255]).
-FIT = dict(num_iters=250, num_restarts=2)
+FIT = dict(num_iters=250, num_chains=2)
 
 
 def paper_log_likelihood(params: DirichletTuckerParams, X) -> float:
@@ -197,7 +197,7 @@ def test_squarem_never_lowers_the_log_posterior_and_outruns_em():
 def test_em_log_posterior_matches_paper_formula():
     _, X = planted()
     model = dirichlet_tucker(PLANTED_RANKS)
-    idata = bam.infer(model, X, method="map", rng_key=0, num_iters=130, num_restarts=2)
+    idata = bam.infer(model, X, method="map", rng_key=0, num_iters=130, num_chains=2)
     est = DirichletTuckerParams.from_inference_data(idata)
     stats = group(idata, "sample_stats")
     np.testing.assert_allclose(stats["final_log_likelihood"].values[0], paper_log_likelihood(est, X), rtol=1e-9)
@@ -223,7 +223,7 @@ def test_recovers_planted_factors_at_paper_alpha():
     best), so the best of more restarts is taken."""
     truth, X = planted(1.1)
     idata = bam.infer(dirichlet_tucker(PLANTED_RANKS), X, method="map", rng_key=1, num_iters=2000,
-                      num_restarts=8)
+                      num_chains=8)
     corr = factor_correlations(truth, DirichletTuckerParams.from_inference_data(idata))
     assert np.mean(list(corr.values())) >= 0.9, corr
 
@@ -252,7 +252,7 @@ def test_heldout_faces_never_influence_the_fit():
 
 def test_inference_data_contents():
     truth, X = planted()
-    idata = bam.infer(dirichlet_tucker(PLANTED_RANKS), X, method="map", rng_key=0, num_iters=130, num_restarts=2)
+    idata = bam.infer(dirichlet_tucker(PLANTED_RANKS), X, method="map", rng_key=0, num_iters=130, num_chains=2)
     post = group(idata, "posterior")
     assert post["psi"].dims == ("chain", "draw", "m", "i") and post["psi"].shape == (1, 1, 30, 3)
     assert post["core"].shape == (1, 1, 3, 2, 2, 3)
@@ -271,8 +271,8 @@ def test_inference_data_contents():
 def test_restarts_and_keys_are_reproducible():
     _, X = planted()
     model = dirichlet_tucker(PLANTED_RANKS)
-    a = bam.infer(model, X, method="map", rng_key=5, num_iters=130, num_restarts=2)
-    b = bam.infer(model, X, method="map", rng_key=5, num_iters=130, num_restarts=2)
+    a = bam.infer(model, X, method="map", rng_key=5, num_iters=130, num_chains=2)
+    b = bam.infer(model, X, method="map", rng_key=5, num_iters=130, num_chains=2)
     np.testing.assert_array_equal(group(a, "posterior")["psi"].values, group(b, "posterior")["psi"].values)
     finals = group(a, "sample_stats")["restart_log_posterior"].values[0]
     assert group(a, "sample_stats")["log_posterior"].values[0, -1] == pytest.approx(finals.max())

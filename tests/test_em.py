@@ -36,7 +36,7 @@ MODELS = {
 def _fit(name):
     """Fits shared by the tests: run to an exact fixed point (tol=0) or 3000 iterations."""
     model, data = MODELS[name]
-    return bam.infer(model, data, method="map", rng_key=0, num_restarts=4, num_iters=3000, tol=0.0)
+    return bam.infer(model, data, method="map", rng_key=0, num_chains=4, num_iters=3000, tol=0.0)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -107,7 +107,7 @@ def test_concentration_below_one_names_the_table():
     (dict(num_iters=0), ValueError),
     (dict(num_iters=1.5), TypeError),
     (dict(tol=-1e-3), ValueError),
-    (dict(num_restarts=0), ValueError),
+    (dict(num_chains=0), ValueError),
     (dict(init="kmeans"), ValueError),
 ])
 def test_bad_options_raise_before_compiling(options, error):

@@ -156,7 +156,7 @@ def test_auto_picks_exact_smc_or_tempered(x1):
 
 def test_auto_passes_each_estimator_only_its_options():
     _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(8, 10), total=60)
-    table = bam.compare({"1": bam.models.nmf(1), "2": bam.models.nmf(2)}, X, num_particles=32, num_runs=2)
+    table = bam.compare({"1": bam.models.nmf(1), "2": bam.models.nmf(2)}, X, num_particles=32, num_chains=2)
     assert set(table["method"]) == {"auto"}
     assert table.loc["1", "kind"] == "exact" and table.loc["2", "kind"] == "estimate"
     with pytest.raises(TypeError, match="valid options"):

@@ -18,9 +18,9 @@ from bam_ppl.infer.registry import register_evidence
 SETTINGS = {
     "exact": {},
     "smc": dict(num_particles=50, num_chains=3, progress_bar=False),
-    "tempered": dict(num_particles=32, num_runs=2, progress_bar=False),
-    "chib": dict(num_runs=2, num_searches=2, num_warmup=5, num_steps=10, progress_bar=False),
-    "vb": dict(num_restarts=3),
+    "tempered": dict(num_particles=32, num_chains=2, progress_bar=False),
+    "chib": dict(num_chains=2, num_searches=2, num_search_sweeps=5, num_samples=10, progress_bar=False),
+    "vb": dict(num_chains=3),
 }
 
 
@@ -43,7 +43,7 @@ def test_every_estimator_fills_the_typed_fields(estimates):
     assert estimates["exact"].num_runs == 0 and math.isnan(estimates["exact"].lower_bound)
     for method in ("smc", "tempered", "chib"):
         est = estimates[method]
-        assert est.num_runs == SETTINGS[method].get("num_chains", SETTINGS[method].get("num_runs"))
+        assert est.num_runs == SETTINGS[method]["num_chains"]
         assert est.run_values == tuple(est.details["run_log_evidence"])
         assert est.value == pytest.approx(pool_runs(est.run_values)[0])
         assert est.lower_bound == est.details["lower_bound"] <= exact + 1e-9

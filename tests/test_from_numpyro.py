@@ -403,7 +403,7 @@ def test_select_ranks_over_a_program_factory():
     assert str(model.dag) == "rank -> rows; rank -> cols" and data.dims == ("rows", "cols")
     table = bam.select_ranks(lambda rank: bam.from_numpyro(nmf_program, X, rank)[0], X, {"rank": [1, 2]},
                              heldout_axes=(0, 1), heldout_fraction=0.25, folds=1, rng_key=0,
-                             fit_options={"num_iters": 20, "num_restarts": 1})
+                             num_iters=20, num_chains=1)
     assert list(table["rank"]) == [1, 2] and table["selected"].sum() == 1
 
 

@@ -49,7 +49,7 @@ def nmf_runs():
     """NMF on X1 with each kernel: {kernel: (model, idata)}."""
     model = bam.models.nmf(2, a=1.0)
     return {kernel: (model, bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200,
-                                      num_samples=NUM_SAMPLES, num_chains=NUM_CHAINS, kernel=kernel,
+                                      num_samples=NUM_SAMPLES, num_chains=NUM_CHAINS, engine=kernel,
                                       progress_bar=False))
             for kernel in KERNELS}
 
@@ -183,7 +183,7 @@ def test_log_space_and_direct_products_draw_the_same_allocations():
 def test_same_key_same_result(nmf_runs, kernel):
     model, idata = nmf_runs[kernel]
     kwargs = dict(method="gibbs", num_warmup=200, num_samples=NUM_SAMPLES, num_chains=NUM_CHAINS,
-                  kernel=kernel, progress_bar=False)  # the fixture's settings: no new compilation
+                  engine=kernel, progress_bar=False)  # the fixture's settings: no new compilation
     first = group(idata, "posterior")["theta_i"].values
     again, other = (group(bam.infer(model, X1, rng_key=key, **kwargs), "posterior")["theta_i"].values
                     for key in (0, 4))
@@ -195,7 +195,7 @@ def test_same_key_same_result(nmf_runs, kernel):
 def test_sequential_chains_draw_the_same_as_vectorized(nmf_runs, kernel):
     model, idata = nmf_runs[kernel]
     sequential = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
-                           num_chains=NUM_CHAINS, chain_method="sequential", kernel=kernel,
+                           num_chains=NUM_CHAINS, chain_method="sequential", engine=kernel,
                            progress_bar=False)
     np.testing.assert_array_equal(group(sequential, "posterior")["theta_i"].values,
                                   group(idata, "posterior")["theta_i"].values)
@@ -242,7 +242,7 @@ def test_warmup_then_samples_visits_every_sweep_and_draw_once_in_order(num_warmu
     (dict(init="kmeans"), ValueError),
     (dict(token_order="reverse"), ValueError),
     (dict(chain_method="parallel"), ValueError),
-    (dict(kernel="cuda"), ValueError),
+    (dict(engine="cuda"), ValueError),
     (dict(progress_bar="yes"), TypeError),
     (dict(rng_key="seed"), TypeError),
 ])
@@ -260,7 +260,7 @@ def test_too_many_configurations_raises():
 def test_numba_kernel_needs_numba(monkeypatch):
     monkeypatch.setattr(kernels, "HAVE_NUMBA", False)
     with pytest.raises(ImportError, match="numba"):
-        bam.infer(bam.models.nmf(2), X1, method="gibbs", kernel="numba")
+        bam.infer(bam.models.nmf(2), X1, method="gibbs", engine="numba")
     with pytest.warns(UserWarning, match="other results than an install with numba"):
         assert gibbs_core.resolve_kernel("auto") == "jax"
 

@@ -77,7 +77,7 @@ def test_unnamed_and_foreign_names_are_positional():
 @pytest.mark.parametrize("method, options", [
     ("smc", dict(num_particles=50, num_chains=2)),
     ("gibbs", dict(num_warmup=5, num_samples=5, num_chains=2, progress_bar=False)),
-    ("gibbs", dict(num_warmup=5, num_samples=5, num_chains=2, progress_bar=False, kernel="jax")),
+    ("gibbs", dict(num_warmup=5, num_samples=5, num_chains=2, progress_bar=False, engine="jax")),
     ("vb", dict(num_iters=20)),
     ("cvb", dict(num_iters=20)),
     ("map", dict(num_iters=20)),
@@ -101,7 +101,7 @@ def test_infer_labels_tables_by_name(survey, method, options):
 def test_latent_free_gibbs_runs_on_both_kernels(survey):
     for kernel in ("numba", "jax"):
         idata = bam.infer(MODEL, _tensor(survey, ORDERS[1]), method="gibbs", rng_key=0, num_warmup=3,
-                          num_samples=4, num_chains=2, kernel=kernel, progress_bar=False)
+                          num_samples=4, num_chains=2, engine=kernel, progress_bar=False)
         theta = group(idata, "posterior")["theta_vote"]
         assert theta.shape == (2, 4, 3, 2)
         np.testing.assert_allclose(theta.sum("vote"), 1.0, rtol=1e-5)
@@ -128,7 +128,7 @@ def test_compare_and_select_ranks_match_names(survey):
 
 
 @pytest.mark.parametrize("method, options", [
-    ("gibbs", dict(num_warmup=3, num_samples=4, num_chains=1, progress_bar=False, kernel="jax")),
+    ("gibbs", dict(num_warmup=3, num_samples=4, num_chains=1, progress_bar=False, engine="jax")),
     ("svi", dict(num_steps=10, num_samples=4, progress_bar=False)),
 ])
 def test_posterior_draws_are_float64_from_every_backend(survey, method, options):

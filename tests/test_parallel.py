@@ -172,10 +172,10 @@ def test_infer_chains_on_dask_equal_serial(client):
     serial = bam.infer(model, X2, rng_key=4, **CHAINS)
     parallel = bam.infer(model, X2, rng_key=4, executor=client, **CHAINS)
     assert_same_inference_data(parallel, serial)
-    # Chain c is the one-chain run with the same key and first_chain=c.
+    # Chain c is the one-chain run with the same key and _first_chain=c.
     from bam_ppl.convert import group
 
-    alone = bam.infer(model, X2, rng_key=4, **{**CHAINS, "num_chains": 1, "first_chain": 2})
+    alone = bam.infer(model, X2, rng_key=4, **{**CHAINS, "num_chains": 1, "_first_chain": 2})
     np.testing.assert_array_equal(group(serial, "posterior").isel(chain=2)["theta_k"].values,
                                   group(alone, "posterior").isel(chain=0)["theta_k"].values)
 
@@ -184,10 +184,10 @@ def test_infer_restarts_keep_the_best():
     from bam_ppl.convert import attrs_of
 
     model = MODELS["nmf3"]
-    options = dict(method="vb", num_iters=30, num_restarts=3)
+    options = dict(method="vb", num_iters=30, num_chains=3)
     with concurrent.futures.ThreadPoolExecutor(2) as threads:
         best = bam.infer(model, X2, rng_key=0, executor=threads, **options)
-    elbos = [attrs_of(bam.infer(model, X2, rng_key=0, **{**options, "num_restarts": 1, "first_restart": r}))
+    elbos = [attrs_of(bam.infer(model, X2, rng_key=0, **{**options, "num_chains": 1, "_first_chain": r}))
              ["best_elbo"] for r in range(3)]
     assert attrs_of(best)["best_elbo"] == max(elbos)
     assert attrs_of(best)["best_restart"] == int(np.argmax(elbos)) and attrs_of(best)["num_restarts"] == 3
@@ -199,25 +199,25 @@ _BINARY = np.random.default_rng(0).binomial(1, 0.4, size=(6, 5)).astype(float)
 _NBMF = bam.models.nbmf(3, prior="beta-dir")
 _GIBBS = dict(method="gibbs", num_chains=2, num_warmup=5, num_samples=4)
 _NUTS = dict(method="nuts", num_chains=2, num_warmup=10, num_samples=5)
-_NBMF_VB = dict(num_restarts=3, num_iters=20, num_samples=3)
+_NBMF_VB = dict(num_chains=3, num_iters=20, num_samples=3)
 #: (model, data, options) of every backend with chains or restarts (and SVI, a single task); the
 #: tol of vb and cvb lets their restarts stop at different iterations.
 EVERY_BACKEND = {
-    "gibbs-jax": (MODELS["nmf2"], X2, {**_GIBBS, "kernel": "jax"}),
-    "gibbs-numba": (MODELS["nmf2"], X2, {**_GIBBS, "kernel": "numba"}),
+    "gibbs-jax": (MODELS["nmf2"], X2, {**_GIBBS, "engine": "jax"}),
+    "gibbs-numba": (MODELS["nmf2"], X2, {**_GIBBS, "engine": "numba"}),
     "smc": (MODELS["nmf2"], X2, dict(method="smc", num_chains=2, num_particles=16)),
     "nuts": (MODELS["nmf2"], X2, _NUTS),
     "svi": (MODELS["nmf2"], X2, dict(method="svi", num_steps=10, num_samples=5)),
-    "vb": (MODELS["nmf3"], X2, dict(method="vb", num_restarts=3, num_iters=30, tol=1e-3)),
-    "cvb": (MODELS["nmf3"], X2, dict(method="cvb", num_restarts=3, num_iters=30, tol=1e-4, num_samples=5)),
-    "map": (_EM_MODEL, X2, dict(method="map", num_restarts=3, num_iters=30)),
+    "vb": (MODELS["nmf3"], X2, dict(method="vb", num_chains=3, num_iters=30, tol=1e-3)),
+    "cvb": (MODELS["nmf3"], X2, dict(method="cvb", num_chains=3, num_iters=30, tol=1e-4, num_samples=5)),
+    "map": (_EM_MODEL, X2, dict(method="map", num_chains=3, num_iters=30)),
     "nbmf-gibbs": (_NBMF, _BINARY, {**_GIBBS, "init": "random"}),
     "nbmf-vb": (_NBMF, _BINARY, dict(method="vb", **_NBMF_VB)),
     "nbmf-cvb": (_NBMF, _BINARY, dict(method="cvb", **_NBMF_VB)),
     "nbmf-nuts": (_NBMF, _BINARY, _NUTS),
     "dirichlet-tucker-map": (bam.models.dirichlet_tucker((2, 2, 2, 2), alpha=1.1),
                              np.random.default_rng(1).multinomial(9, np.full(8, 1 / 8), size=(4, 3)).reshape(4, 3, 2, 4),
-                             dict(method="map", num_restarts=3, num_iters=30)),
+                             dict(method="map", num_chains=3, num_iters=30)),
 }
 
 
@@ -251,11 +251,11 @@ from bam_ppl.parallel import shard_axis
 
 def run(out):
     _, X = bam.models.cp(2).sample(0, shape=(5, 4, 3), total=60)
-    smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, kernel="jax")
+    smc = run_smc(bam.models.cp(2), X, rng_key=1, num_particles=16, num_chains=2, engine="jax")
     gibbs = bam.infer(bam.models.cp(2), X, method="gibbs", rng_key=1, num_chains=2, num_warmup=10, num_samples=5,
-                      kernel="jax")
-    tempered = bam.log_evidence(bam.models.cp(2), X, method="tempered", rng_key=1, num_particles=16, num_runs=1,
-                                kernel="jax")
+                      engine="jax")
+    tempered = bam.log_evidence(bam.models.cp(2), X, method="tempered", rng_key=1, num_particles=16, num_chains=1,
+                                engine="jax")
     np.savez(out, devices=len(jax.devices()), smc_log_evidence=smc.chain_log_evidence, smc_counts=smc.counts,
              smc_best=smc.best_log_prob, gibbs_theta=group(gibbs, "posterior")["theta_k"].values,
              tempered=tempered.details["run_log_evidence"])

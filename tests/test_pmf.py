@@ -376,10 +376,10 @@ def test_generic_backends_read_plain_sample_arrays():
 
 def test_old_pmf_method_names_are_deprecated_aliases():
     samples = np.array([[0, 1], [1, 0], [0, 0], [1, 1]] * 5)
-    with pytest.warns(DeprecationWarning, match="use method='vb'"):
+    with pytest.warns(FutureWarning, match="use method='vb'"):
         old = bam.infer(pmf_tensor(2), samples, method="vi", rng_key=0, num_iters=20, **QUIET)
     new = bam.infer(pmf_tensor(2), samples, method="vb", rng_key=0, num_iters=20, **QUIET)
     np.testing.assert_array_equal(old.posterior["theta_r"].values, new.posterior["theta_r"].values)
-    with pytest.warns(DeprecationWarning, match="use method='svb'"):
+    with pytest.warns(FutureWarning, match="use method='svb'"):
         with pytest.raises(TypeError, match=r"method='svi' -> 'svb'.*unknown option"):
             bam.infer(pmf_tensor(2), samples, method="svi", num_iterz=3)

@@ -23,10 +23,10 @@ from bam_ppl.selection import (  # noqa: E402
 )
 
 PLANTED = dict(K_M=3, K_N=2, K_P=2, K_S=3)
-FIT = dict(num_iters=250, num_restarts=2)
+FIT = dict(num_iters=250, num_chains=2)
 # Larger ranks than planted fit the training faces almost as well, so the held-out differences
 # beyond the planted rank are a few nats: the fits must be close to convergence to resolve them.
-CONVERGED_FIT = dict(num_iters=600, num_restarts=2)
+CONVERGED_FIT = dict(num_iters=600, num_chains=2)
 
 
 @functools.cache
@@ -76,7 +76,7 @@ def test_select_ranks_finds_planted_mouse_rank():
     X = planted_tensor()
     fixed = {k: v for k, v in PLANTED.items() if k != "K_M"}
     table = select_ranks(dirichlet_tucker, X, grid={"K_M": [2, 3, 4]}, fixed=fixed, heldout_fraction=0.1,
-                         rng_key=0, fit_options=FIT)
+                         rng_key=0, **FIT)
     assert list(table.columns[:4]) == ["K_M", "K_N", "K_P", "K_S"]
     assert len(table) == 3 and table["selected"].sum() == 1
     assert table.loc[table["selected"], "K_M"].item() == PLANTED["K_M"]
@@ -111,7 +111,7 @@ def test_select_ranks_recovers_planted_ranks_over_seeds():
         _, X = dirichlet_tucker((3, 2, 2, 3), alpha=1.1).sample(seed, shape=(20, 6, 10, 12), total=500)
         # One EM start per fit (the default takes the better of two) keeps the test short.
         table = select_ranks(dirichlet_tucker, X, grid={"K_S": [2, 3, 4]}, fixed={"K_M": 3, "K_N": 2, "K_P": 2},
-                             rng_key=seed, fit_options=dict(num_restarts=1))
+                             rng_key=seed, num_chains=1)
         assert sorted(np.unique(table.attrs["folds"])) == [0, 1, 2]  # every face held out once
         recovered.append(table.loc[table["selected"], "K_S"].item() == 3)
     assert sum(recovered) >= 2, recovered
@@ -192,7 +192,7 @@ def planted_counts():
 def test_select_ranks_nmf_holds_out_cells():
     X = planted_counts()
     table = select_ranks(bam.models.nmf, X, grid={"rank": [1, 2, 3]}, heldout_axes=(0, 1), rng_key=0,
-                         heldout_fraction=0.2, fit_options=dict(num_iters=300, num_restarts=2))
+                         heldout_fraction=0.2, num_iters=300, num_chains=2)
     assert table.attrs["heldout"].shape == X.shape
     assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] > 0).all()
     assert table.loc[table["selected"], "rank"].item() == 2
@@ -206,11 +206,11 @@ def test_allocation_heldout_fit_treats_cells_as_missing():
     X = planted_counts()
     heldout = speckled_mask(X.shape, 0.2, rng_key=3)
     model = bam.models.nmf(2)
-    fit = allocation_heldout_fit(model, X, heldout, (0, 1), rng_key=0, num_iters=300, num_restarts=2)
+    fit = allocation_heldout_fit(model, X, heldout, (0, 1), rng_key=0, num_iters=300, num_chains=2)
     # Changing the held-out cells changes the score but not the fit: they are missing, not zero.
     changed = X.copy()
     changed[heldout] = 0
-    refit = allocation_heldout_fit(model, changed, heldout, (0, 1), rng_key=0, num_iters=300, num_restarts=2)
+    refit = allocation_heldout_fit(model, changed, heldout, (0, 1), rng_key=0, num_iters=300, num_chains=2)
     np.testing.assert_allclose(refit["theta"], fit["theta"], rtol=1e-8)
     np.testing.assert_allclose(refit["cell_prob"], fit["cell_prob"], rtol=1e-8)
     assert refit["heldout_loglik"] != fit["heldout_loglik"]
@@ -241,7 +241,7 @@ def test_select_ranks_finds_each_planted_rank(name, values):
     X = planted_tensor()
     fixed = {k: v for k, v in PLANTED.items() if k != name}
     table = select_ranks(dirichlet_tucker, X, grid={name: values}, fixed=fixed, rng_key=0,
-                         fit_options=CONVERGED_FIT)
+                         **CONVERGED_FIT)
     assert table.loc[table["selected"], name].item() == PLANTED[name]
 
 

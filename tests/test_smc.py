@@ -48,7 +48,7 @@ def rank_two_case(name, a, kernel):
     """(estimate, exact) of NMF(2) on X1 or X2; cached, so that the per-case tests and the test of
     the stated errors across cases share their runs."""
     model, X = bam.models.nmf(2, a=a), {"X1": X1, "X2": X2}[name]
-    return smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X)
+    return smc_estimate(model, X, engine=kernel), exact_log_evidence(model, X)
 
 
 @pytest.mark.parametrize("name", ["X1", "X2"])
@@ -105,7 +105,7 @@ OTHER_MODELS = {
 @functools.cache
 def other_case(name, kernel):
     model, X = OTHER_MODELS[name]
-    return smc_estimate(model, X, kernel=kernel), exact_log_evidence(model, X)
+    return smc_estimate(model, X, engine=kernel), exact_log_evidence(model, X)
 
 
 @pytest.mark.parametrize("name", sorted(OTHER_MODELS))
@@ -117,7 +117,7 @@ def test_other_models_match_exact(name, exact_kernel):
                          ids=["complete", "independence"])
 def test_latent_free_models_equal_closed_form(model, exact_kernel):
     X = np.random.default_rng(3).integers(0, 5, (2, 3, 2))
-    estimate = smc_estimate(model, X, num_particles=10, num_chains=2, kernel=exact_kernel)
+    estimate = smc_estimate(model, X, num_particles=10, num_chains=2, engine=exact_kernel)
     assert abs(estimate.value - exact_log_evidence(model, X)) < 1e-8
 
 
@@ -136,7 +136,7 @@ def test_plain_sis_is_unbiased(exact_kernel):
     # Without resampling every run is an unbiased estimate of L_X: the natural-scale mean of many
     # independent runs matches the exact evidence within its Monte Carlo error.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
-    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0, kernel=exact_kernel)
+    result = smc_module.run_smc(model, X, 5, num_particles=4, num_chains=4000, ess_threshold=0.0, engine=exact_kernel)
     assert not result.resampled.any()
     ratios = np.exp(result.chain_log_evidence - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 3 * ratios.std(ddof=1) / np.sqrt(ratios.size)
@@ -154,7 +154,7 @@ def test_posterior_matches_exact_expected_counts(kernel):
         return flat[:, start:start + table_i.size].reshape(-1, *table_i.shape).sum(1)
 
     exact = exact_posterior_mean(model, X, marginal)
-    result = smc_module.run_smc(model, X, 3, num_particles=2000, num_chains=8, kernel=kernel)
+    result = smc_module.run_smc(model, X, 3, num_particles=2000, num_chains=8, engine=kernel)
     per_chain = marginal(result.counts.reshape(-1, result.counts.shape[-1])).reshape(8, 2000, -1).mean(1)
     error = per_chain.std(0, ddof=1) / np.sqrt(8)
     assert np.all(np.abs(per_chain.mean(0) - exact) <= np.maximum(4 * error, 0.02))
@@ -180,7 +180,7 @@ def test_inference_data_layout():
 
 def test_same_key_same_result_and_no_retracing(kernel):
     model = bam.models.nmf(2, a=1.0)
-    options = dict(method="smc", num_particles=64, num_chains=2, kernel=kernel)
+    options = dict(method="smc", num_particles=64, num_chains=2, engine=kernel)
     first = bam.log_evidence(model, X1, rng_key=11, **options)
     traced = smc_module.run_tokens._cache_size()
     again = bam.log_evidence(model, X1, rng_key=11, **options)
@@ -206,10 +206,10 @@ def test_rescaled_probability_products_give_the_same_estimate(monkeypatch, kerne
     # With extreme concentrations the per-token product over members is rescaled after every
     # member; forcing that path on ordinary data must leave the estimate unchanged.
     model, X = OTHER_MODELS["tucker"]
-    plain = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, kernel=kernel)
+    plain = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, engine=kernel)
     assert smc_module.rescale_interval(model.bind(X), int(X.sum())) == len(model.bind(X).members)
     monkeypatch.setattr(smc_module, "rescale_interval", lambda bound, num_tokens: 1)
-    rescaled = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, kernel=kernel)
+    rescaled = smc_module.run_smc(model, X, 6, num_particles=64, num_chains=2, engine=kernel)
     np.testing.assert_allclose(rescaled.chain_log_evidence, plain.chain_log_evidence, rtol=0, atol=1e-9)
 
 
@@ -217,14 +217,14 @@ def test_tiny_concentrations_match_exact(exact_kernel):
     # a = 1e-150: the product of a token's factors would underflow without rescaling.
     model = bam.models.nmf(2, a=1e-150)
     assert smc_module.rescale_interval(model.bind(X2), int(X2.sum())) < len(model.bind(X2).members)
-    estimate = smc_estimate(model, X2, num_particles=500, num_chains=4, kernel=exact_kernel)
+    estimate = smc_estimate(model, X2, num_particles=500, num_chains=4, engine=exact_kernel)
     assert_matches_exact(estimate, exact_log_evidence(model, X2))
 
 
 def test_progress_bar_blocks_give_the_same_estimate(kernel):
     # The bar splits the scan into blocks of tokens; the random stream does not depend on it.
     model, X = bam.models.nmf(2, a=1.0), np.array([[200, 100], [50, 3]])
-    options = dict(num_particles=16, num_chains=2, kernel=kernel)
+    options = dict(num_particles=16, num_chains=2, engine=kernel)
     quiet = smc_module.run_smc(model, X, 4, progress_bar=False, **options)
     shown = smc_module.run_smc(model, X, 4, progress_bar=True, **options)
     np.testing.assert_allclose(quiet.chain_log_evidence, shown.chain_log_evidence, rtol=0, atol=1e-9)
@@ -241,7 +241,7 @@ def test_progress_bar_blocks_give_the_same_estimate(kernel):
     (dict(rng_key=-1), ValueError, "rng_key"),
     (dict(rng_key="seed"), TypeError, "rng_key"),
     (dict(max_configs=2), ValueError, "max_configs"),
-    (dict(kernel="cuda"), ValueError, "kernel"),
+    (dict(engine="cuda"), ValueError, "engine"),
 ])
 def test_bad_options_raise_before_compiling(options, error, match):
     before = smc_module.run_tokens._cache_size()
@@ -264,7 +264,7 @@ def test_bad_data_raise():
 @pytest.mark.parametrize("resampling", ["systematic", "stratified", "multinomial", "residual"])
 def test_every_resampling_scheme_matches_exact(resampling, kernel):
     model = bam.models.nmf(2, a=1.0)
-    estimate = smc_estimate(model, X1, resampling=resampling, kernel=kernel)
+    estimate = smc_estimate(model, X1, resampling=resampling, engine=kernel)
     assert_matches_exact(estimate, exact_log_evidence(model, X1))
 
 
@@ -290,7 +290,7 @@ def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
 
     model, X = OTHER_MODELS[name]
     bound = model.bind(model.as_data(X))
-    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, kernel=kernel)
+    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, engine=kernel)
     for counts, log_prob in zip(result.best_counts, result.best_log_prob):
         closed_form = 0.0
         for table in bound.tables:
@@ -301,7 +301,7 @@ def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
         assert log_prob == pytest.approx(closed_form, abs=1e-9)
     assert result.counts.shape[:2] == (3, 50)
     evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False,
-                                       kernel=kernel)
+                                       engine=kernel)
     assert evidence_only.counts is None
     np.testing.assert_array_equal(evidence_only.chain_log_evidence, result.chain_log_evidence)
 
@@ -345,7 +345,7 @@ def test_numba_lineage_rows_equal_copying_at_every_resampling(monkeypatch):
     from bam_ppl.infer.smc import polya_urn_numba as smc_numba
 
     model, X = bam.models.cp(3, a=2.0), np.random.default_rng(5).integers(0, 3, (4, 5, 3))
-    options = dict(num_particles=40, num_chains=2, kernel="numba")
+    options = dict(num_particles=40, num_chains=2, engine="numba")
     monkeypatch.setattr(smc_numba, "LINEAGE_DEPTH", 3)
     lazy = smc_module.run_smc(model, X, 8, **options)
     assert lazy.resampled.sum(axis=1).min() > 2 * smc_numba.LINEAGE_DEPTH  # rows several generations old
@@ -378,7 +378,7 @@ def test_numba_counts_beyond_16_bits():
     # The numba kernel stores counts in 16 bits up to 32 767 tokens and in 32 bits above; with a
     # single latent class the urn is deterministic and the estimate exact.
     model, X = bam.models.nmf(1, a=1.0), np.array([[20_000, 15_000], [0, 5_000]])
-    estimate = smc_estimate(model, X, num_particles=4, num_chains=1, kernel="numba")
+    estimate = smc_estimate(model, X, num_particles=4, num_chains=1, engine="numba")
     assert estimate.value == pytest.approx(exact_log_evidence(model, X), abs=1e-6)
-    result = smc_module.run_smc(model, X, 0, num_particles=4, num_chains=1, kernel="numba")
+    result = smc_module.run_smc(model, X, 0, num_particles=4, num_chains=1, engine="numba")
     assert result.best_counts.max() == 40_000

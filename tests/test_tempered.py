@@ -55,7 +55,7 @@ def numba_case(name):
     """(result, exact) of one case; cached, so that the per-case tests and the test of the stated
     errors across cases share their runs."""
     model, X = CASES[name]
-    return tempered.run_tempered(model, X, 0, num_particles=256, num_runs=8, kernel="numba"), \
+    return tempered.run_tempered(model, X, 0, num_particles=256, num_chains=8, engine="numba"), \
         exact_log_evidence(model, X)
 
 
@@ -75,7 +75,7 @@ def test_stated_errors_match_the_errors_across_cases():
 @pytest.mark.parametrize("name", ["missing_entries", pytest.param("symmetric_nmf_tied", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_matches_exact_jax(name):
     model, X = CASES[name]
-    result = tempered.run_tempered(model, X, 0, num_particles=128, num_runs=4, kernel="jax")
+    result = tempered.run_tempered(model, X, 0, num_particles=128, num_chains=4, engine="jax")
     assert_matches_exact(result, exact_log_evidence(model, X))
 
 
@@ -83,7 +83,7 @@ def test_latent_free_model_is_exact():
     # No latent node and no missing entry: one allocation, L is a constant, one temperature.
     model = bam.models.complete_graph(3, a=1.0)
     X = np.random.default_rng(3).integers(0, 5, (2, 3, 2))
-    result = tempered.run_tempered(model, X, 0, num_particles=4, num_runs=2)
+    result = tempered.run_tempered(model, X, 0, num_particles=4, num_chains=2)
     np.testing.assert_allclose(result.run_log_evidence, exact_log_evidence(model, X), atol=1e-9)
     assert list(result.num_temperatures) == [1, 1]
     assert result.lower_bound == pytest.approx(exact_log_evidence(model, X), abs=1e-9)
@@ -95,8 +95,8 @@ def test_fixed_schedule_is_unbiased(kernel):
     # natural-scale mean of many runs matches the exact evidence within its Monte Carlo error.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
     runs = 1000 if kernel == "numba" else 120
-    result = tempered.run_tempered(model, X, 5, num_particles=8, num_runs=runs, schedule=[0.1, 0.4, 1.0],
-                                   kernel=kernel)
+    result = tempered.run_tempered(model, X, 5, num_particles=8, num_chains=runs, schedule=[0.1, 0.4, 1.0],
+                                   engine=kernel)
     ratios = np.exp(result.run_log_evidence - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
     assert list(result.num_temperatures) == [3] * runs
@@ -106,7 +106,7 @@ def test_fixed_schedule_is_unbiased(kernel):
 @pytest.mark.stats
 def test_fixed_schedule_is_unbiased_precisely():
     model, X = CASES["cp"]
-    result = tempered.run_tempered(model, X, 9, num_particles=16, num_runs=20000, schedule=[0.25, 0.5, 1.0])
+    result = tempered.run_tempered(model, X, 9, num_particles=16, num_chains=20000, schedule=[0.25, 0.5, 1.0])
     ratios = np.exp(result.run_log_evidence - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
@@ -257,7 +257,7 @@ def test_decomposition_sums_to_the_evidence():
 @pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", "lda_conditioned", "symmetric_nmf_tied"])
 def test_sure_lower_bound_is_log_prob_of_the_returned_allocation(name):
     model, X = CASES[name]
-    result = tempered.run_tempered(model, X, 1, num_particles=64, num_runs=2)
+    result = tempered.run_tempered(model, X, 1, num_particles=64, num_chains=2)
     bound = model.bind(X)
     assert result.lower_bound <= exact_log_evidence(model, X)
     assert bound.log_prob_cells(result.best_cells, result.best_counts) == pytest.approx(result.lower_bound,
@@ -269,7 +269,7 @@ def test_sure_lower_bound_is_log_prob_of_the_returned_allocation(name):
 
 def test_evidence_registry_and_details():
     model = bam.models.nmf(2, a=1.0)
-    estimate = bam.log_evidence(model, X1, method="tempered", rng_key=2, num_particles=64, num_runs=3)
+    estimate = bam.log_evidence(model, X1, method="tempered", rng_key=2, num_particles=64, num_chains=3)
     assert estimate.method == "tempered" and estimate.kind == "estimate"
     details = estimate.details
     for key in ("run_log_evidence", "lower_bound", "num_temperatures", "num_resamplings", "min_ess",
@@ -279,29 +279,29 @@ def test_evidence_registry_and_details():
     assert all(s[-1] == 1.0 for s in details["schedule"])
     assert details["lower_bound"] <= estimate.value + 4 * estimate.stderr
     # a pilot's schedule can be fixed for later runs
-    fixed = bam.log_evidence(model, X1, method="tempered", rng_key=3, num_particles=64, num_runs=2,
+    fixed = bam.log_evidence(model, X1, method="tempered", rng_key=3, num_particles=64, num_chains=2,
                              schedule=details["schedule"][0])
     assert fixed.details["num_temperatures"] == [len(details["schedule"][0])] * 2
 
 
 def test_same_key_same_result_other_key_other_result():
     model = bam.models.nmf(2, a=1.0)
-    first = tempered.run_tempered(model, X2, 4, num_particles=32, num_runs=2)
-    again = tempered.run_tempered(model, X2, jax.random.key(4), num_particles=32, num_runs=2)
-    other = tempered.run_tempered(model, X2, 5, num_particles=32, num_runs=2)
+    first = tempered.run_tempered(model, X2, 4, num_particles=32, num_chains=2)
+    again = tempered.run_tempered(model, X2, jax.random.key(4), num_particles=32, num_chains=2)
+    other = tempered.run_tempered(model, X2, 5, num_particles=32, num_chains=2)
     np.testing.assert_array_equal(first.run_log_evidence, again.run_log_evidence)
     assert not np.array_equal(first.run_log_evidence, other.run_log_evidence)
 
 
 def test_one_run_has_no_stderr():
-    result = tempered.run_tempered(bam.models.nmf(2, a=1.0), X1, 0, num_particles=16, num_runs=1)
+    result = tempered.run_tempered(bam.models.nmf(2, a=1.0), X1, 0, num_particles=16, num_chains=1)
     assert np.isnan(result.stderr)
 
 
 @pytest.mark.parametrize("options, error, word", [
     (dict(num_particles=1), ValueError, "num_particles"),
     (dict(num_particles=2.5), TypeError, "num_particles"),
-    (dict(num_runs=0), ValueError, "num_runs"),
+    (dict(num_chains=0), ValueError, "num_chains"),
     (dict(rho=1.0), ValueError, "rho"),
     (dict(rho=0.0), ValueError, "rho"),
     (dict(rho="high"), TypeError, "rho"),
@@ -311,8 +311,8 @@ def test_one_run_has_no_stderr():
     (dict(schedule=[-0.5, 1.0]), ValueError, "schedule"),
     (dict(schedule="linear"), TypeError, "schedule"),
     (dict(schedule=[[0.5, 1.0]]), ValueError, "schedule"),
-    (dict(kernel="cuda"), ValueError, "kernel"),
-    (dict(kernel=1), TypeError, "kernel"),
+    (dict(engine="cuda"), ValueError, "engine"),
+    (dict(engine=1), TypeError, "engine"),
     (dict(progress_bar="yes"), TypeError, "progress_bar"),
     (dict(max_configs=0), ValueError, "max_configs"),
     (dict(start_a=0.0), ValueError, "start_a"),
@@ -329,13 +329,13 @@ def test_bad_options_raise(options, error, word):
 def test_jax_kernel_warns_that_it_has_no_block_moves():
     model = bam.models.nmf(2, a=1.0)
     with pytest.warns(UserWarning, match="JAX kernel has no block moves"):
-        result = tempered.run_tempered(model, X1, 0, num_particles=4, num_runs=1, kernel="jax", cell_moves=1)
+        result = tempered.run_tempered(model, X1, 0, num_particles=4, num_chains=1, engine="jax", cell_moves=1)
     assert np.isnan(result.block_move_acceptance).all()
 
 
 def test_block_moves_keep_the_estimate_exact():
     model, X = CASES["nmf_X2"]
-    result = tempered.run_tempered(model, X, 3, num_particles=128, num_runs=8, cell_moves=1, pair_moves=1,
+    result = tempered.run_tempered(model, X, 3, num_particles=128, num_chains=8, cell_moves=1, pair_moves=1,
                                    node_moves=1)
     assert_matches_exact(result, exact_log_evidence(model, X))
     assert np.all((result.block_move_acceptance > 0) & (result.block_move_acceptance <= 1))
@@ -344,7 +344,7 @@ def test_block_moves_keep_the_estimate_exact():
 def test_tie_across_latent_and_visible_nodes_is_rejected():
     model = bam.AllocationModel("r -> k; k -> i; r -> j", latent={"r": 2, "k": 2}, a=1.0, tie=[("k", "i")])
     with pytest.raises(ValueError, match="ties latent and visible"):
-        tempered.run_tempered(model, np.array([[1, 2], [0, 1]]), 0, num_particles=4, num_runs=1)
+        tempered.run_tempered(model, np.array([[1, 2], [0, 1]]), 0, num_particles=4, num_chains=1)
 
 
 def test_small_concentrations_warn_without_a_tilted_start():
@@ -352,7 +352,7 @@ def test_small_concentrations_warn_without_a_tilted_start():
     # posterior's allocations are rare under it and the estimate falls far short: a warning.
     model = bam.models.nmf(2, a=0.01)
     with pytest.warns(UserWarning, match="most particles drawn from the start distribution"):
-        tempered.run_tempered(model, X2, 0, num_particles=64, num_runs=2, start_a=None)
+        tempered.run_tempered(model, X2, 0, num_particles=64, num_chains=2, start_a=None)
 
 
 @pytest.mark.parametrize("a", [1e-6, 0.01, 0.1])
@@ -360,14 +360,14 @@ def test_small_concentrations_exact_with_the_default_tilted_start(a):
     model = bam.models.nmf(2, a=a)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-        result = tempered.run_tempered(model, X2, 0, num_particles=256, num_runs=8)
+        result = tempered.run_tempered(model, X2, 0, num_particles=256, num_chains=8)
     assert_matches_exact(result, exact_log_evidence(model, X2))
 
 
 @pytest.mark.parametrize("name", ["nmf_X1", "missing_entries", "lda_conditioned"])
 def test_tilted_start_matches_exact(name):
     model, X = CASES[name]
-    result = tempered.run_tempered(model, X, 0, num_particles=256, num_runs=8, start_a=4.0 * model.a)
+    result = tempered.run_tempered(model, X, 0, num_particles=256, num_chains=8, start_a=4.0 * model.a)
     assert_matches_exact(result, exact_log_evidence(model, X))
 
 
@@ -376,7 +376,7 @@ def test_tilted_start_matches_exact(name):
 def test_small_concentrations_converge_with_effort_from_the_prior():
     model = bam.models.nmf(2, a=0.1)
     with pytest.warns(UserWarning, match="most particles"):
-        result = tempered.run_tempered(model, X2, 0, num_particles=1024, num_runs=8, rho=0.99, num_sweeps=5,
+        result = tempered.run_tempered(model, X2, 0, num_particles=1024, num_chains=8, rho=0.99, num_sweeps=5,
                                        start_a=None)
     assert_matches_exact(result, exact_log_evidence(model, X2))
 
@@ -768,10 +768,10 @@ def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
     # Each run's exp(estimate) is unbiased for p(X), relabelled copies of the modes included.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
     exact = exact_log_evidence(model, X)
-    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     runs = 400 if kernel == "numba" else 100
-    result = tempered.run_tempered(model, X, 5, num_particles=32, num_runs=runs, schedule=[0.3, 0.6, 1.0],
-                                   kernel=kernel, reference=(best.best_cells, best.best_counts), reference_sweeps=2)
+    result = tempered.run_tempered(model, X, 5, num_particles=32, num_chains=runs, schedule=[0.3, 0.6, 1.0],
+                                   engine=kernel, reference=(best.best_cells, best.best_counts), reference_sweeps=2)
     ratios = np.exp(result.run_log_evidence - exact)
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size)
 
@@ -780,8 +780,8 @@ def test_reference_start_with_a_fixed_schedule_is_unbiased(kernel):
                                   pytest.param("symmetric_nmf_tied", marks=[pytest.mark.slow, pytest.mark.stats])])
 def test_reference_start_matches_exact(name):
     model, X = CASES[name]
-    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
-    result = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
+    result = tempered.run_tempered(model, X, 1, num_particles=128, num_chains=8, num_sweeps=2,
                                    schedule=np.linspace(0.05, 1.0, 20), reference=(best.best_cells, best.best_counts))
     assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
 
@@ -789,21 +789,21 @@ def test_reference_start_matches_exact(name):
 def test_a_shared_reference_matches_exact_and_is_checked():
     # A Reference built once (what method="auto" picks by pilot runs) and shared by every run.
     model, X = CASES["nmf_X1"]
-    best = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    best = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     # Chains long enough to visit every mode of the tiny posterior: a one-chain reference of 20
     # sweeps sat in one and came out 0.06 nats low (stderr 0.007; see run_tempered, reference).
     refs = tempered.build_references(model, X, (best.best_cells, best.best_counts), 2, num=2, reference_sweeps=200)
     assert len(refs) == 2 and not np.allclose(refs[0].log_q, refs[1].log_q)  # chains of their own
-    result = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+    result = tempered.run_tempered(model, X, 1, num_particles=128, num_chains=8, num_sweeps=2,
                                    schedule=np.linspace(0.05, 1.0, 20), reference=refs[0])
     assert result.reference_sweeps == 200
     assert abs(result.log_evidence - exact_log_evidence(model, X)) <= 4 * result.stderr + 0.02, result
     # One Reference per run: still unbiased, each run from its own q.
-    per_run = tempered.run_tempered(model, X, 1, num_particles=128, num_runs=8, num_sweeps=2,
+    per_run = tempered.run_tempered(model, X, 1, num_particles=128, num_chains=8, num_sweeps=2,
                                     schedule=np.linspace(0.05, 1.0, 20), reference=refs * 4)
     assert abs(per_run.log_evidence - exact_log_evidence(model, X)) <= 4 * per_run.stderr + 0.02, per_run
     with pytest.raises(ValueError, match="one Reference per run"):
-        tempered.run_tempered(model, X, 1, num_runs=3, reference=refs)
+        tempered.run_tempered(model, X, 1, num_chains=3, reference=refs)
     with pytest.raises(ValueError, match="reference: a Reference"):
         tempered.run_tempered(model, X, 1, reference=tempered.Reference(refs[0].log_q[:, :1], 20))
     with pytest.raises(ValueError, match="reference_sweeps"):
@@ -813,7 +813,7 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     assert tempered.default_reference_sweeps(16_000) == 12_800
     # One reference from each of several allocations (what method="auto" builds from its scouts):
     # with no sweeps, each is its own allocation's conditionals, as build_references makes it.
-    other = tempered.run_tempered(model, X, 5, num_particles=4, num_runs=1)
+    other = tempered.run_tempered(model, X, 5, num_particles=4, num_chains=1)
     starts = [(best.best_cells, best.best_counts), (other.best_cells, other.best_counts)]
     each = tempered.references_from_allocations(model, X, starts, 0, reference_sweeps=0)
     assert [ref.num_sweeps for ref in each] == [0, 0]
@@ -836,11 +836,11 @@ def test_allocation_near_expected_counts_adds_up_to_the_data():
     # tokens follow each cell's conditional given the (non-integer) expected table counts.
     model, X = CASES["missing_entries"]
     bound = model.bind(X)
-    visited = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=1)
+    visited = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     entries = np.concatenate([np.ravel(c) for c in bound.table_counts(visited.best_cells, visited.best_counts)])
     expected = 0.7 * entries + 0.3 * np.random.default_rng(1).random(entries.size)
     cells, counts = tempered.allocation_near_counts(model, X, expected)
     assert counts.sum() == model.as_data(X).total and (counts > 0).all()
     assert bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
-    result = tempered.run_tempered(model, X, 0, num_particles=16, num_runs=2, reference=(cells, counts))
+    result = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=2, reference=(cells, counts))
     assert np.isfinite(result.run_log_evidence).all()

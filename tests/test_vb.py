@@ -42,7 +42,7 @@ def _reference_case(name, K):
     X = MATRICES[name]
     for a in A_GRID:
         model = bam.models.nmf(K, a=a)
-        est = bam.log_evidence(model, X, method="vb", rng_key=0, num_restarts=100)
+        est = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=100)
         exact = exact_log_evidence(model, X)
         assert est.kind == "lower_bound" and est.method == "vb"
         assert est.value <= exact + 1e-9, (name, K, a, est.value, exact)
@@ -89,7 +89,7 @@ def test_single_latent_state_bound_is_exact(case):
     """
     make_model, make_data = CASES[case]
     model, X = make_model(1), make_data()
-    est = bam.log_evidence(model, X, method="vb", rng_key=0, num_restarts=1)
+    est = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=1)
     assert est.value == pytest.approx(exact_log_evidence(model, X), abs=1e-9)
 
 
@@ -97,7 +97,7 @@ def test_single_latent_state_bound_is_exact(case):
 def test_elbo_bounds_exact_and_never_decreases(case):
     make_model, make_data = CASES[case]
     model, X = make_model(2), make_data()
-    idata = bam.infer(model, X, method="vb", rng_key=3, num_restarts=8, num_iters=200, tol=0.0,
+    idata = bam.infer(model, X, method="vb", rng_key=3, num_chains=8, num_iters=200, tol=0.0,
                       init="dirichlet", num_samples=10)
     elbo = group(idata, "sample_stats")["elbo"].values
     assert elbo.shape[0] == 8 and 1 < elbo.shape[1] <= 200
@@ -109,7 +109,7 @@ def test_elbo_bounds_exact_and_never_decreases(case):
 
 def test_inference_data_layout_and_best_restart():
     model = bam.models.nmf(3, a=1.0)
-    idata = bam.infer(model, X1, method="vb", rng_key=0, num_restarts=5, num_samples=50)
+    idata = bam.infer(model, X1, method="vb", rng_key=0, num_chains=5, num_samples=50)
     post, stats, attrs = group(idata, "posterior"), group(idata, "sample_stats"), attrs_of(idata)
     assert post["theta_k"].shape == (1, 50, 3)
     assert post["theta_i"].dims == ("chain", "draw", "k", "i")
@@ -128,11 +128,11 @@ def test_inference_data_layout_and_best_restart():
 
 def test_same_key_same_result_and_compare_labels_bound():
     model = bam.models.nmf(2, a=0.1)
-    first = bam.log_evidence(model, X2, method="vb", rng_key=7, num_restarts=4)
-    again = bam.log_evidence(model, X2, method="vb", rng_key=7, num_restarts=4)
+    first = bam.log_evidence(model, X2, method="vb", rng_key=7, num_chains=4)
+    again = bam.log_evidence(model, X2, method="vb", rng_key=7, num_chains=4)
     np.testing.assert_array_equal(first.details["elbo_per_restart"], again.details["elbo_per_restart"])
     table = bam.compare({"K=1": bam.models.nmf(1, a=0.1), "K=2": model}, X2, method="vb",
-                        num_restarts=4)
+                        num_chains=4)
     assert set(table["kind"]) == {"lower_bound"}
     assert table.index[0] == "K=2"
 
@@ -143,7 +143,7 @@ def test_same_key_same_result_and_compare_labels_bound():
         (dict(num_iters=0), ValueError, "num_iters"),
         (dict(num_iters=2.5), TypeError, "num_iters"),
         (dict(tol=-1e-3), ValueError, "tol"),
-        (dict(num_restarts=0), ValueError, "num_restarts"),
+        (dict(num_chains=0), ValueError, "num_chains"),
         (dict(init="kmeans"), ValueError, "init"),
         (dict(num_samples=0), ValueError, "num_samples"),
         (dict(progress_bar="yes"), TypeError, "progress_bar"),
@@ -187,8 +187,8 @@ def test_screened_restarts_end_as_if_run_alone():
     # every restart is the plain run.
     X = np.random.default_rng(0).poisson(2.0, (8, 9))
     model = bam.models.nmf(3)
-    full = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4)
-    screened = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4, screen_iters=30, screen_keep=4)
+    full = bam.log_evidence(model, X, method="vb", num_chains=12, rng_key=4)
+    screened = bam.log_evidence(model, X, method="vb", num_chains=12, rng_key=4, screen_iters=30, screen_keep=4)
     went_on = screened.details["iterations"] > 30
     assert went_on.sum() <= 4 and went_on.any()
     first = screened.details["elbo_per_restart"]
@@ -196,7 +196,7 @@ def test_screened_restarts_end_as_if_run_alone():
     np.testing.assert_array_equal(screened.details["iterations"][went_on], full.details["iterations"][went_on])
     assert (first <= full.details["elbo_per_restart"] + 1e-9).all()
     assert screened.value == pytest.approx(full.value, abs=1e-9)  # here the best restart is among the kept
-    kept_all = bam.log_evidence(model, X, method="vb", num_restarts=12, rng_key=4, screen_iters=30, screen_keep=12)
+    kept_all = bam.log_evidence(model, X, method="vb", num_chains=12, rng_key=4, screen_iters=30, screen_keep=12)
     np.testing.assert_array_equal(kept_all.details["elbo_per_restart"], full.details["elbo_per_restart"])
     for options, match in ((dict(screen_iters=0), "screen_iters"), (dict(screen_iters=5, screen_keep=0), "screen_keep")):
         with pytest.raises(ValueError, match=match):
@@ -216,9 +216,9 @@ def test_runs_from_allocations_start_at_their_dirichlet_posterior():
     model = bam.models.nmf(2, a=1.0)
     with warnings.catch_warnings():  # a cheap sampler, only for its allocations
         warnings.simplefilter("ignore", bam.EvidenceWarning)
-        found = bam.log_evidence(model, X2, method="tempered", num_particles=16, num_runs=2, rng_key=1)
+        found = bam.log_evidence(model, X2, method="tempered", num_particles=16, num_chains=2, rng_key=1)
     starts = list(zip(found.details["run_best_cells"], found.details["run_best_counts"]))
-    est = bam.log_evidence(model, X2, method="vb", num_restarts=3, start=starts, rng_key=2)
+    est = bam.log_evidence(model, X2, method="vb", num_chains=3, start=starts, rng_key=2)
     assert len(est.details["elbo_per_restart"]) == 3 and len(est.details["start_elbo"]) == len(starts)
     every = np.concatenate([est.details["elbo_per_restart"], est.details["start_elbo"]])
     assert est.value == every.max() and (every <= exact_log_evidence(model, X2) + 1e-9).all()

@@ -41,7 +41,7 @@ NUM_RECORDS = 300 if SMALL else None
 RANKS = range(1, 4) if SMALL else range(1, 31)
 A_VALUES = (1.0, 0.001)
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
+TEMPERED = dict(num_particles=64, num_chains=2) if SMALL else {}
 PROFILE_RANK = 3  # Fig. 13 of the paper
 
 # %% [markdown]

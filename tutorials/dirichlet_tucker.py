@@ -50,7 +50,7 @@ print(X.shape, "face totals:", np.unique(X.sum(axis=(2, 3))))
 
 # %%
 model = dirichlet_tucker(RANKS)                      # α = 1.1, as in the paper
-idata = bam.infer(model, X, method="map", rng_key=0, num_iters=NUM_ITERS, num_restarts=2)
+idata = bam.infer(model, X, method="map", rng_key=0, num_iters=NUM_ITERS, num_chains=2)
 trace = group(idata, "sample_stats")["log_posterior"].values[0]
 print(f"{len(trace) - 1} EM iterations, log posterior {trace[0]:.1f} -> {trace[-1]:.1f}")
 assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:]))
@@ -122,7 +122,7 @@ print("SEM final log posterior:", round(float(group(sem, "sample_stats")["final_
 grid = {"K_M": [2, 3, 4]} if SMALL else {"K_M": [2, 3, 4], "K_S": [2, 3, 4]}
 fixed = {k: v for k, v in zip(("K_M", "K_N", "K_P", "K_S"), RANKS) if k not in grid}
 table = bam.select_ranks(dirichlet_tucker, X, grid=grid, fixed=fixed, heldout_fraction=0.1, rng_key=0,
-                         fit_options=dict(num_iters=NUM_ITERS, num_restarts=2))
+                         num_iters=NUM_ITERS, num_chains=2)
 print(table)
 print("selected:", table.loc[table["selected"], list(grid)].to_dict("records")[0], "planted:", RANKS)
 fig = plot_rank_selection(table)

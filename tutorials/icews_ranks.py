@@ -36,7 +36,7 @@ CP_RANKS = range(1, 4) if SMALL else range(1, 26)
 TUCKER_RANKS = [(2, 2, 1), (2, 2, 2)] if SMALL else \
     [(r, r, q) for r in (1, 2, 3, 4, 5, 6, 8) for q in (1, 2, 3, 4)]
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
+TEMPERED = dict(num_particles=64, num_chains=2) if SMALL else {}
 
 # %% [markdown]
 # ## The data

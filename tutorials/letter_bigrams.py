@@ -37,7 +37,7 @@ TOTAL = 400 if SMALL else 2000
 ORDERS = range(1, 4) if SMALL else range(1, 51)
 A_VALUES = (1.0, 0.001)
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
+TEMPERED = dict(num_particles=64, num_chains=2) if SMALL else {}
 
 # %% [markdown]
 # ## The data

@@ -44,7 +44,7 @@ model = bam.models.nbmf(100, prior="beta-dir", alpha=1.0, beta=1.0, gamma=1.0)
 
 cvb_fit = bam.infer(model, parliament, method="cvb", rng_key=0, num_iters=50 if SMALL else 500,
                     progress_bar=not SMALL)
-gibbs_fit = bam.infer(model, parliament, method="gibbs", rng_key=0,
+gibbs_fit = bam.infer(model, parliament, method="gibbs", rng_key=0, num_chains=1,  # one chain, as the paper
                       num_warmup=100 if SMALL else 4000, num_samples=100 if SMALL else 1000,
                       progress_bar=not SMALL)
 

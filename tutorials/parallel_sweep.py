@@ -31,7 +31,7 @@ import bam_ppl as bam
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 RANKS = range(1, 3) if SMALL else range(1, 6)
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else dict(num_particles=256, num_runs=4)
+TEMPERED = dict(num_particles=64, num_chains=2) if SMALL else dict(num_particles=256, num_chains=4)
 
 # %% [markdown]
 # ## Data and the sweep

@@ -36,7 +36,7 @@ TRUE_RANKS = range(2, 4) if SMALL else range(2, 8)
 CANDIDATES = range(1, 5) if SMALL else range(1, 10)
 TENSORS_PER_RANK = 1 if SMALL else 5
 # The tempered SMC's options: few particles in small mode; the package defaults otherwise.
-TEMPERED = dict(num_particles=64, num_runs=2) if SMALL else {}
+TEMPERED = dict(num_particles=64, num_chains=2) if SMALL else {}
 PAPER = {"Pólya-urn SMC (paper)": 0.925, "VB lower bound (paper)": 0.525}
 
 

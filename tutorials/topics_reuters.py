@@ -63,9 +63,9 @@ def lda_model(topics):
 
 model = lda_model(K)
 fits = {
-    "vb": bam.infer(model, X, method="vb", rng_key=0, num_iters=ITERS, num_restarts=RESTARTS,
+    "vb": bam.infer(model, X, method="vb", rng_key=0, num_iters=ITERS, num_chains=RESTARTS,
                     num_samples=50),
-    "cvb": bam.infer(model, X, method="cvb", rng_key=0, num_iters=ITERS, num_restarts=RESTARTS,
+    "cvb": bam.infer(model, X, method="cvb", rng_key=0, num_iters=ITERS, num_chains=RESTARTS,
                      num_samples=50),
     "gibbs": bam.infer(model, X, method="gibbs", rng_key=0, num_warmup=WARMUP, num_samples=SAMPLES,
                        num_chains=2, progress_bar=False),
@@ -150,7 +150,7 @@ print("subsample", X_sub.shape, "tokens", X_sub.sum())
 curve = {"vb": [], "smc": [], "smc_se": []}
 for k in ranks:
     m = lda_model(k)
-    curve["vb"].append(bam.log_evidence(m, X_sub, method="vb", rng_key=1, num_restarts=restarts).value)
+    curve["vb"].append(bam.log_evidence(m, X_sub, method="vb", rng_key=1, num_chains=restarts).value)
     est = bam.log_evidence(m, X_sub, method="smc", rng_key=1, num_particles=particles, num_chains=chains)
     curve["smc"].append(est.value)
     curve["smc_se"].append(est.stderr)

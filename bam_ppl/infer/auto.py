@@ -24,6 +24,7 @@ import numpy as np
 from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
+from ..validation import renamed_options
 from .exact import log_count_allocations
 from .gibbs.chib import NO_SYMMETRIES
 from .prepare import prepare
@@ -76,13 +77,13 @@ AUTO_SAMPLERS_MAX_TOKENS = 8000
 # replicate the choice among those the pilots cannot tell apart.
 AUTO_REFERENCE_CANDIDATES = 8
 AUTO_REFERENCE_PILOT_MARGIN = 10.0
-AUTO_REFERENCE_PILOT = dict(num_particles=16, num_runs=1, rho=0.9, num_sweeps=1)
-AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_runs=4, rho=0.97, num_sweeps=1)
+AUTO_REFERENCE_PILOT = dict(num_particles=16, num_chains=1, rho=0.9, num_sweeps=1)
+AUTO_REFERENCE_OPTIONS = dict(num_particles=64, num_chains=4, rho=0.97, num_sweeps=1)
 # Further references from poor starts: the best allocations of AUTO_SCOUTS cheap runs of the
 # tempered SMC from the prior (scouts), one chain from each (:func:`scout_sweeps` long), tried by
 # pilots beside the others. The basin that carries the posterior mass need not hold the highest
 # peak, and chains stay in the basin they start in.
-AUTO_SCOUTS = dict(num_particles=16, num_runs=8, rho=0.9, num_sweeps=1)
+AUTO_SCOUTS = dict(num_particles=16, num_chains=8, rho=0.9, num_sweeps=1)
 # Another batch of scouts (up to AUTO_SCOUT_BATCHES in all) while the best pilot is a scout's and
 # fewer than AUTO_SCOUT_CLOSE candidates pilot within AUTO_REFERENCE_PILOT_MARGIN of it: where the
 # best basin is one that few starts reach, one batch of eight often has no start in it.
@@ -136,6 +137,9 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS) -> tuple[
 
 
 @register_evidence("auto", models=(AllocationModel,))
+# The old names of the options it hands to the estimators it runs (tempered, chib, smc, vb).
+@renamed_options(num_runs="num_chains", num_restarts="num_chains", kernel="engine", num_warmup="num_search_sweeps",
+                 num_steps="num_samples")
 def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_CONFIGS, **options):
     """Exact, Pólya-urn SMC or tempered SMC, whichever suits the size (see :func:`choose_method`).
 
@@ -219,7 +223,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     ``"tempered+chib"``, ``"chib+reference"``, …): a mean of unbiased estimates, with the
     guarantee e^(−b). The estimate's ``method`` is ``"auto"`` and its ``pipeline`` names the parts
     kept or pooled. ``options`` go to the estimator that takes them (``max_configs`` to all,
-    ``kernel`` to the tempered SMC only: Chib runs on the numba CPU kernel; the rest by name;
+    ``engine`` to the tempered SMC only: Chib runs on the numba CPU kernel; the rest by name;
     the reference-started SMC runs with AUTO_REFERENCE_OPTIONS).
 
     The tempered SMC runs with 256 particles where a pilot run's schedule is short and 16 where
@@ -250,7 +254,7 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
         parts["tempered"] = tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
         logger.info("auto evidence: tempered SMC %.2f ± %.2f", tempered.value, tempered.stderr)
         start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
-        chib_options = {k: v for k, v in mine(chib_fn).items() if k != "kernel"}  # Chib runs on the CPU (numba)
+        chib_options = {k: v for k, v in mine(chib_fn).items() if k != "engine"}  # Chib runs on the CPU (numba)
         logger.info("auto evidence: Chib-style estimate from the tempered SMC's best allocations")
         with warnings.catch_warnings(record=True) as chib_warnings:  # passed on below, if they concern the result
             warnings.simplefilter("always")
@@ -265,10 +269,10 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     if tokens >= AUTO_REFERENCE_MIN_TOKENS:
         # Random restarts alone first: their best fit starts references of its own (AUTO_VB_RESTARTS).
         logger.info("auto evidence: VB, %d restarts (the yardstick and a search for starts)", AUTO_VB_RESTARTS)
-        vb = vb_fn(model, data, rng_key=vb_key, num_restarts=AUTO_VB_RESTARTS, **AUTO_VB_SCREEN)
+        vb = vb_fn(model, data, rng_key=vb_key, num_chains=AUTO_VB_RESTARTS, **AUTO_VB_SCREEN)
         parts["reference"], references = reference_stage(model, data, reference_key, best_visited(), vb,
                                                          tempered_options)
-        from_found = vb_fn(model, data, rng_key=vb_key, num_restarts=1, start=found_allocations())
+        from_found = vb_fn(model, data, rng_key=vb_key, num_chains=1, start=found_allocations())
         vb_bound = max(vb.value, from_found.value)
     else:
         vb_bound = vb_fn(model, data, rng_key=vb_key, start=found_allocations()).value
@@ -308,7 +312,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
     varies. The pilots and scouts have keys of their own, so the main runs stay unbiased.
     """
     tempered_fn = find_evidence("tempered", model)
-    shared = {k: v for k, v in tempered_options.items() if k in ("kernel", "max_configs")}
+    shared = {k: v for k, v in tempered_options.items() if k in ("engine", "max_configs")}
     max_configs = shared.get("max_configs", DEFAULT_MAX_CONFIGS)
     starts = {"sampled": (found.details["best_cells"], found.details["best_counts"]),
               "vb": allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)}
@@ -340,7 +344,7 @@ def reference_stage(model, data, key, found, vb, tempered_options):
             if not more_scouts([name for name, _ in candidates], pilots):
                 break
     names = [name for name, _ in candidates]
-    chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_runs"])
+    chosen = runs_from_pilots(pilots, AUTO_REFERENCE_OPTIONS["num_chains"])
     logger.info("auto evidence: tempered SMC from %d of %d references (their pilots within %g nats of the best)",
                 len(set(chosen)), len(candidates), AUTO_REFERENCE_PILOT_MARGIN)
     estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
@@ -437,7 +441,7 @@ def tempered_stage_options(model, data, pilot_key, options) -> tuple[dict, dict,
     temperatures (see AUTO_SHORT_SCHEDULE) and the number of tokens (AUTO_REFERENCE_CARRIES_TOKENS).
     Returns the options, what was decided (for the estimate's details) and the pilot, whose best
     allocation can start the reference part."""
-    pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_runs=1, progress_bar=False)
+    pilot_options = dict(options, num_particles=AUTO_PILOT_PARTICLES, num_chains=1, progress_bar=False)
     with warnings.catch_warnings():  # the pilot's own warnings say nothing about the estimate
         warnings.simplefilter("ignore")
         pilot = find_evidence("tempered", model)(model, data, rng_key=pilot_key, **pilot_options)

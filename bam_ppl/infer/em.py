@@ -33,7 +33,7 @@ from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundModel
 from ..parallel import chain_keys, restart_layout
 from ..progress import progress, resolve_progress
 from ..types import as_key
-from ..validation import check_choice, check_int, check_positive
+from ..validation import check_choice, check_int, check_positive, renamed_options
 from . import em_driver
 from .prepare import prepare
 from .registry import register
@@ -157,9 +157,10 @@ def _run_restarts(problem, keys, tol, num_iters, init_method, has_valid, capacit
 
 @register("map", models=(AllocationModel,))
 @restart_layout("restart", "restart_log_posterior")
-def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 10,
+@renamed_options(num_restarts="num_chains")
+def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 10,
            init: str = "random", max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
-           first_restart: int = 0):
+           _first_chain: int = 0):
     """MAP estimate of the tables by EM on the augmented model, best of several restarts.
 
     Parameters
@@ -173,12 +174,10 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     tol : float
         Stop when an iteration raises the log posterior by at most ``tol`` relative to it (>= 0;
         with 0 EM stops only once an iteration gains nothing, or after ``num_iters`` iterations).
-    num_restarts : int
-        Independent initialisations (vmapped); the one with the highest log posterior is kept.
-    first_restart : int
-        Index of the first restart: restart r starts from ``fold_in(rng_key, r)`` alone, so
-        ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
-        ``bam.infer(..., executor=...)`` runs one task per restart).
+    num_chains : int
+        Independent initialisations (restarts; formerly ``num_restarts``), vmapped; the one with
+        the highest log posterior is kept. Restart r starts from ``fold_in(rng_key, r)`` alone,
+        so ``bam.infer(..., executor=...)`` runs it as a task of its own (``_first_chain=r``).
     init : {"random", "prior"}
         Initial columns uniform on the simplex, or drawn from their Dirichlet prior.
     max_configs : int
@@ -198,8 +197,8 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     """
     num_iters = check_int(num_iters, "num_iters")
     tol = check_positive(tol, "tol", allow_zero=True)
-    num_restarts = check_int(num_restarts, "num_restarts")
-    first_restart = check_int(first_restart, "first_restart", minimum=0)
+    num_chains = check_int(num_chains, "num_chains")
+    first_chain = check_int(_first_chain, "_first_chain", minimum=0)
     check_choice(init, "init", INITS)
     resolve_progress(progress_bar)  # validates
     key = as_key(rng_key)
@@ -208,10 +207,10 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     problem = build_problem(bound, data, layout)
     # Log posteriors of large data sets differ by far less than float32 resolves: EM's
     # monotonicity is only visible in float64.
-    work = data.nnz * layout.num_configs * num_restarts * num_iters
+    work = data.nnz * layout.num_configs * num_chains * num_iters
     show = resolve_progress(progress_bar, long_run=work > LONG_RUN_WORK)
     with jax.enable_x64(True), progress(1, "map (EM restarts)", show, unit="fit") as bar:
-        states = _run_restarts(problem, chain_keys(key, num_restarts, first_restart), tol, num_iters, init,
+        states = _run_restarts(problem, chain_keys(key, num_chains, first_chain), tol, num_iters, init,
                                layout.valid is not None, em_driver.trace_capacity(num_iters))
         states = jax.tree.map(np.asarray, states)
         bar.update(1)
@@ -229,7 +228,7 @@ def map_em(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, 
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="map", sample_stats=stats,
         attrs=dict(point_estimate="MAP: a single draw holding the posterior mode, not posterior samples",
-                   num_iters=num_iters, tol=tol, num_restarts=num_restarts,
-                   init=init, best_restart=first_restart + best, converged=int(states.converged[best]),
+                   num_iters=num_iters, tol=tol, num_restarts=num_chains,
+                   init=init, best_restart=first_chain + best, converged=int(states.converged[best]),
                    log_posterior=float(finals[best])),
     )

@@ -41,17 +41,18 @@ def compile_numba(namespace: dict, *, inline=(), nogil=()) -> None:
         namespace[name] = numba.njit(nogil=True, cache=True)(namespace[name])
 
 
-def resolve_kernel(kernel: str) -> str:
-    """The kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed."""
-    check_choice(kernel, "kernel", KERNELS)
+def resolve_kernel(kernel: str, option: str = "engine") -> str:
+    """The kernel that ``kernel`` names: ``"auto"`` is numba on a CPU when it is installed
+    (``option``: the option's name in messages)."""
+    check_choice(kernel, option, KERNELS)
     if kernel == "numba" and not HAVE_NUMBA:
-        raise ImportError('kernel="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
+        raise ImportError(f'{option}="numba" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     if kernel == "auto":
         if jax.default_backend() != "cpu":
             return "jax"
         if not HAVE_NUMBA:
             warnings.warn(
-                "numba is not installed, so kernel='auto' runs the JAX kernel: it draws from other "
+                f"numba is not installed, so {option}='auto' runs the JAX kernel: it draws from other "
                 "random streams, so the same rng_key gives other results than an install with numba "
                 "(a dependency of bam_ppl: pip install numba)", UserWarning, stacklevel=3)
             return "jax"

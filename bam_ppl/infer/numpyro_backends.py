@@ -120,18 +120,19 @@ def run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sample
 
 
 @register("nuts", models=(AllocationModel,))
-def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 2,
+def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
          thinning: int = 1, target_accept_prob: float = 0.8, chain_method: str = "sequential",
-         progress_bar: bool | None = None, first_chain: int = 0):
+         progress_bar: bool | None = None, _first_chain: int = 0):
     """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out).
 
     sample_stats: ``energy``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``lp`` (ArviZ's
     names). ``progress_bar=None`` shows NumPyro's bar in a terminal or a Jupyter kernel and
-    never in a log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)`` alone: the
-    run holds chains ``first_chain .. first_chain + num_chains - 1``, and with the default
-    ``chain_method="sequential"`` chain c run alone (``num_chains=1, first_chain=c``) is chain
-    c of a larger run exactly.
+    never in a log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)``
+    alone, and with the default ``chain_method="sequential"`` chain c run as a task of its own
+    (``bam.infer(..., executor=...)``, private option ``_first_chain=c``) is chain c of a larger
+    run exactly.
     """
+    first_chain = _first_chain
     check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain)
     data = model.as_data(data)
     bound = model.bind(data)

@@ -6,6 +6,22 @@ A backend is ``fn(model, data, *, rng_key, **options) -> InferenceData`` registe
 :func:`register_evidence`. The same name may serve several model families (``"gibbs"`` for
 allocation models and for NBMF), dispatched on the model's type (the most specific class wins).
 Importing :mod:`bam_ppl.infer` registers every built-in one.
+
+Option vocabulary, the same in every backend and estimator (NumPyro's names where it has them):
+
+* ``num_chains`` — independent chains, runs or restarts, each drawn from ``fold_in(rng_key, c)``.
+  Default per kind of backend: MCMC samplers (``gibbs``, ``nuts``) 4, since ArviZ's R-hat and
+  ESS need several chains; SMC and evidence runs (``smc``, ``tempered``, ``chib``) 4, since the
+  spread of the runs gives the stated error; optimisers (``map``, ``vb``, ``cvb``) 1, a restart
+  being a full extra fit (``map`` for allocation models and VB's evidence keep 10: their
+  optimum depends on the start more than a posterior summary does).
+* ``num_warmup`` / ``num_samples`` — discarded and kept sweeps (draws) of a sampler;
+  ``num_steps`` — optimiser steps (``svi``); ``num_iters`` — iterations of EM/VB to convergence.
+* ``engine`` — ``"auto"``, ``"numba"`` or ``"jax"``: which implementation runs the token loops
+  (NumPyro's ``kernel`` is an MCMC transition kernel, another thing).
+
+Old names (``num_runs``, ``num_restarts``, ``kernel``; Chib's ``num_steps`` and ``num_warmup``)
+are accepted for one release with a FutureWarning (:func:`bam_ppl.validation.renamed_options`).
 """
 
 from __future__ import annotations
@@ -18,6 +34,7 @@ from typing import NamedTuple
 
 from ..parallel import check_executor, split_backend
 from ..types import KeyLike
+from ..validation import rename_options
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +81,13 @@ def register(name: str, models: tuple[type, ...] = (object,), description: str |
 
 def deprecated_alias(alias: str, name: str, models: tuple[type, ...], note: str = ""):
     """Register ``alias`` as an old name of backend ``name``: it runs that backend after a
-    DeprecationWarning that names the new one."""
+    FutureWarning (shown to users by default, unlike a DeprecationWarning raised inside a
+    library) that names the new one."""
     def run_under_new_name(model, data, *, rng_key=0, **options):
         warnings.warn(f"method={alias!r} is deprecated for {type(model).__name__}: use method={name!r}{note}",
-                      DeprecationWarning, stacklevel=3)
+                      FutureWarning, stacklevel=3)
         backend = find(name, model)
-        check_options(backend.fn, options, f"bam.infer(method={alias!r} -> {name!r})")
+        options = resolve_options(backend.fn, options, f"bam.infer(method={alias!r} -> {name!r})")
         return backend.fn(model, data, rng_key=rng_key, **options)
 
     register(alias, models, description=f"deprecated name of {name!r}")(run_under_new_name)
@@ -130,13 +148,14 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
         Randomness; the same key gives the same result.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the chains (or the restarts) as tasks there, model and data sent to each worker once
-        (:func:`bam_ppl.parallel.split_backend`): chain ``c`` is the backend with one chain and
-        ``first_chain=c`` (``first_restart=c``), chains concatenated in order, restarts merged as
-        the backend keeps them. Every built-in backend draws chain ``c`` from
+        (:func:`bam_ppl.parallel.split_backend`): chain (restart) ``c`` is the backend run with
+        one chain starting at index ``c``, chains concatenated in order, restarts merged as the
+        backend keeps them. Every built-in backend draws chain ``c`` from
         ``fold_in(rng_key, c)`` alone, so the InferenceData is the one of ``executor=None``, bit
         for bit, on every executor and any number of workers.
     **options
-        Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...).
+        Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...);
+        the same name means the same thing in every backend (module docstring).
     """
     if method is None:
         method = getattr(model, "default_method", None)
@@ -144,7 +163,7 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
             refuse_program(model)
             raise ValueError("method is required for this model; see bam_ppl.methods()")
     backend = find(method, model)
-    check_options(backend.fn, options, f"bam.infer(method={method!r})")
+    options = resolve_options(backend.fn, options, f"bam.infer(method={method!r})")
     check_executor(executor)
     logger.debug("infer(method=%r) on %s: started", method, type(model).__name__)
     began = time.perf_counter()
@@ -172,10 +191,19 @@ def check_options(fn, options, caller: str) -> None:
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    valid = option_names(fn)
+    valid = option_names(fn) | set(getattr(fn, "renamed_options", {}))
     unknown = sorted(set(options) - valid)
     if unknown:
         raise TypeError(f"{caller}: unknown option(s) {unknown}; valid options: {sorted(valid)}")
+
+
+def resolve_options(fn, options: dict, caller: str, stacklevel: int = 4) -> dict:
+    """``options`` under their current names (deprecated ones warn and are mapped), checked
+    against what ``fn`` takes; the public entry points call this before running ``fn``
+    (``stacklevel`` points the warning at their caller)."""
+    options = rename_options(options, getattr(fn, "renamed_options", {}), caller, stacklevel=stacklevel)
+    check_options(fn, options, caller)
+    return options
 
 
 def _is_inference_data(result) -> bool:

@@ -38,7 +38,7 @@ from ...models.dirichlet_tucker import DirichletTuckerModel, DirichletTuckerPara
 from ...parallel import chain_keys, restart_layout
 from ...progress import progress, resolve_progress
 from ...types import numpy_generator
-from ...validation import check_choice, check_int, check_positive
+from ...validation import check_choice, check_int, check_positive, renamed_options
 
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 
@@ -426,9 +426,10 @@ def _ranks_and_sizes(model, dense):
 
 @register("map", models=(DirichletTuckerModel,))
 @restart_layout("restart", "restart_log_posterior")
+@renamed_options(num_restarts="num_chains")
 def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: float = 1e-7,
-                         num_restarts: int = 1, heldout=None, dtype: str = "float64",
-                         progress_bar: bool | None = None, first_restart: int = 0, acceleration: str = "none"):
+                         num_chains: int = 1, heldout=None, dtype: str = "float64",
+                         progress_bar: bool | None = None, _first_chain: int = 0, acceleration: str = "none"):
     """MAP-EM for the Dirichlet Tucker decomposition with the collapsed allocation tensor (Zhang & Linderman §2).
 
     Parameters
@@ -443,12 +444,10 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
     tol : float
         Stop when the log posterior gains less than ``tol`` × |log posterior| in an iteration
         (0 runs all ``num_iters``).
-    num_restarts : int
-        Random starts, run one after another; the one with the highest log posterior is kept.
-    first_restart : int
-        Index of the first restart: restart r starts from ``fold_in(rng_key, r)`` alone, so
-        ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
-        ``bam.infer(..., executor=...)`` runs one task per restart).
+    num_chains : int
+        Random starts (restarts; formerly ``num_restarts``), run one after another; the one with
+        the highest log posterior is kept. Restart r starts from ``fold_in(rng_key, r)`` alone,
+        so ``bam.infer(..., executor=...)`` runs it as a task of its own (``_first_chain=r``).
     heldout : bool array (M, N), optional
         Faces left out of the fit (their augmentation counts are zero, Zhang & Linderman §3); their
         multinomial log-likelihood under the estimate is reported as
@@ -476,15 +475,15 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         ``num_iterations``, ``converged``, ``restart_log_posterior`` (chain, restart).
     """
     _common_options(model, num_iters, tol, dtype)
-    check_int(num_restarts, "num_restarts")
-    check_int(first_restart, "first_restart", minimum=0)
+    check_int(num_chains, "num_chains")
+    check_int(_first_chain, "_first_chain", minimum=0)
     check_choice(acceleration, "acceleration", ACCELERATIONS)
-    show = resolve_progress(progress_bar, long_run=num_restarts > 1)
+    show = resolve_progress(progress_bar, long_run=num_chains > 1)
     data, dense, fitted, total = _faces(model, data, heldout)
     ranks, sizes = _ranks_and_sizes(model, dense)
     # Restart r starts from a Generator seeded by its own key, as it would run alone.
     each = [init_params(numpy_generator(key), ranks, sizes, 1)
-            for key in chain_keys(rng_key, num_restarts, first_restart)]
+            for key in chain_keys(rng_key, num_chains, _first_chain)]
     starts = DirichletTuckerParams(*(np.concatenate(p) for p in zip(*each)))
     with jax.enable_x64(dtype == "float64"), progress(1, "map (EM restarts)", show, unit="fit") as bar:
         dt = DTYPES[dtype]
@@ -508,7 +507,7 @@ def dirichlet_tucker_map(model, data, *, rng_key=0, num_iters: int = 500, tol: f
         "converged": (("chain",), np.array([bool(states.converged[best])])),
         "restart_log_posterior": (("chain", "restart"), finals[None].astype(np.float64)),
     }
-    attrs = dict(num_iters=num_iters, tol=tol, num_restarts=num_restarts, best_restart=first_restart + best,
+    attrs = dict(num_iters=num_iters, tol=tol, num_restarts=num_chains, best_restart=_first_chain + best,
                  dtype=dtype, acceleration=acceleration)
     return _inference_data(model, data, params, fitted, total, loglik, method="map",
                            sample_stats=sample_stats, attrs=attrs)

@@ -471,8 +471,8 @@ def sample(rng_key, values, observed, hyper: Hyper, *, kind="beta-dir", num_warm
 
 @register("gibbs", models=(NBMF,))
 def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, num_samples: int = 1000,
-          num_chains: int = 1, thinning: int | None = None, active_threshold: float = ACTIVE_THRESHOLD,
-          progress_bar: bool | None = None, init: str | None = None, first_chain: int = 0):
+          num_chains: int = 4, thinning: int | None = None, active_threshold: float = ACTIVE_THRESHOLD,
+          progress_bar: bool | None = None, init: str | None = None, _first_chain: int = 0):
     """Collapsed Gibbs for NBMF (Beta-Dir and Dir-Beta: Alg. 1; Dir-Dir: Alg. 2 of Lumbreras et al. 2020).
 
     Parameters
@@ -486,11 +486,9 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
         Burn-in sweeps and kept sweeps (paper: 4000 and 1000, §6.2). Every kept sweep enters
         E[WH | V] (``model.expected_mean``).
     num_chains : int
-        Independent chains, run vectorised.
-    first_chain : int
-        Index of the first chain: chain c draws from ``fold_in(rng_key, c)`` alone, so
-        ``num_chains=1, first_chain=c`` is chain c of a larger run (how
-        ``bam.infer(..., executor=...)`` runs one task per chain).
+        Independent chains, run vectorised (4, as every MCMC backend: R-hat needs several; the
+        paper ran one). Chain c draws from ``fold_in(rng_key, c)`` alone, so
+        ``bam.infer(..., executor=...)`` runs it as a task of its own (``_first_chain=c``).
     thinning : int, optional
         Posterior draws of W and H are stored every ``thinning`` kept sweeps (default 1: all
         ``num_samples`` of them, as every backend returns ``num_samples`` draws); every kept sweep
@@ -520,7 +518,7 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
     num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_samples = check_int(num_samples, "num_samples", minimum=1)
     num_chains = check_int(num_chains, "num_chains", minimum=1)
-    first_chain = check_int(first_chain, "first_chain", minimum=0)
+    first_chain = check_int(_first_chain, "_first_chain", minimum=0)
     thinning = 1 if thinning is None else check_int(thinning, "thinning")
     if thinning > num_samples:
         raise ValueError(f"thinning must be <= num_samples ({num_samples}), got {thinning}")

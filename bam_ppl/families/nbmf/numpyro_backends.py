@@ -22,12 +22,13 @@ def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attr
 
 @register("nuts", models=(NBMF,))
 def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_samples: int = 500,
-              num_chains: int = 2, thinning: int = 1, target_accept_prob: float = 0.8,
-              chain_method: str = "sequential", progress_bar: bool | None = None, first_chain: int = 0):
+              num_chains: int = 4, thinning: int = 1, target_accept_prob: float = 0.8,
+              chain_method: str = "sequential", progress_bar: bool | None = None, _first_chain: int = 0):
     """NumPyro NUTS on the uncollapsed Bernoulli(WH) program of NBMF (Lumbreras et al. 2020 eqs. 15–18).
 
-    sample_stats, ``progress_bar`` and ``first_chain`` as for the allocation models' :func:`nuts`.
+    sample_stats, ``progress_bar`` and the chains' keys as for the allocation models' :func:`nuts`.
     """
+    first_chain = _first_chain
     check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain)
     values, observed, rows, cols = check_data(model, data, mask)
     program = functools.partial(model.numpyro_model(), values, mask=observed)

@@ -32,7 +32,7 @@ from ...infer.registry import register
 from ...models.nbmf import ACTIVE_THRESHOLD, NBMF
 from ...parallel import chain_keys, restart_layout
 from ...types import numpy_generator
-from ...validation import check_int, check_positive
+from ...validation import check_int, check_positive, renamed_options
 from . import common
 
 
@@ -238,22 +238,23 @@ def _draw_q(draw_keys, row, ones, zeros, num_samples):
     return np.concatenate(W).astype(np.float32), np.concatenate(H).astype(np.float32)
 
 
-def _check_options(model, method, num_iters, num_restarts, num_samples, active_threshold, first_restart):
+def _check_options(model, method, num_iters, num_chains, num_samples, active_threshold, first_chain):
     if model.prior == "dir-dir":
         raise ValueError(f"method {method!r} serves the beta-dir and dir-beta priors; Lumbreras et al. 2020 gives "
                          "no variational scheme for dir-dir, use method='gibbs'")
     check_int(num_iters, "num_iters")
-    check_int(num_restarts, "num_restarts")
-    check_int(first_restart, "first_restart", minimum=0)
+    check_int(num_chains, "num_chains")
+    check_int(first_chain, "_first_chain", minimum=0)
     check_int(num_samples, "num_samples")
     check_positive(active_threshold, "active_threshold", upper=1.0)
 
 
 @register("cvb", models=(NBMF,))
 @restart_layout()  # every restart is kept, as a chain
-def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
+@renamed_options(num_restarts="num_chains")
+def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_chains: int = 1,
         num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None,
-        first_restart: int = 0):
+        _first_chain: int = 0):
     """Collapsed VB with the zero-order approximation (CVB0) for Beta-Dir NBMF (Lumbreras et al. 2020 §4.3).
 
     Parameters
@@ -267,12 +268,11 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         ``True`` = observed; hidden entries have no responsibility and enter no count.
     num_iters : int
         Sweeps over all observed entries (paper: 500).
-    num_restarts : int
-        Independent random initialisations, run vectorised (the ``chain`` dimension).
-    first_restart : int
-        Index of the first restart: restart r starts from and draws with ``fold_in(rng_key, r)``
-        alone, so ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
-        ``bam.infer(..., executor=...)`` runs one task per restart).
+    num_chains : int
+        Independent random initialisations (restarts), run vectorised (the ``chain``
+        dimension); formerly ``num_restarts``. Restart r starts from and draws with
+        ``fold_in(rng_key, r)`` alone, so ``bam.infer(..., executor=...)`` runs it as a task of
+        its own (private option ``_first_chain=r``).
     num_samples : int
         Draws of W and H from q(W) q(H) (eqs. 37–38) stored per restart.
     active_threshold : float
@@ -287,12 +287,12 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
         (eq. 39) per restart; sample_stats ``nll`` (chain, iteration): training fit (eq. 66),
         ``n_active_trace`` (chain, iteration) and ``n_active`` (chain,).
     """
-    _check_options(model, "cvb", num_iters, num_restarts, num_samples, active_threshold, first_restart)
+    _check_options(model, "cvb", num_iters, num_chains, num_samples, active_threshold, _first_chain)
     values, observed, rows, cols = common.check_data(model, data, mask)
     _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     F, N = core_values.shape
     layout = common.DiagonalLayout(*(jnp.asarray(a) for a in common.diagonal_layout(core_values, core_observed)))
-    init_keys, draw_keys = chain_keys(rng_key, num_restarts, first_restart, parts=2)
+    init_keys, draw_keys = chain_keys(rng_key, num_chains, _first_chain, parts=2)
     runs = _init_cvb(init_keys, layout, F=F, N=N,
                      K=model.n_components, num_iters=num_iters)
     data_args = (jnp.asarray(core_values, jnp.int32), jnp.asarray(core_observed))
@@ -309,9 +309,10 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_re
 
 @register("vb", models=(NBMF,))
 @restart_layout()  # every restart is kept, as a chain
-def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_restarts: int = 1,
+@renamed_options(num_restarts="num_chains")
+def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_chains: int = 1,
        num_samples: int = 20, active_threshold: float = ACTIVE_THRESHOLD, progress_bar: bool | None = None,
-       first_restart: int = 0):
+       _first_chain: int = 0):
     """Uncollapsed mean-field VB for Beta-Dir NBMF: the bICA baseline of Lumbreras et al. 2020 §6.
 
     The paper's bICA-K is ``nbmf(K, alpha=1, beta=1, gamma=K)`` (γ_k = 1) with small K.
@@ -326,11 +327,11 @@ def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_res
         posterior ``W``, ``H`` (draws from q); group ``expectations``: ``WH`` = E_q[W] E_q[H];
         sample_stats ``elbo`` (chain, iteration), ``n_active_trace`` and ``n_active``.
     """
-    _check_options(model, "vb", num_iters, num_restarts, num_samples, active_threshold, first_restart)
+    _check_options(model, "vb", num_iters, num_chains, num_samples, active_threshold, _first_chain)
     values, observed, rows, cols = common.check_data(model, data, mask)
     _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
     data_args = (jnp.asarray(core_values, jnp.float32), jnp.asarray(core_observed))
-    init_keys, draw_keys = chain_keys(rng_key, num_restarts, first_restart, parts=2)
+    init_keys, draw_keys = chain_keys(rng_key, num_chains, _first_chain, parts=2)
     runs = _init_vb(init_keys, *data_args, hyper, num_iters=num_iters)
     advance = lambda runs, start, stop: _advance_vb(runs, start, stop, *data_args, hyper,
                                                     threshold=float(active_threshold))

@@ -54,9 +54,9 @@ larger than MAX_RELABELLINGS are not averaged over (with a warning).
 
 z*. Every run has its own z*, so that the runs are independent and their spread shows how much
 the estimate depends on where the search ended. The ``num_searches`` search chains are split
-into one group per run (min(num_runs, num_searches) groups, shared round-robin when there are
+into one group per run (min(num_chains, num_searches) groups, shared round-robin when there are
 fewer); each group is a population searching for a state of high p(X, z): each chain starts
-from a Pólya-urn allocation and makes ``num_warmup`` randomly ordered sweeps of the annealed
+from a Pólya-urn allocation and makes ``num_search_sweeps`` randomly ordered sweeps of the annealed
 target p(X, z)^β (β rising geometrically from 0.1 to 1 over the first 80 % of them, then 1);
 at ten evenly spaced points the worse half of the chains restart from copies of the better
 half (go-with-the-winners, Aldous & Vazirani 1994, "Go with the winners" algorithms); each
@@ -95,7 +95,7 @@ from ...estimate import EvidenceEstimate, pool_runs
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import make_bar, resolve_progress
 from ...types import as_key, numpy_generator
-from ...validation import check_choice, check_int
+from ...validation import check_choice, check_int, renamed_options
 from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
 from ..prepare import prepare
 from ..registry import register_evidence
@@ -464,11 +464,11 @@ if HAVE_NUMBA:
 
 def _resolve_kernel(kernel) -> str:
     if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
-    check_choice(kernel, "kernel", KERNELS)
+        raise TypeError(f"engine must be a string, got {type(kernel).__name__}")
+    check_choice(kernel, "engine", KERNELS)
     if kernel == "jax":
-        raise ValueError('kernel="jax" is not available for method="chib": its sweeps run in the numba '
-                         'kernel only; use kernel="numba" or "auto"')
+        raise ValueError('engine="jax" is not available for method="chib": its sweeps run in the numba '
+                         'kernel only; use engine="numba" or "auto"')
     if not HAVE_NUMBA:
         raise ImportError('method="chib" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     return "numba"
@@ -810,11 +810,13 @@ def as_allocations(start) -> list:
 
 def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs,
                    progress_bar):
-    num_runs = check_int(num_runs, "num_runs", minimum=1)
+    """The options under their internal names (runs, search sweeps, chain sweeps), checked and
+    reported under their public ones (num_chains, num_search_sweeps, num_samples)."""
+    num_runs = check_int(num_runs, "num_chains", minimum=1)
     num_searches = check_int(num_searches, "num_searches", minimum=1)
     if num_warmup is not None:
-        num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
-    num_steps = check_int(num_steps, "num_steps", minimum=1)
+        num_warmup = check_int(num_warmup, "num_search_sweeps", minimum=0)
+    num_steps = check_int(num_steps, "num_samples", minimum=1)
     check_int(max_configs, "max_configs", minimum=1)
     if not isinstance(label_symmetry, bool):
         raise TypeError(f"label_symmetry must be a bool, got {type(label_symmetry).__name__}")
@@ -823,17 +825,18 @@ def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry
 
 
 @register_evidence("chib", models=(AllocationModel,))
-def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUNS,
+@renamed_options(num_runs="num_chains", num_warmup="num_search_sweeps", num_steps="num_samples", kernel="engine")
+def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_RUNS,
                       num_searches: int = DEFAULT_NUM_SEARCHES,
-                      num_warmup: int | None = None, num_steps: int = DEFAULT_NUM_STEPS,
-                      label_symmetry: bool = True, kernel: str = "auto",
+                      num_search_sweeps: int | None = None, num_samples: int = DEFAULT_NUM_STEPS,
+                      label_symmetry: bool = True, engine: str = "auto",
                       max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
                       start=None) -> EvidenceEstimate:
     """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009).
 
     log p(X) = log p(X, z*) − log p(z* | X) for a token labelling z* of high probability, with
     p(z* | X) estimated by averaging the exact transition probabilities T(z^(s) → z*) of a
-    systematic-scan Gibbs chain of ``num_steps`` sweeps run backwards and forwards from z*:
+    systematic-scan Gibbs chain of ``num_samples`` sweeps run backwards and forwards from z*:
     Murray & Salakhutdinov (2009, "Evaluating probabilities under high-dimensional latent
     variable models"); Wallach, Murray, Salakhutdinov & Mimno (2009, "Evaluation methods for
     topic models"); after Chib (1995, "Marginal likelihood from the Gibbs output"). A method of
@@ -842,8 +845,8 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     Each run's p(X, z*) / p̂(z* | X) is an unbiased estimate of p(X), so its log is a stochastic
     lower bound of log p(X): low in expectation (Jensen), and above log p(X) + b with
     probability at most e^(−b). Runs are pooled by log-mean-exp. The estimate relies on the
-    search finding z* in the dominant mode: a z* in a poor local mode (too few ``num_warmup``
-    sweeps) gives a value far too low although its runs agree; it shows as a ``lower_bound``
+    search finding z* in the dominant mode: a z* in a poor local mode (too few
+    ``num_search_sweeps``) gives a value far too low although its runs agree; it shows as a ``lower_bound``
     (log π of the searched states) below other estimators' sure bounds, or as calls with other
     keys that disagree. See the module documentation for z*, the label symmetries and the bias.
 
@@ -852,23 +855,25 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
     model : AllocationModel
     data : array-like or CountTensor
     rng_key : int or JAX key
-    num_runs : int
-        Independent runs, each a search group's z* and one chain around it (threads); their
-        spread gives the standard error.
+    num_chains : int
+        Independent runs (formerly ``num_runs``), each a search group's z* and one chain around
+        it (threads); their spread gives the standard error.
     num_searches : int
-        Search chains for z* (threads), split into min(num_runs, num_searches) groups.
-    num_warmup : int, optional
-        Annealed random-order Gibbs sweeps of each search chain for z* (>= 0). Default: two per
-        token, at least 2000 and at most 10 000; the cost is O(num_searches × T × num_warmup).
-        With a ``start``, 2000: the search then only has to beat a good allocation.
-    num_steps : int
-        Sweeps S of each chain around z* (>= 1).
+        Search chains for z* (threads), split into min(num_chains, num_searches) groups.
+    num_search_sweeps : int, optional
+        Annealed random-order Gibbs sweeps of each search chain for z* (>= 0; formerly
+        ``num_warmup``). Default: two per token, at least 2000 and at most 10 000; the cost is
+        O(num_searches × T × num_search_sweeps). With a ``start``, 2000: the search then only
+        has to beat a good allocation.
+    num_samples : int
+        Sweeps S of each chain around z*, every one entering the estimate of p(z* | X) (>= 1;
+        formerly ``num_steps``).
     label_symmetry : bool
         Average the transition probabilities over the relabellings of latent nodes that leave
         p(X, z) unchanged (up to MAX_RELABELLINGS = 8! of them); without it the estimate is low
         by up to the log of their number when the chain does not switch labels.
-    kernel : {"auto", "numba"}
-        Only the numba CPU kernel exists; ``"jax"`` raises a ValueError.
+    engine : {"auto", "numba"}
+        Only the numba CPU kernel exists (formerly ``kernel``); ``"jax"`` raises a ValueError.
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
     progress_bar : bool or None
@@ -892,11 +897,13 @@ def chib_log_evidence(model, data, *, rng_key=0, num_runs: int = DEFAULT_NUM_RUN
         token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
         ``start_log_joint`` (log p(X, z) of each ``start`` after refinement),
         ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
-        ``icm_passes``, ``num_steps``, ``num_warmup``, ``num_runs``, ``num_searches``, ``kernel``.
+        ``icm_passes``, and the settings under their former names: ``num_steps`` (= num_samples),
+        ``num_warmup`` (= num_search_sweeps), ``num_runs`` (= num_chains), ``num_searches``,
+        ``kernel`` (= engine).
     """
     began = time.perf_counter()
     num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
-        num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs, progress_bar)
+        num_chains, num_searches, num_search_sweeps, num_samples, label_symmetry, engine, max_configs, progress_bar)
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the Chib estimator")
     if num_warmup is None:

@@ -16,7 +16,7 @@ The state is the configuration of every token and the concatenated table counts 
 counts laid out by :meth:`BoundModel.cell_layout`. One sweep is a ``lax.scan`` over the tokens;
 chains are ``vmap``-ed. A sweep costs O(T × configurations × table members): it scales with the
 number of tokens, never with the dense size of X. On a CPU the same sweep also runs as a numba
-kernel (:mod:`bam_ppl.infer.gibbs.collapsed_numba`, option ``kernel``); log π(S) of the kept samples is
+kernel (:mod:`bam_ppl.infer.gibbs.collapsed_numba`, option ``engine``); log π(S) of the kept samples is
 computed by the same JAX code for both kernels, the Θ draws of the numba kernel with NumPy on the
 host (:class:`HostDraws`), where the states already are.
 """
@@ -39,7 +39,7 @@ from ...models.sampling import dirichlet_log_draws
 from ...parallel import chain_keys, shard_axis
 from ...progress import resolve_progress, run_in_chunks
 from ...types import as_key, numpy_generator
-from ...validation import check_choice, check_int
+from ...validation import check_choice, check_int, renamed_options
 from ..kernels import KERNELS, resolve_kernel  # noqa: F401  (KERNELS: tempered SMC takes it from here)
 from ..prepare import prepare
 from ..registry import register
@@ -526,10 +526,11 @@ class _KeptStates:
 
 # -- registry adapter ------------------------------------------------------------------------------
 @register("gibbs", models=(AllocationModel,))
+@renamed_options(kernel="engine")
 def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 500, num_chains: int = 4,
           thinning: int = 1, init: str = "urn", token_order: str = "random",
-          chain_method: str = "vectorized", kernel: str = "auto", progress_bar: bool | None = None,
-          max_configs: int = DEFAULT_MAX_CONFIGS, first_chain: int = 0):
+          chain_method: str = "vectorized", engine: str = "auto", progress_bar: bool | None = None,
+          max_configs: int = DEFAULT_MAX_CONFIGS, _first_chain: int = 0):
     """Collapsed Gibbs over token allocations; Θ drawn from Dirichlet(α + S) per kept sample.
 
     Parameters
@@ -542,12 +543,9 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     num_samples : int
         Kept samples per chain.
     num_chains : int
-        Independent chains (vmapped by the JAX kernel, threads of the numba kernel).
-    first_chain : int
-        Index of the first chain: the run holds chains ``first_chain .. first_chain + num_chains
-        - 1`` of the run keyed by ``rng_key``; chain c draws from ``fold_in(rng_key, c)`` alone,
-        so ``num_chains=1, first_chain=c`` reproduces chain c of a larger run exactly (this is
-        how ``bam.infer(..., executor=...)`` runs one task per chain).
+        Independent chains (vmapped by the JAX kernel, threads of the numba kernel). Chain c
+        draws from ``fold_in(rng_key, c)`` alone, so ``bam.infer(..., executor=...)`` runs chain
+        c as a task of its own (private option ``_first_chain=c``) and gets the same draws.
     thinning : int
         Sweeps between kept samples.
     init : {"urn", "uniform"}
@@ -558,11 +556,11 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
         Run the chains together (JAX: batched with ``vmap``; numba: in parallel threads) or
         one after another (JAX: ``lax.map``); the draws are identical; which is faster on a
         CPU depends on the problem and the free cores (benchmarks/README.md).
-    kernel : {"auto", "jax", "numba"}
-        What runs the sweeps: a JAX ``lax.scan`` over tokens, or a compiled numba loop (CPU,
-        needs the ``fast`` extra), many times faster on a CPU. ``"auto"`` picks numba when it
-        is installed and JAX runs on the CPU. The kernels sample the same posterior from
-        different random streams.
+    engine : {"auto", "jax", "numba"}
+        What runs the sweeps (formerly ``kernel``): a JAX ``lax.scan`` over tokens, or a
+        compiled numba loop (CPU, needs the ``fast`` extra), many times faster on a CPU.
+        ``"auto"`` picks numba when it is installed and JAX runs on the CPU. The two sample the
+        same posterior from different random streams.
     progress_bar : bool or None
         Show a tqdm bar; ``None`` reports long runs (:mod:`bam_ppl.progress`).
     max_configs : int
@@ -577,12 +575,12 @@ def gibbs(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 5
     num_warmup = check_int(num_warmup, "num_warmup", minimum=0)
     num_samples = check_int(num_samples, "num_samples")
     num_chains = check_int(num_chains, "num_chains")
-    first_chain = check_int(first_chain, "first_chain", minimum=0)
+    first_chain = check_int(_first_chain, "_first_chain", minimum=0)
     thinning = check_int(thinning, "thinning")
     check_choice(init, "init", INITS)
     check_choice(token_order, "token_order", TOKEN_ORDERS)
     check_choice(chain_method, "chain_method", CHAIN_METHODS)
-    kernel = resolve_kernel(kernel)
+    kernel = resolve_kernel(engine)
     progress_bar = resolve_progress(progress_bar)
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="collapsed Gibbs")

@@ -32,7 +32,7 @@ their column sums (int32), so memory is O(chains × particles × Σ table sizes)
 dense size of X.
 
 On a CPU, :func:`run_smc` runs the same filter by default as a numba kernel
-(:mod:`bam_ppl.infer.smc.polya_urn_numba`, ``kernel="auto"``) whose resamplings move no counts: rows are
+(:mod:`bam_ppl.infer.smc.polya_urn_numba`, ``engine="auto"``) whose resamplings move no counts: rows are
 copied into the new particle order only when a token reads them, so its cost does not grow
 with the size of the tables. In XLA those reads are element gathers several times slower than
 the row reads here, so this core copies the particles' counts at each resampling.
@@ -57,7 +57,7 @@ from ...models.sampling import dirichlet_log_draws
 from ...parallel import chain_keys, chain_summary, shard_axis, with_attrs
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, PRNGKey, as_key, numpy_generator
-from ...validation import check_choice, check_int, check_positive
+from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..kernels import resolve_kernel
 from ..prepare import Prepared
 from ..prepare import prepare as prepare_problem
@@ -444,10 +444,11 @@ def _check_options(num_particles, num_chains, ess_threshold, resampling, max_con
     resolve_progress(progress_bar)  # validates
 
 
+@renamed_options(kernel="engine")
 def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 1000, num_chains: int = 4,
             ess_threshold: float = 0.5, resampling: str = "systematic",
             max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
-            keep_particles: bool = True, kernel: str = "auto") -> SMCResult:
+            keep_particles: bool = True, engine: str = "auto") -> SMCResult:
     """Run ``num_chains`` independent Pólya-urn SMC runs of ``num_particles`` particles.
 
     Parameters
@@ -468,18 +469,18 @@ def run_smc(model: AllocationModel, data, rng_key=0, *, num_particles: int = 100
     keep_particles : bool
         Resample the final particles and return their counts (needed for the posterior only;
         the evidence alone skips this O(chains × P × Σ table sizes) copy and transfer).
-    kernel : {"auto", "jax", "numba"}
-        What runs the filter: the JAX core (``vmap`` over particles, ``lax.scan`` over tokens;
-        any JAX device) or the numba CPU kernel (:mod:`bam_ppl.infer.smc.polya_urn_numba`, extra
-        ``fast``), whose resamplings move no counts, so its cost does not grow with the size of
-        the tables. ``"auto"`` picks numba on a CPU when it is installed. Same estimator, other
-        random streams.
+    engine : {"auto", "jax", "numba"}
+        What runs the filter (formerly ``kernel``): the JAX core (``vmap`` over particles,
+        ``lax.scan`` over tokens; any JAX device) or the numba CPU kernel
+        (:mod:`bam_ppl.infer.smc.polya_urn_numba`, extra ``fast``), whose resamplings move no
+        counts, so its cost does not grow with the size of the tables. ``"auto"`` picks numba on
+        a CPU when it is installed. Same estimator, other random streams.
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
     problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
     return _run_prepared(problem, rng_key, num_particles=num_particles, num_chains=num_chains,
                          ess_threshold=ess_threshold, resampling=resampling, progress_bar=progress_bar,
-                         keep_particles=keep_particles, kernel=kernel)
+                         keep_particles=keep_particles, kernel=engine)
 
 
 def _run_prepared(problem: Prepared, rng_key, *, num_particles, num_chains, ess_threshold, resampling,
@@ -610,10 +611,11 @@ def _pooled_evidence(idata) -> dict:
 
 @register("smc", models=(AllocationModel,))
 @chain_summary(_pooled_evidence)
+@renamed_options(kernel="engine")
 def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
         ess_threshold: float = 0.5, resampling: str = "systematic",
-        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, kernel: str = "auto",
-        first_chain: int = 0):
+        max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None, engine: str = "auto",
+        _first_chain: int = 0):
     """Pólya-urn SMC (Cemgil et al. 2019 §4.2): posterior particles and per-run evidence estimates.
 
     Chains are independent SMC runs; draws are the equally weighted particles after a final
@@ -621,11 +623,12 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
     holds ``log_marginal_likelihood`` (chain), the ``ess`` trace and ``resampled`` flags (chain,
     token), and ``best_particle_counts_<table>`` (chain, *table dims): the family counts of each
     run's most probable final allocation (Cemgil et al. 2019 §5.2, Fig. 13). See :func:`run_smc` for
-    the options. Run c draws from ``fold_in(rng_key, c)`` alone: ``num_chains=1, first_chain=c``
-    is run c of a larger call (how ``bam.infer(..., executor=...)`` runs one task per run).
+    the options. Run c draws from ``fold_in(rng_key, c)`` alone, so ``bam.infer(...,
+    executor=...)`` runs it as a task of its own (private option ``_first_chain=c``).
     """
     _check_options(num_particles, num_chains, ess_threshold, resampling, max_configs, progress_bar)
-    first_chain = check_int(first_chain, "first_chain", minimum=0)
+    first_chain = check_int(_first_chain, "_first_chain", minimum=0)
+    kernel = engine
     problem = prepare_problem(model, data, max_configs=max_configs, algorithm="the SMC")
     result = _run_prepared(problem, rng_key, num_particles=num_particles, num_chains=num_chains,
                            ess_threshold=ess_threshold, resampling=resampling, progress_bar=progress_bar,
@@ -651,10 +654,11 @@ def smc(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 
 
 
 @register_evidence("smc", models=(AllocationModel,))
+@renamed_options(kernel="engine")
 def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_chains: int = 4,
                      ess_threshold: float = 0.5, resampling: str = "systematic",
                      max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
-                     kernel: str = "auto"):
+                     engine: str = "auto"):
     """Unbiased Pólya-urn SMC estimate of L_X pooled over ``num_chains`` independent runs.
 
     The value is the log-mean-exp of the runs' estimates; its standard error comes from their
@@ -667,7 +671,7 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     start = time.perf_counter()
     result = run_smc(model, data, rng_key, num_particles=num_particles, num_chains=num_chains,
                      ess_threshold=ess_threshold, resampling=resampling, max_configs=max_configs,
-                     progress_bar=progress_bar, keep_particles=False, kernel=kernel)
+                     progress_bar=progress_bar, keep_particles=False, engine=engine)
     value, stderr = pool_runs(result.chain_log_evidence)
     lower_bound = float(np.max(result.best_log_joint))
     runs = result.chain_log_evidence.tolist()

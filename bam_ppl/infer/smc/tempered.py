@@ -79,7 +79,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel, BoundMode
 from ...parallel import shard_axis
 from ...progress import make_bar, resolve_progress
 from ...types import as_key
-from ...validation import check_choice, check_int, check_positive
+from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, build_problem, resolve_kernel
@@ -1699,12 +1699,13 @@ def pooled(run_log_evidence) -> tuple[float, float]:
     return float(value), float(stderr)
 
 
-def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: int = 4, rho: float = 0.9,
-                 num_sweeps: int = 1, schedule=None, kernel: str = "auto", progress_bar: bool | None = None,
+@renamed_options(num_runs="num_chains", kernel="engine")
+def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains: int = 4, rho: float = 0.9,
+                 num_sweeps: int = 1, schedule=None, engine: str = "auto", progress_bar: bool | None = None,
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
                  cell_moves: int = 0, pair_moves: int = 0, node_moves: int = 0, reference=None,
                  reference_sweeps: int | None = None) -> TemperedResult:
-    """Run ``num_runs`` independent tempered SMC samplers over the token allocations.
+    """Run ``num_chains`` independent tempered SMC samplers over the token allocations.
 
     Parameters
     ----------
@@ -1713,9 +1714,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         ``CountTensor.from_samples``) and an int or JAX key.
     num_particles : int
         Particles per run (P ≥ 2).
-    num_runs : int
-        Independent runs; their estimates are pooled (log-mean-exp) and their spread gives the
-        standard error.
+    num_chains : int
+        Independent runs (formerly ``num_runs``); their estimates are pooled (log-mean-exp) and
+        their spread gives the standard error.
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (adaptive schedule, Zhou,
         Johansen & Aston 2016): higher means more temperatures.
@@ -1724,8 +1725,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     schedule : array, optional
         Fixed increasing temperatures in (0, 1] ending at 1 (e.g. a pilot run's
         ``schedules[0]``); the estimator is then unbiased on the natural scale. ``rho`` is ignored.
-    kernel : {"auto", "numba", "jax"}
-        numba CPU kernel (threads over blocks of particles) or the JAX kernel (vmap over
+    engine : {"auto", "numba", "jax"}
+        (Formerly ``kernel``.) numba CPU kernel (threads over blocks of particles) or the JAX kernel (vmap over
         particles; any device). "auto": numba on a CPU when installed.
     progress_bar : bool or None
         A tqdm bar over runs (None: only when there are several runs and many tokens).
@@ -1765,7 +1766,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
         (:func:`reference_from_chain`; each run its own chain, so that the spread of the runs
         includes that of q), on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then
         unused). Or a :class:`Reference` from :func:`build_references`, shared by every run, or
-        a list of ``num_runs`` of them, one per run (so that the runs' spread includes the
+        a list of ``num_chains`` of them, one per run (so that the runs' spread includes the
         references').
         Such a q approximates the posterior's marginals in one copy of its bulk, so the path is
         short whatever the number of tokens, where the path from π₀ grows with it. The
@@ -1793,6 +1794,10 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     under CP(2): 4–13 nats low, with or without cell and pair moves); ``method="auto"`` uses the
     Pólya-urn SMC there (benchmarks/README.md, "Which estimator on small tables").
     """
+    num_runs = check_int(num_chains, "num_chains", minimum=1)
+    if not isinstance(engine, str):
+        raise TypeError(f"engine must be a string, got {type(engine).__name__}")
+    kernel = check_choice(engine, "engine", KERNELS)
     schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
                               max_configs, start_a, cell_moves, pair_moves, reference_sweeps, node_moves)
     if reference is not None and numba is None:
@@ -1800,7 +1805,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_runs: 
     kernel = resolve_kernel(kernel)
     if kernel == "jax" and cell_moves + pair_moves + node_moves > 0:
         warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
-                      "(cell_moves, pair_moves and node_moves are ignored). Use kernel='numba' for them.",
+                      "(cell_moves, pair_moves and node_moves are ignored). Use engine='numba' for them.",
                       UserWarning, stacklevel=2)
         cell_moves = pair_moves = node_moves = 0
     key = as_key(rng_key)
@@ -1990,8 +1995,9 @@ def best_allocation(bound, data, layout, tp: TemperedProblem, config) -> tuple[n
 
 
 @register_evidence("tempered", models=(AllocationModel,))
-def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, num_runs: int = 4,
-                          rho: float = 0.9, num_sweeps: int = 1, schedule=None, kernel: str = "auto",
+@renamed_options(num_runs="num_chains", kernel="engine")
+def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, num_chains: int = 4,
+                          rho: float = 0.9, num_sweeps: int = 1, schedule=None, engine: str = "auto",
                           progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS,
                           start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0,
                           node_moves: int = 0, reference=None, reference_sweeps: int | None = None):
@@ -2004,8 +2010,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound) and every run's
     best allocation (``run_best_cells``, ``run_best_counts``), the schedules and diagnostics.
     """
-    result = run_tempered(model, data, rng_key, num_particles=num_particles, num_runs=num_runs, rho=rho,
-                          num_sweeps=num_sweeps, schedule=schedule, kernel=kernel, progress_bar=progress_bar,
+    result = run_tempered(model, data, rng_key, num_particles=num_particles, num_chains=num_chains, rho=rho,
+                          num_sweeps=num_sweeps, schedule=schedule, engine=engine, progress_bar=progress_bar,
                           max_configs=max_configs, start_a=start_a, cell_moves=cell_moves, pair_moves=pair_moves,
                           node_moves=node_moves, reference=reference, reference_sweeps=reference_sweeps)
     return EvidenceEstimate(
@@ -2017,8 +2023,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
                      num_temperatures=result.num_temperatures.tolist(),
                      num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
                      schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
-                     num_runs=num_runs, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
-                     kernel=resolve_kernel(kernel), start_a=start_a, seconds=result.seconds,
+                     num_runs=num_chains, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
+                     kernel=resolve_kernel(engine), start_a=start_a, seconds=result.seconds,
                      cell_moves=cell_moves, pair_moves=pair_moves, node_moves=node_moves,
                      referenced=reference is not None,
                      reference_sweeps=result.reference_sweeps,

@@ -30,7 +30,7 @@ from ...convert import allocation_inference_data
 from ...models.allocation import AllocationModel
 from ...parallel import best_index, chain_keys, restart_layout
 from ...types import Array
-from ...validation import check_int
+from ...validation import check_int, renamed_options
 from ..prepare import prepare
 from ..registry import register
 from .vb import (
@@ -218,9 +218,10 @@ def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_it
 
 @register("cvb", models=(AllocationModel,))
 @restart_layout("chain", "final_elbo")
-def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 1,
+@renamed_options(num_restarts="num_chains")
+def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
         init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
-        first_restart: int = 0):
+        _first_chain: int = 0):
     """Collapsed variational Bayes (CVB0) over each cell's latent configurations.
 
     The arguments are those of :func:`bam_ppl.infer.variational.vb.vb`; these differ:
@@ -232,11 +233,9 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     tol : float
         Stop a restart when the relative change of its training log-likelihood is at most
         ``tol`` (0: run all ``num_iters``).
-    num_restarts : int
-        Independent initialisations run side by side; the posterior comes from the restart with
-        the highest final ELBO.
-    first_restart : int
-        Index of the first restart, as for :func:`~bam_ppl.infer.variational.vb.vb`.
+    num_chains : int
+        Independent initialisations (restarts; formerly ``num_restarts``) run side by side; the
+        posterior comes from the restart with the highest final ELBO.
     init : {"responsibilities", "dirichlet"}
         Initial Φ ~ flat Dirichlet per cell, or Φ ∝ Π θ with θ ~ Dirichlet(α + 0.1).
     num_samples : int
@@ -252,14 +251,14 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
         iteration), ``final_elbo``, ``final_training_log_likelihood``, ``iterations`` and
         ``converged`` per restart; ``attrs["best_restart"]``.
     """
-    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, INITS, first_restart)
+    key = check_options(rng_key, num_iters, tol, num_chains, init, progress_bar, INITS, _first_chain)
     check_int(num_samples, "num_samples")
     data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
-    show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
+    show = show_progress(progress_bar, layout, data, num_chains, num_iters)
     member_table = tuple(int(t) for t in layout.member_table)
     with jax.enable_x64(True):
         problem = build_cvb_problem(bound, data, layout)
-        init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
+        init_keys, draw_keys = chain_keys(key, num_chains, _first_chain, parts=2)
         result = run(init_keys, problem, member_table, num_iters=num_iters, tol=tol, init=init, progress_bar=show)
     best = best_index(result.elbo)
     if not bool(result.converged[best]):
@@ -279,6 +278,6 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="cvb", sample_stats=stats,
-        attrs=dict(best_restart=first_restart + best, best_elbo=float(result.elbo[best]),
-                   num_restarts=num_restarts, num_iters=num_iters, tol=tol, init=init),
+        attrs=dict(best_restart=_first_chain + best, best_elbo=float(result.elbo[best]),
+                   num_restarts=num_chains, num_iters=num_iters, tol=tol, init=init),
     )

@@ -31,7 +31,7 @@ from ...models.sampling import dirichlet_log_draws
 from ...parallel import best_index, chain_keys, restart_layout
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, as_key, numpy_generator
-from ...validation import check_choice, check_int, check_positive
+from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..gibbs.chib import as_allocations, configs_of_allocation
 from ..prepare import prepare
 from ..registry import register, register_evidence
@@ -515,13 +515,13 @@ def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: 
 
 
 # -- registry adapters ------------------------------------------------------------------------
-def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, inits=INITS, first_restart=0):
+def check_options(rng_key, num_iters, tol, num_chains, init, progress_bar, inits=INITS, first_chain=0):
     """Validate the options shared by the VB-type optimisers (before any compilation)."""
     key = as_key(rng_key)
     check_int(num_iters, "num_iters")
     check_positive(tol, "tol", allow_zero=True)
-    check_int(num_restarts, "num_restarts")
-    check_int(first_restart, "first_restart", minimum=0)
+    check_int(num_chains, "num_chains")
+    check_int(first_chain, "_first_chain", minimum=0)
     if not isinstance(init, str):
         raise TypeError(f"init must be a string, one of {list(inits)}, got {type(init).__name__}")
     check_choice(init, "init", inits)
@@ -529,9 +529,9 @@ def check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, ini
     return key
 
 
-def show_progress(progress_bar, layout: CellLayout, data, num_restarts: int, num_iters: int) -> bool:
+def show_progress(progress_bar, layout: CellLayout, data, num_chains: int, num_iters: int) -> bool:
     """``progress_bar`` itself, or for ``None`` whether the run is long (:mod:`bam_ppl.progress`)."""
-    work = data.nnz * layout.num_configs * layout.num_members * num_restarts * num_iters
+    work = data.nnz * layout.num_configs * layout.num_members * num_chains * num_iters
     return resolve_progress(progress_bar, long_run=work > AUTO_PROGRESS_WORK)
 
 
@@ -546,21 +546,21 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
     return theta, rate
 
 
-def _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar, first_restart=0,
+def _fit(model, data, rng_key, num_iters, tol, num_chains, init, progress_bar, first_chain=0,
          screen_iters=None, screen_keep=10, start=None, min_batch=1):
-    """Restarts ``first_restart ..`` and their posterior draw keys; restart r's keys split
+    """Restarts ``first_chain ..`` and their posterior draw keys; restart r's keys split
     ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`). Runs from the allocations
     ``start`` follow the restarts in the result."""
-    key = check_options(rng_key, num_iters, tol, num_restarts, init, progress_bar, first_restart=first_restart)
+    key = check_options(rng_key, num_iters, tol, num_chains, init, progress_bar, first_chain=first_chain)
     if screen_iters is not None:
         check_int(screen_iters, "screen_iters", minimum=1)
         check_int(screen_keep, "screen_keep", minimum=1)
     data, bound, layout, _ = prepare(model, data, algorithm="variational inference")
     start_phi = start_responsibilities(bound, data, layout, start)
-    show = show_progress(progress_bar, layout, data, num_restarts, num_iters)
+    show = show_progress(progress_bar, layout, data, num_chains, num_iters)
     with jax.enable_x64(True):
         problem = build_problem(bound, data, layout)
-        init_keys, draw_keys = chain_keys(key, num_restarts, first_restart, parts=2)
+        init_keys, draw_keys = chain_keys(key, num_chains, first_chain, parts=2)
         result = run(init_keys, problem, num_iters=num_iters, tol=tol, init=init, progress_bar=show,
                      screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi, min_batch=min_batch)
     return bound, data, problem, result, draw_keys
@@ -587,9 +587,10 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
 
 @register("vb", models=(AllocationModel,))
 @restart_layout("chain", "final_elbo")
-def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_restarts: int = 1,
+@renamed_options(num_restarts="num_chains")
+def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
        init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
-       first_restart: int = 0):
+       _first_chain: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
     Parameters
@@ -602,13 +603,11 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     tol : float
         Stop a restart when the relative ELBO change |ΔB| / |B| is at most ``tol`` (0: run all
         ``num_iters``).
-    num_restarts : int
-        Independent random initialisations, run side by side (vmapped); the posterior comes from
-        the one with the highest final ELBO.
-    first_restart : int
-        Index of the first restart: restart r starts from and draws with ``fold_in(rng_key, r)``
-        alone, so ``num_restarts=1, first_restart=r`` is restart r of a larger run (how
-        ``bam.infer(..., executor=...)`` runs one task per restart).
+    num_chains : int
+        Independent random initialisations (restarts; formerly ``num_restarts``), run side by
+        side (vmapped); the posterior comes from the one with the highest final ELBO. Restart r
+        starts from and draws with ``fold_in(rng_key, r)`` alone, so ``bam.infer(...,
+        executor=...)`` runs it as a task of its own (private option ``_first_chain=r``).
     init : {"responsibilities", "dirichlet"}
         ``"responsibilities"``: each cell's Φ ~ flat Dirichlet, then q(θ) from it;
         ``"dirichlet"``: E log θ starts as log θ with θ ~ Dirichlet(α + 0.1) per column (the
@@ -628,8 +627,8 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
         the posterior comes from.
     """
     check_int(num_samples, "num_samples")
-    bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters, tol, num_restarts,
-                                                   init, progress_bar, first_restart)
+    bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters, tol, num_chains,
+                                                   init, progress_bar, _first_chain)
     best = best_index(result.elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
@@ -643,16 +642,18 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="vb", sample_stats=stats,
-        attrs=dict(best_restart=first_restart + best, best_elbo=float(result.elbo[best]),
-                   num_restarts=num_restarts, num_iters=num_iters, tol=tol, init=init),
+        attrs=dict(best_restart=_first_chain + best, best_elbo=float(result.elbo[best]),
+                   num_restarts=num_chains, num_iters=num_iters, tol=tol, init=init),
     )
 
 
 @register_evidence("vb", models=(AllocationModel,))
+@renamed_options(num_restarts="num_chains")
 def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8,
-                    num_restarts: int = 10, init: str = "responsibilities", progress_bar: bool | None = None,
+                    num_chains: int = 10, init: str = "responsibilities", progress_bar: bool | None = None,
                     screen_iters: int | None = None, screen_keep: int = 10, start=None):
-    """The best ELBO over ``num_restarts`` VB runs: a lower bound on log L_X (Cemgil et al. 2019 §5.1).
+    """The best ELBO over ``num_chains`` VB runs (restarts): a lower bound on log L_X (Cemgil et al.
+    2019 §5.1).
 
     With ``screen_iters``, every restart runs that many iterations and only the ``screen_keep``
     with the highest ELBO go on (:func:`run_screened`): a search over many restarts at a fraction
@@ -670,17 +671,17 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
     """
     began = time.perf_counter()
-    bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_restarts, init, progress_bar,
+    bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_chains, init, progress_bar,
                                   screen_iters=screen_iters, screen_keep=screen_keep, start=start,
                                   min_batch=MIN_BATCH)
     best = best_index(result.elbo)
-    restarts = result.elbo[:num_restarts]
+    restarts = result.elbo[:num_chains]
     return EvidenceEstimate(
         value=float(result.elbo[best]), stderr=math.nan, method="vb", kind="lower_bound",
         lower_bound=float(result.elbo[best]), run_values=tuple(np.asarray(result.elbo, np.float64).tolist()),
         seconds=time.perf_counter() - began,
         details=dict(elbo_per_restart=restarts, best_restart=best_index(restarts), iterations=result.iterations,
-                     converged=result.converged, start_elbo=result.elbo[num_restarts:],
-                     best_start=best - num_restarts if best >= num_restarts else None,
+                     converged=result.converged, start_elbo=result.elbo[num_chains:],
+                     best_start=best - num_chains if best >= num_chains else None,
                      expected_counts=result.alpha_hat[best] - bound.flat_concentration),
     )
