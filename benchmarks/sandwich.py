@@ -42,7 +42,7 @@ def main(argv=None):
         forward_seconds = time.perf_counter() - start
         start = time.perf_counter()
         reference = None if args.urn else (forward.details["best_cells"], forward.details["best_counts"])
-        upper = bam.evidence_upper_bound(model, X, S, rng_key=args.key, num_runs=args.runs,
+        upper = bam.evidence_upper_bound(model, X, S, rng_key=args.key, num_chains=args.runs,
                                          num_temperatures=args.temperatures, reference=reference)
         upper_seconds = time.perf_counter() - start
         print(f"| {total} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} | "

@@ -56,7 +56,7 @@ def test_bound_lies_above_the_exact_value_within_its_error(name, path):
     if path == "reference":  # found without S: the most probable allocation
         allocations, log_joint = _posterior_allocations(model, X)
         reference = allocations[int(np.argmax(log_joint))]
-    est = bam.evidence_upper_bound(model, X, S, rng_key=0, num_runs=32, num_temperatures=100, reference=reference)
+    est = bam.evidence_upper_bound(model, X, S, rng_key=0, num_chains=32, num_temperatures=100, reference=reference)
     assert est.kind == "upper_bound" and est.method == "reverse"
     assert est.details["referenced"] == (reference is not None)
     assert est.value >= exact - 3 * est.stderr, (est, exact)
@@ -102,19 +102,19 @@ def test_inverse_evidence_is_unbiased_on_the_natural_scale(path):
 def test_jax_kernel_gives_a_bound_too():
     model, S, X = _small("nmf2")
     exact = bam.log_evidence(model, X, method="exact").value
-    est = bam.evidence_upper_bound(model, X, S, rng_key=0, num_runs=8, num_temperatures=50, kernel="jax")
+    est = bam.evidence_upper_bound(model, X, S, rng_key=0, num_chains=8, num_temperatures=50, engine="jax")
     assert est.details["kernel"] == "jax"
     assert exact - 3 * est.stderr <= est.value <= exact + 1.0, (est, exact)
 
 
 @pytest.mark.parametrize("options, error, name", [
-    (dict(num_runs=1), ValueError, "num_runs"),
-    (dict(num_runs=4.0), TypeError, "num_runs"),
+    (dict(num_chains=1), ValueError, "num_chains"),
+    (dict(num_chains=4.0), TypeError, "num_chains"),
     (dict(num_temperatures=0), ValueError, "num_temperatures"),
     (dict(num_temperatures="10"), TypeError, "num_temperatures"),
     (dict(num_sweeps=0), ValueError, "num_sweeps"),
-    (dict(kernel="gpu"), ValueError, "kernel"),
-    (dict(kernel=1), TypeError, "kernel"),
+    (dict(engine="gpu"), ValueError, "engine"),
+    (dict(engine=1), TypeError, "engine"),
     (dict(start_a=-1.0), ValueError, "start_a"),
     (dict(max_configs=0), ValueError, "max_configs"),
     (dict(rng_key=-1), ValueError, "rng_key"),
@@ -157,7 +157,7 @@ def test_a_bound_below_the_allocation_s_joint_warns(monkeypatch):
     model, S, X = _small("nmf2")
     monkeypatch.setattr(reverse, "reverse_upper_bounds", lambda *args: np.full(4, -1e3))
     with pytest.warns(bam.EvidenceWarning, match="not a draw of this model's posterior"):
-        est = bam.evidence_upper_bound(model, X, S, num_runs=4)
+        est = bam.evidence_upper_bound(model, X, S, num_chains=4)
     assert len(est.warnings) == 1
 
 
@@ -168,7 +168,7 @@ def test_compare_and_plot_keep_an_upper_bound_apart():
 
     matplotlib.use("Agg")
     model, S, X = _small("nmf2")
-    upper = bam.evidence_upper_bound(model, X, S, num_runs=4, num_temperatures=20)
+    upper = bam.evidence_upper_bound(model, X, S, num_chains=4, num_temperatures=20)
     exact = bam.log_evidence(model, X, method="exact")
     table = bam.compare({"exact 2": exact, "reverse 2": upper}, data=None)
     assert table.loc["reverse 2", "kind"] == "upper_bound"

@@ -179,15 +179,15 @@ def _allocation_cells(bound, allocation) -> tuple[np.ndarray, np.ndarray]:
     return cells, S[tuple(cells.T)].astype(np.int64)
 
 
-def _check_options(num_runs, num_temperatures, num_sweeps, kernel, start_a, max_configs, reference,
+def _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, max_configs, reference,
                    reference_sweeps) -> None:
-    check_int(num_runs, "num_runs", minimum=2)
+    check_int(num_chains, "num_chains", minimum=2)
     if num_temperatures is not None:
         check_int(num_temperatures, "num_temperatures", minimum=1)
     check_int(num_sweeps, "num_sweeps", minimum=1)
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
-    check_choice(kernel, "kernel", KERNELS)
+    if not isinstance(engine, str):
+        raise TypeError(f"engine must be a string, got {type(engine).__name__}")
+    check_choice(engine, "engine", KERNELS)
     if start_a is not None:
         check_positive(start_a, "start_a")
     check_int(max_configs, "max_configs", minimum=1)
@@ -234,13 +234,13 @@ def _reference_path(model, bound, data, layout, tp, reference, reference_sweeps,
     return _Path(with_reference(tp, reference.log_q), symmetry.relabellings if enumerated else None)
 
 
-def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
-                         num_temperatures: int | None = None, num_sweeps: int = 1, kernel: str = "auto",
+def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 16,
+                         num_temperatures: int | None = None, num_sweeps: int = 1, engine: str = "auto",
                          start_a: float | None = 1.0, reference=None, reference_sweeps: int | None = None,
                          max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """A stochastic upper bound on log p(X) by reverse annealing from the allocation that generated X.
 
-    Bidirectional Monte Carlo (Grosse, Ghahramani & Adams 2015): ``num_runs`` annealing runs from
+    Bidirectional Monte Carlo (Grosse, Ghahramani & Adams 2015): ``num_chains`` annealing runs from
     the generating allocation, an exact draw of the posterior p(S | X) when X was drawn from
     ``model``, along the tempered SMC's path from the posterior back to its start, each with its
     own weight w_r (the paper's reverse AIS weight; :func:`reverse_anneal`). The value
@@ -260,7 +260,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
         ``model.dag.nodes`` order), or its nonzero entries as full cells (n, nodes) and counts
         (n,). Its margins over the latent nodes must give X (ValueError otherwise).
     rng_key : int or JAX key
-    num_runs : int
+    num_chains : int
         Independent reverse runs (≥ 2): their spread gives the standard error.
     num_temperatures : int, optional
         K, the temperatures of the fixed schedule β_k = 1 − (1 − k / K)² (:func:`fixed_schedule`;
@@ -268,7 +268,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
         the bound's excess over log p(X) falls as 1/K and grows with the path's length.
     num_sweeps : int
         Collapsed-Gibbs sweeps over all tokens per temperature.
-    kernel : {"auto", "numba", "jax"}
+    engine : {"auto", "numba", "jax"}
         The tempered SMC's kernels (:func:`bam_ppl.infer.smc.tempered.run_tempered`).
     start_a : float, optional
         The start of the path without a reference, as in
@@ -297,7 +297,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
         ``details["run_upper_bound"]``) each run's log Z_0 − log w_r, itself a stochastic upper
         bound; ``lower_bound`` log p(X, S) of the generating allocation, a sure lower bound on
         log p(X); ``details`` also ``schedule``, ``num_temperatures``, ``num_sweeps``,
-        ``kernel``, ``referenced``.
+        ``kernel`` (the engine that ran), ``referenced``.
 
     Warns
     -----
@@ -312,7 +312,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
     allocation itself, which the expectation E[1/Ẑ_up] also averages over, is not in it. The
     first move at β = 1 (exact, as it leaves the posterior invariant) takes the runs apart.
     """
-    _check_options(num_runs, num_temperatures, num_sweeps, kernel, start_a, max_configs, reference, reference_sweeps)
+    _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, max_configs, reference, reference_sweeps)
     run_key, reference_key = jax.random.split(as_key(rng_key))
     data, bound, layout, _ = prepare(model, X, max_configs=max_configs, algorithm="the reverse annealing")
     cells, counts = _allocation_cells(bound, allocation)
@@ -320,15 +320,15 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_runs: int = 16,
     tp = build_tempered_problem(bound, data, layout, start_scale)
     config = configs_of_allocation(bound, data, layout, tp.token_cell, (cells, counts), "allocation")
     _checked_reference(bound, data, layout, tp, reference)
-    kernel = resolve_kernel(kernel)
+    engine = resolve_kernel(engine)
     start = time.perf_counter()
     path = _Path(tp, None) if reference is None else _reference_path(
         model, bound, data, layout, tp, reference, reference_sweeps, max_configs, reference_key)
     schedule = fixed_schedule(num_temperatures or default_temperatures(data.total))
-    run_upper_bound = reverse_upper_bounds(path.tp, np.tile(config, (num_runs, 1)), schedule, num_sweeps, kernel,
+    run_upper_bound = reverse_upper_bounds(path.tp, np.tile(config, (num_chains, 1)), schedule, num_sweeps, engine,
                                            run_key, path.relabellings)
     return _upper_bound(run_upper_bound, float(bound.log_prob_cells(cells, counts)), dict(
-        schedule=schedule, num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=kernel,
+        schedule=schedule, num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=engine,
         referenced=reference is not None, seconds=time.perf_counter() - start))
 
 
