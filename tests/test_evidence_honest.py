@@ -354,3 +354,11 @@ def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
     assert auto.advised_calls(estimate("chib", 1), 2000) == (1, None)
     assert auto.advised_calls(estimate("reference", 1), auto.AUTO_SAMPLERS_MAX_TOKENS) == (1, None)
     assert auto.advised_calls(EvidenceEstimate(-1.0, 0.1, "smc", "estimate", {}), 2000) == (1, None)
+
+
+@pytest.mark.parametrize("name, value, error", [("num_particles", -1, ValueError), ("num_chains", 0, ValueError),
+                                                ("num_samples", 2.5, TypeError)])
+def test_auto_checks_counts_even_where_it_runs_exact_enumeration(name, value, error):
+    # On this tiny table auto enumerates and would never pass the option on; it is still checked.
+    with pytest.raises(error, match=name):
+        bam.log_evidence(bam.models.nmf(2), np.array([[2, 1], [0, 2]]), **{name: value})

@@ -24,7 +24,7 @@ import numpy as np
 from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
-from ..validation import renamed_options
+from ..validation import check_int, renamed_options
 from .exact import log_count_allocations
 from .gibbs.chib import NO_SYMMETRIES
 from .prepare import prepare
@@ -170,6 +170,10 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
                    details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
 
 
+#: Count options of the candidate estimators and the least value any of them accepts.
+COUNT_OPTIONS = {"num_particles": 1, "num_chains": 1, "num_samples": 1, "num_sweeps": 1, "num_search_sweeps": 0}
+
+
 def check_auto_options(model, options) -> None:
     """TypeError naming the options that no estimator ``method="auto"`` may choose takes."""
     # Chib runs after the tempered SMC (tempered_then_chib), which chooses its start allocations.
@@ -179,6 +183,11 @@ def check_auto_options(model, options) -> None:
     if unknown:
         raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
                         f"(of {', '.join(AUTO_CANDIDATES)} and chib): {sorted(known)}")
+    # The stage auto chooses may not use an option (exact enumeration takes no num_particles),
+    # so counts are checked here, before any work, by the weakest rule of the estimators.
+    for name, minimum in COUNT_OPTIONS.items():
+        if name in options:
+            check_int(options[name], name, minimum=minimum)
 
 
 def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | None]:
