@@ -27,7 +27,7 @@ from .evidence import (  # noqa: E402
 from .infer.registry import infer, methods, register  # noqa: E402
 from .infer.smc.reverse import evidence_upper_bound  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
-from .plots import plot_evidence, plot_trace, plot_var_names  # noqa: E402
+from .plots import plot_compare, plot_evidence, plot_trace, plot_var_names  # noqa: E402
 from .predictive import posterior_predictive, relabel  # noqa: E402
 from .selection import plot_rank_selection, select_ranks  # noqa: E402
 
@@ -45,6 +45,7 @@ __all__ = [
     "infer",
     "log_evidence",
     "methods",
+    "plot_compare",
     "plot_evidence",
     "plot_rank_selection",
     "plot_trace",

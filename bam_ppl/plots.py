@@ -151,6 +151,54 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     return ax
 
 
+def plot_compare(table, ax=None, errorbars: float = 1.0):
+    """A :func:`bam_ppl.compare` table drawn as ``az.plot_compare`` draws one: a row per model, best on top.
+
+    Each model's log evidence is a filled circle with ± ``errorbars`` ``se`` (a square for an exact
+    value, open triangles for bounds: ^ the value lies to the right, v to the left); below every
+    model but the best, a grey triangle at the same value with ± ``errorbars`` ``dse``, the standard
+    error of its difference to the best; a dashed vertical line marks the best value. A model whose
+    grey bar reaches the line is not distinguishable from the best at that many standard errors.
+
+    Returns
+    -------
+    matplotlib Axes
+    """
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    if not isinstance(table, pd.DataFrame) or "log_evidence" not in table.columns:
+        raise TypeError("table must be the DataFrame returned by bam_ppl.compare (a log_evidence column)")
+    if table.empty:
+        raise ValueError("table has no rows to plot")
+    if errorbars < 0:
+        raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
+    ordered = table.sort_values("log_evidence", ascending=False, kind="stable")
+    values = ordered["log_evidence"].to_numpy(dtype=float)
+    error_column = next((c for c in ("se", "stderr") if c in ordered.columns), None)
+    se = np.nan_to_num(ordered[error_column].to_numpy(dtype=float)) if error_column else np.zeros(len(values))
+    dse = np.nan_to_num(ordered["dse"].to_numpy(dtype=float)) if "dse" in ordered.columns else np.zeros(len(values))
+    kinds = ordered["kind"].astype(str).to_numpy() if "kind" in ordered.columns else np.full(len(values), "estimate")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.0, 0.6 * len(values) + 1.2))
+    rows = -np.arange(len(values), dtype=float)  # the best on top, as in az.plot_compare
+    markers = {"exact": "s", "lower_bound": ">", "upper_bound": "<"}
+    for kind in dict.fromkeys(kinds):
+        at = kinds == kind
+        ax.errorbar(values[at], rows[at], xerr=errorbars * se[at], fmt=markers.get(kind, "o"), color="k",
+                    capsize=3, fillstyle="full" if kind in ("estimate", "exact") else "none",
+                    label={"estimate": "log evidence", "exact": "exact"}.get(kind, kind.replace("_", " ")))
+    if len(values) > 1:
+        ax.errorbar(values[1:], rows[1:] - 0.3, xerr=errorbars * dse[1:], fmt="^", color="grey", capsize=3,
+                    label="difference to the best (dse)")
+    ax.axvline(values[0], color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(rows)
+    ax.set_yticklabels([str(n) for n in ordered.index])
+    ax.set_xlabel("log evidence (nats)")
+    ax.legend(fontsize="small")
+    return ax
+
+
 #: Dimensions of the draws, never counted as panels.
 _SAMPLE_DIMS = ("chain", "draw")
 

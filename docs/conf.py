@@ -102,7 +102,7 @@ API_GROUPS = {
     "Inference": ["infer", "methods", "register", "posterior_predictive", "relabel"],
     "Evidence and model comparison": ["log_evidence", "compare", "evidence_upper_bound", "EvidenceEstimate",
                                       "EvidenceWarning", "register_evidence"],
-    "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_evidence",
+    "Rank selection and plots": ["select_ranks", "plot_rank_selection", "plot_compare", "plot_evidence",
                                  "plot_trace", "plot_var_names"],
 }
 MODULES = {"models", "datasets"}  # documented on their own pages

@@ -119,3 +119,18 @@ def test_inference_data_round_trips_through_netcdf(small_fit, tmp_path):
     loaded = az.from_netcdf(str(path))
     np.testing.assert_allclose(group(loaded, "posterior")["theta_k"].values,
                                group(small_fit, "posterior")["theta_k"].values)
+
+
+def test_plot_compare_draws_rows_best_on_top_with_se_and_dse_bars():
+    table = pd.DataFrame({"log_evidence": [-12.0, -10.0, -15.0], "se": [0.5, 0.2, 0.0], "dse": [0.54, 0.0, 0.2],
+                          "kind": ["estimate", "estimate", "exact"]}, index=["a", "b", "c"])
+    ax = bam.plot_compare(table)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b", "a", "c"]
+    # The dashed line at the best value, and a grey difference marker for each model but the best.
+    assert any(np.allclose(line.get_xdata(), -10.0) for line in ax.lines if line.get_linestyle() == "--")
+    grey = [c for c in ax.containers if c.lines[0].get_color() == "grey"]
+    assert len(grey) == 1 and np.allclose(grey[0].lines[0].get_xdata(), [-12.0, -15.0])
+    with pytest.raises(TypeError, match="table"):
+        bam.plot_compare({"log_evidence": [1.0]})
+    with pytest.raises(ValueError, match="errorbars"):
+        bam.plot_compare(table, errorbars=-1)
