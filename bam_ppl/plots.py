@@ -20,6 +20,24 @@ def _orders(names) -> np.ndarray | None:
     return np.asarray(values)
 
 
+def _check_table(table, errorbars) -> None:
+    """TypeError/ValueError unless ``table`` is a non-empty :func:`bam_ppl.compare` table and ``errorbars`` >= 0."""
+    import pandas as pd
+
+    if not isinstance(table, pd.DataFrame) or "log_evidence" not in table.columns:
+        raise TypeError("table must be the DataFrame returned by bam_ppl.compare (a log_evidence column)")
+    if table.empty:
+        raise ValueError("table has no rows to plot")
+    if errorbars < 0:
+        raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
+
+
+def _standard_errors(table) -> np.ndarray:
+    """The ``se`` column (``stderr`` in tables saved before it was named as in arviz.compare), nan as 0."""
+    column = next((c for c in ("se", "stderr") if c in table.columns), None)
+    return np.nan_to_num(table[column].to_numpy(dtype=float)) if column else np.zeros(len(table))
+
+
 def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: float = 2.0,
                   xlabel: str | None = None, **plot_kwargs):
     """Log evidence of each model, from a :func:`bam_ppl.compare` table.
@@ -58,14 +76,8 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     matplotlib Axes
     """
     import matplotlib.pyplot as plt
-    import pandas as pd
 
-    if not isinstance(table, pd.DataFrame) or "log_evidence" not in table.columns:
-        raise TypeError("table must be the DataFrame returned by bam_ppl.compare (a log_evidence column)")
-    if table.empty:
-        raise ValueError("table has no rows to plot")
-    if errorbars < 0:
-        raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
+    _check_table(table, errorbars)
     names = [str(n) for n in table.index]
     categorical = False
     if x is None:
@@ -85,15 +97,12 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     order = np.argsort(positions, kind="stable")
     pos = positions[order]
     values = table["log_evidence"].to_numpy(dtype=float)[order]
-    # "stderr": tables saved before the column was named "se", as in arviz.compare.
-    error_column = next((c for c in ("se", "stderr") if c in table.columns), None)
-    stderr = table[error_column].to_numpy(dtype=float)[order] if error_column else np.zeros(len(names))
-    stderr = np.nan_to_num(stderr, nan=0.0)
+    stderr = _standard_errors(table)[order]
     kinds = (table["kind"].astype(str).to_numpy()[order] if "kind" in table.columns
              else np.full(len(names), "estimate"))
     user_label = label is not None
     if label is None:
-        methods = sorted(set(table.get("method", pd.Series(["evidence"])).astype(str)))
+        methods = sorted(set(table["method"].astype(str))) if "method" in table.columns else ["evidence"]
         label = "/".join(methods)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(names)) if categorical else 5.0, 3.5))
@@ -165,18 +174,11 @@ def plot_compare(table, ax=None, errorbars: float = 1.0):
     matplotlib Axes
     """
     import matplotlib.pyplot as plt
-    import pandas as pd
 
-    if not isinstance(table, pd.DataFrame) or "log_evidence" not in table.columns:
-        raise TypeError("table must be the DataFrame returned by bam_ppl.compare (a log_evidence column)")
-    if table.empty:
-        raise ValueError("table has no rows to plot")
-    if errorbars < 0:
-        raise ValueError(f"errorbars must be >= 0 standard errors, got {errorbars}")
+    _check_table(table, errorbars)
     ordered = table.sort_values("log_evidence", ascending=False, kind="stable")
     values = ordered["log_evidence"].to_numpy(dtype=float)
-    error_column = next((c for c in ("se", "stderr") if c in ordered.columns), None)
-    se = np.nan_to_num(ordered[error_column].to_numpy(dtype=float)) if error_column else np.zeros(len(values))
+    se = _standard_errors(ordered)
     dse = np.nan_to_num(ordered["dse"].to_numpy(dtype=float)) if "dse" in ordered.columns else np.zeros(len(values))
     kinds = ordered["kind"].astype(str).to_numpy() if "kind" in ordered.columns else np.full(len(values), "estimate")
     if ax is None:
