@@ -10,5 +10,5 @@ family (PMF, NBMF, Dirichlet-Tucker) live with that family in :mod:`bam_ppl.fami
 from . import auto, em, exact, numpyro_backends  # noqa: F401  (importing a backend module registers it)
 from .gibbs import chib, collapsed  # noqa: F401
 from .registry import infer, methods, register  # noqa: F401
-from .smc import polya_urn, tempered  # noqa: F401
+from .smc import mixture, polya_urn, tempered  # noqa: F401
 from .variational import cvb, vb  # noqa: F401

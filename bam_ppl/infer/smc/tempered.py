@@ -433,28 +433,51 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
+    return references_along_chain(tp, config, num_sweeps, seed, 1, floor)[0][0]
+
+
+def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed, num_windows: int,
+                           floor: float = REFERENCE_FLOOR) -> tuple[np.ndarray, np.ndarray]:
+    """``num_windows`` references (W, U, L) from one chain of :func:`reference_from_chain`: the
+    conditionals averaged over each of ``num_windows`` consecutive stretches of its sweeps (given
+    the tables' parameters θ the posterior of the tokens is a product, so the posterior is a
+    mixture over θ of products, which short windows follow along the chain), and (W,) the mean
+    log π(S) of the allocations each window visited."""
     rows = tp.gibbs_rows
     factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
     structure = _structure(tp, False)
     num_cells = tp.cell_start.shape[0] - 1
-    total = np.zeros((num_cells, tp.num_configs))
-    out = np.empty_like(total)
+    totals = np.zeros((num_windows, num_cells, tp.num_configs))
+    out = np.empty((num_cells, tp.num_configs))
     rng = np.random.default_rng(np.asarray(seed, np.uint32))
     shifted = tp.concentration + counts_of_configs(tp, config)
     state = np.array(config, np.int32)
     order = np.arange(state.shape[0], dtype=np.int32)
+    log_joint = np.zeros(num_windows)
     done = 0
     while True:
         _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
-        total += out
+        window = min(num_windows - 1, done * num_windows // max(num_sweeps, 1))
+        totals[window] += out
+        log_joint[window] += log_joint_of(tp, state, np.rint(shifted - tp.concentration))
         if done >= num_sweeps:
             break
         step = min(REFERENCE_THIN, num_sweeps - done)
         gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
         done += step
     allowed = out > 0.0
-    q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
-    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
+    visits = totals.sum((1, 2)) / num_cells  # states averaged into each window
+    skipped = visits == 0  # a window the thinning left empty: the last state's
+    totals[skipped], log_joint[skipped], visits[skipped] = out, log_joint_of(
+        tp, state, np.rint(shifted - tp.concentration)), 1.0
+    q = (1.0 - floor) * totals / totals.sum(2, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
+    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0), log_joint / visits
+
+
+def log_joint_of(tp: TemperedProblem, config: np.ndarray, counts_kernel: np.ndarray) -> float:
+    """log π(S) = log p(X, S) of the allocation with token configurations ``config``."""
+    log_prior, log_like = exact_log_terms(tp, counts_kernel)
+    return tp.joint_constant + log_prior + log_like - log_multinomial(tp, config)
 
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
@@ -647,9 +670,17 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
     (w = 1 for a particle in q's own copy when the copies lie far apart; ½ where q cannot tell
     two relabellings apart). None when a permanent cannot be summed (:func:`_log_permanents`:
     more than PERMANENT_SUBSET_MAX values and too many terms of similar size)."""
+    sums = orbit_log_sums(tp, tp.log_reference, config, symmetry)
+    return None if sums is None else symmetry.log_order + sums[0] - sums[1]
+
+
+def orbit_log_sums(tp: TemperedProblem, log_ref: np.ndarray, config: np.ndarray,
+                   symmetry: LabelSymmetry) -> tuple[np.ndarray, np.ndarray] | None:
+    """(log q(z), log Σ_g q(g(z))) of every particle (``config`` (P, T)) for the product reference
+    ``log_ref`` (U, L), over the label symmetries g of ``symmetry``; None when a permanent cannot
+    be summed (:func:`_log_permanents`)."""
     num_configs = tp.num_configs
-    log_ref = tp.log_reference
-    out = np.empty(config.shape[0])
+    own, orbit = np.empty(config.shape[0]), np.empty(config.shape[0])
     rows = np.arange(num_configs)
     if symmetry.swap is not None:
         K = symmetry.swap.shape[1]
@@ -659,28 +690,28 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
     for p in range(config.shape[0]):
         groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
                              minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
-        # log q(g(z)) = Σ_(u, l) S[u, l] log q[u, g(l)] for every g, up to a constant of z
+        # log q(g(z)) = Σ_(u, l) S[u, l] log q[u, g(l)] for every g
         scores = groups.T @ log_ref  # (L, L): [l, l'] = Σ_u S[u, l] log q[u, l']
         if symmetry.swap is None:
             by_relabelling = scores[rows[None, :], symmetry.relabellings].sum(1)
-            out[p] = symmetry.log_order + by_relabelling[0] - _log_sum_exp(by_relabelling)
+            own[p], orbit[p] = by_relabelling[0], _log_sum_exp(by_relabelling)
             continue
         # g = σ ∘ h, σ permuting the values of the node of ``value``, h the others' (``relabellings``):
         # Σ_l scores[l, g(l)] = Σ_k M_h[k, σ(k)], M_h[k, j] = Σ over l with value k of scores[l, h(l) with value j]
         M = np.einsum("hlj,lk->hkj", scores[rows[None, :, None], targets], one_hot)
         occupied = np.bincount(symmetry.value, weights=groups.sum(0), minlength=K) > 0
-        out[p] = symmetry.log_order + np.trace(M[0])
+        own[p] = np.trace(M[0])
         sums.append((M, occupied))
     if symmetry.swap is None:
-        return out
+        return own, orbit
 
     def log_sum(item):
         log_sums = _log_permanents(*item, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES, PERMANENT_SUBSET_MAX)
         return _log_sum_exp(log_sums) if not np.isnan(log_sums).any() else np.nan
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sums release the GIL
-        out -= np.array(list(pool.map(log_sum, sums)))
-    return None if np.isnan(out).any() else out
+        orbit = np.array(list(pool.map(log_sum, sums)))
+    return None if np.isnan(orbit).any() else (own, orbit)
 
 
 # -- numba kernel ----------------------------------------------------------------------------------
@@ -1238,14 +1269,20 @@ class NumbaParticles:
 
         def one(block):
             b, first, stop = block
-            _tempered_block(self.rngs[b], first, stop, mode, float(beta), num_sweeps, num_cell_moves,
-                            num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior, self.log_like,
-                            self.log_start, self.accepted, tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size,
-                            tp.node_child, self.structure, tp.factorised)
+            for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
+                _tempered_block(self.rngs[b], begin, end, mode, float(beta), num_sweeps, num_cell_moves,
+                                num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior,
+                                self.log_like, self.log_start, self.accepted, tp.token_cell, tp.cell_start,
+                                tp.node_swap, tp.node_size, tp.node_child, structure, tp.factorised)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(
             tp, num_cell_moves, num_pair_moves, num_node_moves), self.accepted.sum(0)], axis=1)
+
+    def segments(self, first: int, stop: int) -> list:
+        """Ranges of particles ``first..stop`` and the kernel structure each is moved with (one here;
+        a mixture start has one per reference: :class:`~bam_ppl.infer.smc.mixture.MixtureParticles`)."""
+        return [(first, stop, self.structure)]
 
     def initialise(self) -> None:
         """Exact draws from π₀ (the urn over latent tables; missing visible values uniform)."""
@@ -1567,9 +1604,11 @@ class TemperedResult(NamedTuple):
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
-             block_moves=(0, 0, 0), symmetry=None):
+             block_moves=(0, 0, 0), symmetry=None, initial_log_w=None, final_log_weights=None):
     """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`
-    (``block_moves``: cell, pair and node moves per temperature)."""
+    (``block_moves``: cell, pair and node moves per temperature). ``initial_log_w`` (P,) the
+    normalised start weights (default equal); ``final_log_weights`` a function of the particles
+    returning the log weights of the last reweighting (default: the label symmetries')"""
     num = particles.num_particles
     particles.initialise()
     # Constant factors the rows leave out (equal for every allocation): fixed from one particle.
@@ -1601,7 +1640,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
     _, repeats = np.unique(np.round(like / max(1.0, float(np.abs(like).max())), 9), return_counts=True)
     degenerate = bool(tp.visible_numerators.size + tp.visible_denominators.size) and num > 1 and \
         repeats.max() > DEGENERATE_SHARE * num
-    log_w = np.full(num, -np.log(num))
+    log_w = np.full(num, -np.log(num)) if initial_log_w is None else np.asarray(initial_log_w, np.float64)
     log_z = tp.constant + tp.log_z0
     beta, betas, resamplings, min_ess = 0.0, [], 0, float(num)
     while beta < 1.0:
@@ -1627,7 +1666,10 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
     log_relabelled = 0.0
-    if symmetry is not None and symmetry.log_order > 0:
+    if final_log_weights is not None:
+        weights = final_log_weights(particles)
+        log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
+    elif symmetry is not None and symmetry.log_order > 0:
         weights = symmetric_log_weights(tp, np.asarray(particles.config), symmetry)
         log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,

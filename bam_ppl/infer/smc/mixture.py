@@ -1,0 +1,336 @@
+"""The tempered SMC from a mixture of references: every basin a search finds enters the start.
+
+A reference q_b(z) = Π_τ q_b(cell of τ, z_τ) built around one basin of the posterior
+(:func:`~bam_ppl.infer.smc.tempered.reference_from_chain`) keeps the annealing path short at any
+number of tokens, but covers that basin only. Which basins carry the posterior's mass is not
+known in advance, so every one a cheap search finds enters one start distribution, and the
+importance weights decide how much each carries (multiple importance sampling: Veach & Guibas
+1995; Owen & Zhou 2000).
+
+Each particle carries a component label b, drawn with probability w_b and kept along the path,
+so that the sampler targets the extended distributions (Del Moral, Doucet & Jasra 2006)
+
+    γ_β(b, z) = w_b q_b(z)^(1−β) (π₀ L)(z)^β,   Z_0 = 1,   Z_1 = Σ_b w_b p(X) = p(X),
+
+whose moves for a fixed b are those of the single-reference sampler. Resampling moves particles
+from components whose tempered mass falls behind to those that hold it. A particle of component b
+never leaves b's basin in practice, so each component alone would count only its own basin's
+mass; the last step reweights every particle by
+
+    f(b, z) = |G| q_b(z) / Σ_b' w_b' Σ_g q_b'(g(z)),
+
+with G the label symmetries (:func:`~bam_ppl.infer.smc.tempered.orbit_log_sums`). Under the final
+target w_b p(z | X), E[f] = Σ_z p(z | X) Σ_b w_b q_b(z) |G| / Σ_g q(g(z)) = 1 (p is invariant
+under G), so Ẑ Σ_p W_p f(b_p, z_p) stays an unbiased estimate of p(X) on the natural scale; in a
+basin that only component b covers, f ≈ |G| / w_b, which restores the mass of every found basin
+and of every relabelled copy of it. Components that cover the same basin share it
+(f ≈ 1 / (w_b + w_b')): a basin found twice is not counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from ...estimate import EvidenceEstimate, EvidenceWarning
+from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
+from ...progress import make_bar, resolve_progress
+from ...types import as_key
+from ...validation import check_int, check_positive
+from ..prepare import prepare
+from ..registry import register_evidence
+from .tempered import (
+    NUM_BLOCKS,
+    LabelSymmetry,
+    NumbaParticles,
+    TemperedProblem,
+    TemperedRun,
+    _label_symmetries,
+    _log_sum_exp,
+    _one_run,
+    _structure,
+    best_allocation,
+    build_tempered_problem,
+    numba,
+    orbit_log_sums,
+    pooled,
+    references_along_chain,
+    with_reference,
+)
+
+
+class MixtureStart(NamedTuple):
+    """The start Σ_b w_b q_b(z): ``log_q`` (B, U, L) every reference's log q per nonzero cell and
+    free configuration (as :class:`~bam_ppl.infer.smc.tempered.Reference` holds it), and
+    ``log_weights`` (B,) log w_b, normalised."""
+
+    log_q: np.ndarray
+    log_weights: np.ndarray
+
+
+def uniform_start(log_qs) -> MixtureStart:
+    """Equal weights over the references ``log_qs``."""
+    log_q = np.ascontiguousarray(np.stack([np.asarray(q, np.float64) for q in log_qs]))
+    return MixtureStart(log_q, np.full(log_q.shape[0], -np.log(log_q.shape[0])))
+
+
+def component_sizes(log_weights: np.ndarray, num_particles: int) -> np.ndarray:
+    """Particles of each component: P · w_b rounded by largest remainders (a stratified draw of the
+    labels; :func:`initial_log_weights` makes up for the rounding)."""
+    share = np.exp(np.asarray(log_weights) - _log_sum_exp(log_weights)) * num_particles
+    sizes = np.floor(share).astype(np.int64)
+    order = np.argsort(sizes - share, kind="stable")  # largest remainders first
+    sizes[order[: num_particles - sizes.sum()]] += 1
+    return sizes
+
+
+def initial_log_weights(start: MixtureStart, sizes: np.ndarray) -> np.ndarray:
+    """Normalised start weights of the particles, w_b / n_b for each of the n_b particles of
+    component b, so that the weighted particles are an unbiased draw of Σ_b w_b q_b with any
+    rounding of the sizes (components with no particle leave the mixture)."""
+    kept = sizes > 0
+    log_w = np.where(kept, start.log_weights, -np.inf)
+    log_w = log_w - _log_sum_exp(log_w[kept])
+    return np.repeat(np.where(kept, log_w - np.log(np.maximum(sizes, 1)), -np.inf), sizes)
+
+
+class MixtureParticles(NumbaParticles):
+    """Particles of the mixture start: component b's particles are a contiguous range, moved with b's
+    reference. Systematic resampling keeps the ancestors in order, so the ranges stay contiguous."""
+
+    def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart):
+        super().__init__(tp, num_particles, keys, pool)
+        self.start = start
+        self.sizes = component_sizes(start.log_weights, num_particles)
+        self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
+        self.structures = [_structure(with_reference(tp, log_q), True) for log_q in start.log_q]
+
+    def segments(self, first: int, stop: int) -> list:
+        edges = np.searchsorted(self.component[first:stop], np.arange(self.sizes.size + 1)) + first
+        return [(int(edges[b]), int(edges[b + 1]), self.structures[b]) for b in range(self.sizes.size)
+                if edges[b + 1] > edges[b]]
+
+    def resample(self, ancestors: np.ndarray) -> None:
+        if np.any(np.diff(ancestors) < 0):
+            raise ValueError("MixtureParticles.resample: ancestors must be in order (systematic resampling)")
+        super().resample(ancestors)
+        self.component = self.component[ancestors]
+
+    def initial_log_weights(self) -> np.ndarray:
+        return initial_log_weights(self.start, self.sizes)
+
+
+def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, config: np.ndarray,
+                        component: np.ndarray) -> np.ndarray | None:
+    """log f(b_p, z_p) of every particle (module docstring), or None where a sum over the label
+    symmetries cannot be made (:func:`~bam_ppl.infer.smc.tempered.orbit_log_sums`)."""
+    own, orbit = [], []
+    for log_q in start.log_q:
+        sums = orbit_log_sums(tp, log_q, config, symmetry)
+        if sums is None:
+            return None
+        own.append(sums[0])
+        orbit.append(sums[1])
+    own, orbit = np.stack(own), np.stack(orbit)  # (B, P)
+    mixed = orbit + start.log_weights[:, None]
+    peak = mixed.max(0)
+    log_mixture = peak + np.log(np.exp(mixed - peak).sum(0))
+    return symmetry.log_order + own[component, np.arange(config.shape[0])] - log_mixture
+
+
+class MixtureRun(NamedTuple):
+    """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run
+    and the search: the scouts' best allocations and log evidence estimates."""
+
+    log_evidence: float
+    run: TemperedRun
+    scout_configs: list
+    scout_log_evidence: list
+
+
+class MixtureProblem(NamedTuple):
+    """What every run of one call shares, prepared once: the problem with the latent urn as its
+    start (the scouts'), the same with the references' structure, and the label symmetries."""
+
+    tp: TemperedProblem
+    scout_tp: TemperedProblem
+    symmetry: LabelSymmetry
+
+
+class MixtureOptions(NamedTuple):
+    """The sizes of one run (:func:`run_mixture`)."""
+
+    num_particles: int
+    num_scouts: int
+    scout_particles: int
+    reference_sweeps: int
+    rho: float
+
+
+def run_seeds(key, num_runs: int, num_scouts: int) -> np.ndarray:
+    """(R, NUM_BLOCKS + 2 + 4·S, 2) uint32: every random stream of every run (:func:`run_mixture`):
+    the main run's blocks and resampling, then two for each of the 2·S scouts."""
+    width = NUM_BLOCKS + 2 + 4 * num_scouts
+    return np.asarray(jax.random.key_data(jax.random.split(key, num_runs * width))).reshape(
+        num_runs, width, -1).astype(np.uint32)
+
+
+class _Inline:
+    """An executor that runs its tasks in the calling thread (a scout inside a pool's thread)."""
+
+    map = staticmethod(lambda fn, *items: list(map(fn, *items)))
+
+
+def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool):
+    """One start of the search and its reference: an annealed scout (a tempered SMC run of
+    ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached) or a
+    drawn one (one draw from the urn), then a posterior chain of ``reference_sweeps`` from there,
+    whose second half averages into the reference (the first is its way into the basin). Returns
+    (log q (U, L), the scout's log evidence or nan, the chain's start configuration)."""
+    scout_tp = problem.scout_tp
+    particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
+    if annealed:
+        result = _one_run(particles, scout_tp, np.random.default_rng(seeds[1]), options.rho, 1, None)
+        config, value = result.best_config, result.log_evidence
+    else:
+        particles.initialise()
+        config, value = np.asarray(particles.config[0]).copy(), np.nan
+    log_q, _ = references_along_chain(problem.tp, config, options.reference_sweeps, seeds[1], 2)
+    return log_q[-1], value, config
+
+
+def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
+    """One independent run: the search (``num_scouts`` annealed and as many drawn scouts,
+    :func:`scout`, in parallel), then the tempered SMC of ``num_particles`` from the equal-weight
+    mixture of their references. The two kinds find different basins: annealing carries a scout
+    across the allocations of sparse tables, a chain from a draw mixes between groupings of the
+    cells of dense ones. Each run searches on its own, so that the spread of the runs includes
+    which basins the search finds."""
+    tp = problem.tp
+    kinds = [True, False] * options.num_scouts
+    own = [seeds[NUM_BLOCKS + 2 + 2 * s: NUM_BLOCKS + 4 + 2 * s] for s in range(len(kinds))]
+    found = list(pool.map(lambda seed, annealed: scout(problem, options, seed, annealed), own, kinds))
+    start = uniform_start([log_q for log_q, _, _ in found])
+    particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
+
+    def last_weights(ps):
+        return mixture_log_weights(tp, start, problem.symmetry, np.asarray(ps.config), ps.component)
+
+    run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
+                   options.rho, 1, None, initial_log_w=particles.initial_log_weights(), final_log_weights=last_weights)
+    return MixtureRun(run.log_evidence + run.log_relabelled, run, [c for _, _, c in found], [v for _, v, _ in found])
+
+
+# The cost of effort = 1, all of which ``effort`` scales: particles of the main run (enough that
+# resampling can move them between a few components), scouts per run (the basins it can find),
+# posterior sweeps per reference (how well q covers its basin; the annealing corrects the rest).
+MIXTURE_PARTICLES = 64
+MIXTURE_SCOUTS = 8
+MIXTURE_REFERENCE_SWEEPS = 200
+# Particles per scout, not scaled: a scout need only reach a basin, not weigh it.
+SCOUT_PARTICLES = 4
+
+
+class EffortSizes(NamedTuple):
+    num_particles: int
+    num_scouts: int
+    reference_sweeps: int
+
+
+def effort_sizes(effort: float) -> EffortSizes:
+    """The sizes of a run at ``effort``: each grows with it, never below 16 particles, one scout and
+    10 sweeps."""
+    return EffortSizes(max(16, int(round(MIXTURE_PARTICLES * effort))), max(1, int(round(MIXTURE_SCOUTS * effort))),
+                       max(10, int(round(MIXTURE_REFERENCE_SWEEPS * effort))))
+
+
+@register_evidence("mixture", models=(AllocationModel,))
+def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = 4,
+                         num_particles: int | None = None, num_scouts: int | None = None, rho: float = 0.9,
+                         reference_sweeps: int | None = None, progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
+    """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
+
+    Each of ``num_chains`` independent runs searches for basins with ``num_scouts`` cheap runs of
+    the tempered SMC from the latent urn, builds a reference around each scout's best allocation,
+    and anneals ``num_particles`` particles from their mixture to the posterior; the runs' values
+    are pooled on the natural scale (log-mean-exp) and their spread is the standard error.
+
+    Parameters
+    ----------
+    effort : float > 0
+        Scales the particles (MIXTURE_PARTICLES · effort, at least 16), the scouts per run
+        (MIXTURE_SCOUTS · effort, at least 1) and the sweeps of each reference's chain
+        (MIXTURE_REFERENCE_SWEEPS · effort, at least 10) unless given one by one: more effort finds
+        more basins, covers them better and weighs them with more particles.
+    num_chains : int
+        Independent runs (≥ 2 for a standard error).
+    rho : float in (0, 1)
+        Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
+    reference_sweeps : int, optional
+        Posterior sweeps averaged into each reference.
+
+    ``details``: ``run_log_evidence``, the sure ``lower_bound`` (largest log π(S) visited) and its
+    allocation (``best_cells``, ``best_counts``), ``num_temperatures`` and ``scout_log_evidence`` of
+    every run, ``num_particles``, ``num_scouts``, ``effort``.
+    """
+    num_runs = check_int(num_chains, "num_chains", minimum=1)
+    check_positive(effort, "effort")
+    particles, scouts, sweeps = effort_sizes(float(effort))
+    particles = particles if num_particles is None else check_int(num_particles, "num_particles", minimum=2)
+    scouts = scouts if num_scouts is None else check_int(num_scouts, "num_scouts", minimum=1)
+    check_positive(rho, "rho", upper=1.0)
+    if rho >= 1.0:
+        raise ValueError(f"rho must be in (0, 1), got {rho}")
+    if reference_sweeps is not None:
+        check_int(reference_sweeps, "reference_sweeps", minimum=0)
+    if particles < 2 * scouts:
+        raise ValueError(f"num_particles ({particles}) must be at least 2 · num_scouts ({2 * scouts}): every "
+                         "reference of the mixture needs a particle")
+    check_int(max_configs, "max_configs", minimum=1)
+    resolve_progress(progress_bar)  # validates
+    if numba is None:
+        raise ImportError("method='mixture' builds its references with the numba kernel: pip install numba")
+    key = as_key(rng_key)
+    began = time.perf_counter()
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    problem = MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
+                             _label_symmetries(bound, data, layout))
+    sweeps = sweeps if reference_sweeps is None else reference_sweeps
+    options = MixtureOptions(particles, scouts, SCOUT_PARTICLES, sweeps, float(rho))
+    show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * particles > 2_000_000)
+    bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
+    try:
+        with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
+            seeds = run_seeds(key, num_runs, scouts)
+            runs = []
+            for r in range(num_runs):
+                runs.append(run_mixture(problem, options, seeds[r], pool))
+                bar.update(1)
+    finally:
+        bar.close()
+    values = np.array([run.log_evidence for run in runs])
+    if np.isnan(values).any():
+        warnings.warn(f"tempered SMC from a mixture: the sum over the relabellings of the latent labels has too many "
+                      f"terms of similar size to add up; the estimate counts none of them and may fall short of "
+                      f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=2)
+        values = np.array([run.run.log_evidence for run in runs])
+    value, stderr = pooled(values)
+    best = max(runs, key=lambda run: run.run.lower_bound).run
+    cells, counts = best_allocation(bound, data, layout, tp, best.best_config)
+    lower_bound = float(bound.log_prob_cells(cells, counts))
+    seconds = time.perf_counter() - began
+    return EvidenceEstimate(
+        value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
+        run_values=tuple(values.tolist()), seconds=seconds,
+        details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
+                     num_temperatures=[run.run.schedule.size for run in runs],
+                     scout_log_evidence=[run.scout_log_evidence for run in runs], num_particles=particles,
+                     num_scouts=scouts, num_runs=num_runs, effort=float(effort), reference_sweeps=sweeps,
+                     seconds=seconds))

@@ -1,0 +1,135 @@
+"""The default evidence against an earlier revision's default, in the same run on the same machine.
+
+For each data set and model, ``bam.log_evidence(model, X, rng_key=key)`` (the default,
+``method="auto"``) over ``--keys`` keys, here and in a git worktree of ``--baseline`` (run in a
+subprocess with that revision on its path; a warm-up call on other data first, outside the timings, so
+that neither side pays for compiling its kernels). Prints one row per data set and side: the mean
+value, the sd across keys, the mean stated standard error, whether the spread is honest
+(sd ≤ 2 × stated + 0.5, the goal of the evidence engine), and the mean and largest wall seconds.
+
+    nice -n 5 .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --baseline 46b659e
+
+Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
+``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
+``titanic`` (R's Titanic table, class × sex × age × survival of 2201 people in 24 nonzero cells,
+four latent classes, a = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# R's datasets::Titanic, [class (1st, 2nd, 3rd, crew), sex (male, female), age (child, adult), survived (no, yes)].
+TITANIC = {("no", "child"): [[0, 0, 35, 0], [0, 0, 17, 0]], ("no", "adult"): [[118, 154, 387, 670], [4, 13, 89, 3]],
+           ("yes", "child"): [[5, 11, 13, 0], [1, 13, 14, 0]], ("yes", "adult"): [[57, 14, 75, 192], [140, 80, 76, 20]]}
+
+# Runs in this process and, with the baseline on its path, in the subprocess: the same code on both sides.
+CASE_CODE = r'''
+import json, sys, time, warnings
+import numpy as np
+import bam_ppl as bam
+
+def case(name, titanic):
+    if name.startswith("nmf"):
+        import jax
+        _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=int(name[3:]))
+        return bam.models.nmf(4), np.asarray(X)
+    if name == "hair_eye":
+        from bam_ppl.datasets import load_hair_eye_color
+        dims = ("hair", "eye", "sex")
+        return bam.AllocationModel("r -> hair, eye, sex", latent={"r": 3}, observed=dims, a=1.0), load_hair_eye_color()
+    X = np.zeros((4, 2, 2, 2), np.int64)
+    for (survived, age), by_sex in titanic.items():
+        X[:, :, int(age == "adult"), int(survived == "yes")] = np.array(by_sex).T
+    return bam.AllocationModel("r -> c, s, a, v", latent={"r": 4}, observed=("c", "s", "a", "v"), a=1.0), X
+
+def run(names, keys, titanic):
+    warnings.simplefilter("ignore")
+    model, X = case("hair_eye", titanic)
+    bam.log_evidence(model, X, rng_key=99)  # warm-up: compiles the kernels
+    for name in names:
+        model, X = case(name, titanic)
+        for key in keys:
+            start = time.perf_counter()
+            est = bam.log_evidence(model, X, rng_key=key)
+            print(json.dumps(dict(case=name, key=key, value=est.value, stderr=est.stderr,
+                                  seconds=time.perf_counter() - start)), flush=True)
+'''
+
+
+def baseline_rows(revision: str, names, keys):
+    """The rows of ``revision``'s default, from a worktree of it in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = os.path.join(tmp, "baseline")
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, revision], check=True,
+                       capture_output=True)
+        try:
+            code = CASE_CODE + f"\nrun({names!r}, {keys!r}, {TITANIC!r})\n"
+            out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
+                                 check=True, capture_output=True, text=True).stdout
+        finally:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=True)
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def current_rows(names, keys):
+    namespace = {}
+    exec(CASE_CODE, namespace)  # noqa: S102 — the same code the baseline runs
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        namespace["run"](names, keys, TITANIC)
+    return [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
+
+
+def summarise(rows, side: str, names):
+    for name in names:
+        mine = [row for row in rows if row["case"] == name]
+        if not mine:
+            continue
+        values = np.array([row["value"] for row in mine])
+        stated = float(np.mean([row["stderr"] for row in mine]))
+        sd = float(values.std(ddof=1)) if values.size > 1 else float("nan")
+        seconds = [row["seconds"] for row in mine]
+        honest = "yes" if sd <= 2 * stated + 0.5 else "no"
+        print(f"| {name} | {side} | {values.mean():.2f} | {sd:.2f} | {stated:.2f} | {honest} | "
+              f"{np.mean(seconds):.1f} | {max(seconds):.1f} |", flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--data", nargs="+", default=["nmf1000", "nmf4000", "hair_eye", "titanic"])
+    parser.add_argument("--baseline", default=None, help="git revision whose default runs beside (e.g. 46b659e)")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    revision = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    started = time.perf_counter()
+    rows = current_rows(args.data, args.keys)
+    base = baseline_rows(args.baseline, args.data, args.keys) if args.baseline else []
+    print(f"keys {args.keys}; this revision {revision}, baseline {args.baseline}; {os.cpu_count()} cores; "
+          f"{time.perf_counter() - started:.0f} s in all")
+    print("| data | default of | mean | sd across keys | mean stated | honest | mean s | max s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.data:
+        summarise(rows, revision, [name])
+        summarise(base, args.baseline, [name])
+
+
+if __name__ == "__main__":
+    main()
