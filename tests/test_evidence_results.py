@@ -4,6 +4,7 @@ columns of ``arviz.compare``, and an estimate stored in (and read back from) an 
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,6 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import group, import_arviz, to_inference_data
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, evidence_methods, pool_runs
-from bam_ppl.infer import auto
 from bam_ppl.infer.registry import register_evidence
 
 # Each estimator at the smallest settings that still run every stage.
@@ -19,6 +19,7 @@ SETTINGS = {
     "exact": {},
     "smc": dict(num_particles=50, num_chains=3, progress_bar=False),
     "tempered": dict(num_particles=32, num_chains=2, progress_bar=False),
+    "mixture": dict(num_particles=16, num_scouts=2, num_chains=2, progress_bar=False),
     "chib": dict(num_chains=2, num_searches=2, num_search_sweeps=5, num_samples=10, progress_bar=False),
     "vb": dict(num_chains=3),
 }
@@ -41,7 +42,7 @@ def test_every_estimator_fills_the_typed_fields(estimates):
         assert est.num_runs == len(est.run_values) and all(isinstance(run, float) for run in est.run_values)
     exact = estimates["exact"].value
     assert estimates["exact"].num_runs == 0 and math.isnan(estimates["exact"].lower_bound)
-    for method in ("smc", "tempered", "chib"):
+    for method in ("smc", "tempered", "mixture", "chib"):
         est = estimates[method]
         assert est.num_runs == SETTINGS[method]["num_chains"]
         assert est.run_values == tuple(est.details["run_log_evidence"])
@@ -56,16 +57,12 @@ def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
     assert (est.method, est.pipeline, est.kind) == ("auto", "exact", "exact")
     assert "pipeline='exact'" in repr(est)
 
-    def part(method, value):
-        return EvidenceEstimate(value, 0.1, method, "estimate", dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
-
-    agreeing = {"tempered": part("tempered", -10.05), "chib": part("chib", -10.0)}
-    pooled = auto.combine(agreeing, dict(lower_bound=-15.0, parts={n: auto.summary(p) for n, p in agreeing.items()}))
-    assert (pooled.method, pooled.pipeline) == ("auto", "tempered+chib")
-    assert pooled.num_runs == 8 and pooled.lower_bound == -15.0
-    apart = {"chib": part("chib", -10.0), "reference": part("tempered", -14.0)}
-    kept = auto.combine(apart, dict(parts={name: auto.summary(p) for name, p in apart.items()}))
-    assert (kept.method, kept.pipeline) == ("auto", "chib") and kept.method in evidence_methods()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        beyond = bam.log_evidence(bam.models.nmf(2), np.array([[3, 2, 0, 1], [2, 3, 1, 0], [0, 1, 3, 2], [1, 0, 2, 3], [1, 1, 0, 0]]),
+                                effort=0.25)
+    assert (beyond.method, beyond.pipeline, beyond.kind) == ("auto", "mixture", "estimate")
+    assert beyond.num_runs == 4 and "mixture" in beyond.details["reason"]
 
 
 def test_estimates_built_from_details_alone_get_typed_fields():
@@ -79,10 +76,9 @@ def test_estimates_built_from_details_alone_get_typed_fields():
 
 
 def test_json_round_trip(estimates):
-    parts = {"tempered": estimates["tempered"], "chib": estimates["chib"]}
-    combined = auto.combine(parts, dict(lower_bound=-20.0, parts={name: auto.summary(p) for name, p in parts.items()},
-                                        nested={"cells": np.arange(4).reshape(2, 2)}))
-    for est in [*estimates.values(), combined]:
+    nested = replace(estimates["mixture"], details=dict(estimates["mixture"].details,
+                                                        nested={"cells": np.arange(4).reshape(2, 2)}))
+    for est in [*estimates.values(), nested]:
         text = json.dumps(est.to_dict(), allow_nan=False)  # strict JSON: no NaN
         back = EvidenceEstimate.from_dict(json.loads(text))
         assert back == est  # value, stderr, method, kind
