@@ -176,8 +176,7 @@ class EvidenceEstimate:
         The messages of the :class:`EvidenceWarning` raised about this estimate (empty when none).
     pipeline : str
         What ran, as estimator names joined by "+": ``method`` itself, except for ``"auto"``,
-        where it names the estimators whose runs make ``value`` (``"exact"``, ``"smc"``,
-        ``"tempered+chib"``, ``"reference"`` for the tempered SMC from a reference, ...).
+        where it names the estimator that ran (``"exact"`` or ``"mixture"``).
     """
 
     value: float
