@@ -14,12 +14,13 @@ import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.exact import exact_log_evidence
 from bam_ppl.infer.prepare import prepare
-from bam_ppl.infer.smc import mixture, tempered
+from bam_ppl.infer.smc import mixture, references, tempered, tempered_problem
+from bam_ppl.infer.smc import symmetry as symmetries
 
 
 def _problem(model, X):
     data, bound, layout, _ = prepare(model, X)
-    return tempered.build_tempered_problem(bound, data, layout), tempered._label_symmetries(bound, data, layout)
+    return tempered_problem.build_tempered_problem(bound, data, layout), symmetries.label_symmetries_of(bound, data, layout)
 
 
 def _random_log_q(tp, seed, concentration=1.0):
@@ -70,7 +71,7 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
             keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(r), tempered.NUM_BLOCKS + 1)))
             particles = mixture.MixtureParticles(tp, num_particles, keys[:-1].astype(np.uint32), pool, start)
             run = tempered._one_run(
-                particles, tempered.with_reference(tp, start.log_q[0]), np.random.default_rng(keys[-1].astype(np.uint32)),
+                particles, references.with_reference(tp, start.log_q[0]), np.random.default_rng(keys[-1].astype(np.uint32)),
                 0.9, 1, schedule, initial_log_w=particles.initial_log_weights(),
                 final_log_weights=lambda ps: mixture.mixture_log_weights(tp, start, symmetry, np.asarray(ps.config),
                                                                          ps.component))

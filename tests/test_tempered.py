@@ -20,7 +20,8 @@ import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.exact import exact_log_evidence
 from bam_ppl.infer.prepare import prepare
-from bam_ppl.infer.smc import tempered
+from bam_ppl.infer.smc import references, tempered, tempered_jax, tempered_numba, tempered_problem
+from bam_ppl.infer.smc import symmetry as symmetries
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
@@ -116,18 +117,18 @@ def _enumerate_tempered(model, X, beta, start_scale=1.0, reference_seed=None):
     (with a tilted start q: π_β ∝ q^(1−β) (π₀ L)^β; a random per-cell reference q when
     ``reference_seed`` is given)."""
     data, bound, layout, _ = prepare(model, X)
-    tp = tempered.build_tempered_problem(bound, data, layout, start_scale)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout, start_scale)
     if reference_seed is not None:
-        tp = tempered.with_reference(tp, _random_reference(tp, reference_seed))
+        tp = references.with_reference(tp, _random_reference(tp, reference_seed))
     T, L = tp.token_cell.size, tp.num_configs
     zs = np.array(list(itertools.product(range(L), repeat=T)))
     ok = tp.valid[tp.token_cell[None, :], zs].all(1) if tp.has_valid else np.ones(len(zs), bool)
     zs = zs[ok]
-    counts = [tempered.counts_of_configs(tp, z) for z in zs]
-    terms = np.array([tempered.exact_log_terms(tp, c) for c in counts])
+    counts = [tempered_problem.counts_of_configs(tp, z) for z in zs]
+    terms = np.array([tempered_problem.exact_log_terms(tp, c) for c in counts])
     log_p = terms[:, 0] + beta * terms[:, 1]
     if tp.tilted:
-        start = np.array([tempered.exact_log_start(tp, c, z) for c, z in zip(counts, zs)])
+        start = np.array([tempered_problem.exact_log_start(tp, c, z) for c, z in zip(counts, zs)])
         log_p = (1 - beta) * start + beta * (terms[:, 0] + terms[:, 1])
     return tp, zs, np.exp(log_p - logsumexp(log_p)), terms
 
@@ -144,8 +145,8 @@ def _particles(kernel, tp, num, seed):
     if kernel == "numba":
         pool = ThreadPoolExecutor(2)
         seeds = np.asarray(jax.random.split(jax.random.PRNGKey(seed), tempered.NUM_BLOCKS))
-        return tempered.NumbaParticles(tp, num, seeds, pool)
-    return tempered.JaxParticles(tp, num, jax.random.key(seed))
+        return tempered_numba.NumbaParticles(tp, num, seeds, pool)
+    return tempered_jax.JaxParticles(tp, num, jax.random.key(seed))
 
 
 def _chi2_statistic(zs, probs, config, L):
@@ -189,8 +190,8 @@ def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, reference
         assert statistic < chi2.ppf(0.999, df), (statistic, df)
         # the carried log π₀ and log L differ from the closed forms by a constant (the rows that
         # no configuration changes); after set_configs they are the closed forms.
-        exact = np.array([(*tempered.exact_log_terms(tp, particles.counts(p)),
-                           tempered.exact_log_start(tp, particles.counts(p), np.asarray(particles.config[p])))
+        exact = np.array([(*tempered_problem.exact_log_terms(tp, particles.counts(p)),
+                           tempered_problem.exact_log_start(tp, particles.counts(p), np.asarray(particles.config[p])))
                           for p in range(50)])
         carried = np.stack([np.asarray(particles.log_prior)[:50], np.asarray(particles.log_like)[:50],
                             np.asarray(particles.log_start)[:50]], 1)
@@ -209,16 +210,16 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     # same random stream: the same configurations and the same carried log terms.
     X = RNG.integers(0, 4, (4, 5)) if model.latent == {"k": 3} else RNG.integers(0, 3, (3, 4, 3))
     data, bound, layout, _ = prepare(model, X, algorithm="test")
-    tp = tempered.build_tempered_problem(bound, data, layout)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
     assert tp.factorised.usable
     if referenced:
         log_q = np.log(np.random.default_rng(5).dirichlet(np.ones(tp.num_configs), size=data.nnz))
-        tp = tempered.with_reference(tp, log_q)
+        tp = references.with_reference(tp, log_q)
     general = tp._replace(factorised=tp.factorised._replace(usable=False))
     runs = []
     for problem in (tp, general):
         with ThreadPoolExecutor(1) as pool:
-            particles = tempered.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
+            particles = tempered_numba.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
             particles.initialise()
             for beta in (0.3, 0.7, 1.0):
                 particles.move(beta, 2)
@@ -231,7 +232,7 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     probabilities = []
     for problem in (tp, general):
         out = np.empty((data.nnz, tp.num_configs))
-        tempered._cell_probabilities(fast.shifted[0], tempered._structure(problem, False), problem.factorised,
+        tempered_numba._cell_probabilities(fast.shifted[0], tempered_numba._structure(problem, False), problem.factorised,
                                      problem.cell_start, out)
         probabilities.append(out)
     np.testing.assert_allclose(*probabilities, rtol=1e-12)
@@ -243,7 +244,7 @@ def test_factorised_sweeps_are_not_used_where_they_do_not_apply():
     cases = [CASES["missing_entries"], CASES["symmetric_nmf_tied"], (bam.models.tucker((2, 3, 1)), CASES["cp"][1])]
     for model, X in cases:
         data, bound, layout, _ = prepare(model, X, algorithm="test")
-        assert not tempered.build_tempered_problem(bound, data, layout).factorised.usable
+        assert not tempered_problem.build_tempered_problem(bound, data, layout).factorised.usable
 
 
 def test_decomposition_sums_to_the_evidence():
@@ -418,9 +419,9 @@ def _log_target_partial_uncached(tp, config, placed, beta):
     counts = tp.fixed_counts.copy()
     for m in tp.moved:
         np.add.at(counts, tp.row_base[m, tp.token_cell[placed]] + tp.row_offset[m, config[placed]], 1)
-    prior, like = tempered.exact_log_terms(tp, counts)
+    prior, like = tempered_problem.exact_log_terms(tp, counts)
     if tp.tilted:
-        return (1 - beta) * tempered.exact_log_start(tp, counts, config) + beta * (prior + like)
+        return (1 - beta) * tempered_problem.exact_log_start(tp, counts, config) + beta * (prior + like)
     return prior + beta * like
 
 
@@ -520,7 +521,7 @@ TUCKER_TINY = (bam.models.tucker((2, 2), a=0.7), np.array([[2, 0], [0, 1]]))
 
 def test_node_swaps_set_one_latent_node():
     data, bound, layout, _ = prepare(*TUCKER_TINY)
-    swap, sizes = tempered.node_swaps(bound, layout)
+    swap, sizes = tempered_problem.node_swaps(bound, layout)
     assert sizes.tolist() == [2, 2] and swap.shape == (2, 4, 2)
     configs = np.asarray(layout.configs)
     latent = [i for i, name in enumerate(layout.free) if name in ("r1", "r2")]  # in the layout's order
@@ -565,7 +566,7 @@ def test_numba_node_moves_follow_the_exact_kernel():
         particles.move(beta, 0, 0, 0, 1)
         # the carried log terms follow the moves
         counts = particles.counts(5)
-        prior, like = tempered.exact_log_terms(tp, counts)
+        prior, like = tempered_problem.exact_log_terms(tp, counts)
         np.testing.assert_allclose([particles.log_prior[5], particles.log_like[5]], [prior, like], atol=1e-9)
     codes = {tuple(z): i for i, z in enumerate(zs)}
     found = np.bincount([codes[tuple(c)] for c in np.asarray(particles.config)], minlength=len(zs))
@@ -638,12 +639,12 @@ def test_too_many_symmetries_warning_names_the_tempered_smc(monkeypatch):
     from bam_ppl.infer.gibbs import chib
 
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
-    monkeypatch.setattr(tempered, "PERMANENT_MAX_OUTER", 1)
+    monkeypatch.setattr(symmetries, "PERMANENT_MAX_OUTER", 1)
     # Two symmetric latent nodes, 2! · 3! relabellings: too many to enumerate, and too many
     # relabellings of the smaller node to sum a permanent of the larger for each.
     data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
     with pytest.warns(UserWarning, match="the tempered SMC from a reference averages over none"):
-        symmetry = tempered._label_symmetries(bound, data, layout)
+        symmetry = symmetries.label_symmetries_of(bound, data, layout)
     assert symmetry.relabellings.shape[0] == 1 and symmetry.log_order == 0.0 and symmetry.swap is None
 
 
@@ -659,9 +660,9 @@ def test_log_permanent_matches_the_sum_over_every_permutation():
         M = rng.normal(0.0, [0.5, 5.0, 50.0][trial % 3], (K, K))
         occupied = rng.random(K) < 0.7
         M[~occupied] = 0.0  # rows of values no token takes
-        value = tempered._log_permanent(M, occupied, tempered.PERMANENT_DROP_NATS, 10**6)
+        value = symmetries._log_permanent(M, occupied, symmetries.PERMANENT_DROP_NATS, 10**6)
         assert value == pytest.approx(_brute_log_permanent(M), abs=1e-9)
-    assert np.isnan(tempered._log_permanent(rng.normal(0.0, 0.1, (7, 7)), np.ones(7, bool), 40.0, 10))
+    assert np.isnan(symmetries._log_permanent(rng.normal(0.0, 0.1, (7, 7)), np.ones(7, bool), 40.0, 10))
 
 
 def test_log_permanent_by_subsets_matches_the_sum_over_every_permutation():
@@ -670,7 +671,7 @@ def test_log_permanent_by_subsets_matches_the_sum_over_every_permutation():
         K = int(rng.integers(2, 7))
         M = rng.normal(0.0, [0.5, 5.0, 50.0, 500.0][trial % 4], (K, K))
         M[rng.random(K) < 0.3] = 0.0  # rows of values no token takes
-        assert tempered._log_permanent_by_subsets(M) == pytest.approx(_brute_log_permanent(M), rel=1e-10, abs=1e-9)
+        assert symmetries._log_permanent_by_subsets(M) == pytest.approx(_brute_log_permanent(M), rel=1e-10, abs=1e-9)
 
 
 def test_log_permanents_of_sixteen_values_whatever_the_column_order():
@@ -679,27 +680,27 @@ def test_log_permanents_of_sixteen_values_whatever_the_column_order():
     # cannot prune and the sum over subsets takes over.
     rng = np.random.default_rng(2)
     K, occupied = 16, np.ones(16, bool)
-    args = (occupied, tempered.PERMANENT_DROP_NATS, tempered.PERMANENT_MAX_NODES, tempered.PERMANENT_SUBSET_MAX)
+    args = (occupied, symmetries.PERMANENT_DROP_NATS, symmetries.PERMANENT_MAX_NODES, symmetries.PERMANENT_SUBSET_MAX)
     dominant = -rng.uniform(5.0, 25.0, (K, K))
     dominant[np.arange(K), rng.permutation(K)] = 0.0
     shuffled = dominant[:, rng.permutation(K)]
-    values = tempered._log_permanents(np.stack([dominant, shuffled]), *args)
+    values = symmetries._log_permanents(np.stack([dominant, shuffled]), *args)
     assert 0.0 <= values[0] < 0.01 and values[1] == pytest.approx(values[0], abs=1e-9)
-    assert values[0] == pytest.approx(tempered._log_permanent_by_subsets(dominant), abs=1e-6)
+    assert values[0] == pytest.approx(symmetries._log_permanent_by_subsets(dominant), abs=1e-6)
     crowded = -rng.uniform(1.0, 5.0, (K, K))
     crowded[:, 3] += 60.0
-    assert np.isnan(tempered._log_permanent(crowded, occupied, tempered.PERMANENT_DROP_NATS, 1 << K))
-    value = tempered._log_permanents(crowded[None], *args)[0]
-    assert np.isfinite(value) and value == pytest.approx(tempered._log_permanent_by_subsets(crowded[:, ::-1]), abs=1e-9)
+    assert np.isnan(symmetries._log_permanent(crowded, occupied, symmetries.PERMANENT_DROP_NATS, 1 << K))
+    value = symmetries._log_permanents(crowded[None], *args)[0]
+    assert np.isfinite(value) and value == pytest.approx(symmetries._log_permanent_by_subsets(crowded[:, ::-1]), abs=1e-9)
     # Beyond PERMANENT_SUBSET_MAX values nothing takes over: nan, from which runs count no relabelling.
-    assert np.isnan(tempered._log_permanents(crowded[None], occupied, 30.0, 1000, 10)[0])
+    assert np.isnan(symmetries._log_permanents(crowded[None], occupied, 30.0, 1000, 10)[0])
 
 
 def test_runs_count_the_relabellings_all_or_none():
     # Runs corrected by log |G| and runs not would pool to nothing meaningful: where one run cannot
     # sum the relabellings, none counts them, with a warning.
     Run = collections.namedtuple("Run", "log_relabelled")
-    symmetry = tempered.LabelSymmetry(np.zeros((1, 1), np.int64), log_order=np.log(3628800.0))
+    symmetry = symmetries.LabelSymmetry(np.zeros((1, 1), np.int64), log_order=np.log(3628800.0))
     np.testing.assert_array_equal(tempered.relabelled_terms([Run(15.0), Run(14.5)], symmetry), [15.0, 14.5])
     with pytest.warns(bam.EvidenceWarning, match="1 of 2 runs.*up to 15.1 nats"):
         terms = tempered.relabelled_terms([Run(15.0), Run(np.nan)], symmetry)
@@ -713,18 +714,18 @@ def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):
 
     model, X = bam.models.nmf(4, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])
     data, bound, layout, _ = prepare(model, X)
-    tp = tempered.build_tempered_problem(bound, data, layout)
-    tp = tempered.with_reference(tp, _random_reference(tp, 7))
-    enumerated = tempered._label_symmetries(bound, data, layout)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
+    tp = references.with_reference(tp, _random_reference(tp, 7))
+    enumerated = symmetries.label_symmetries_of(bound, data, layout)
     assert enumerated.swap is None and enumerated.relabellings.shape[0] == 24
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
-    permanent = tempered._label_symmetries(bound, data, layout)
+    permanent = symmetries.label_symmetries_of(bound, data, layout)
     assert permanent.swap is not None and permanent.log_order == pytest.approx(np.log(24))
     z = np.random.default_rng(3).integers(0, tp.num_configs, (30, tp.token_cell.size))
     z[:10] %= 2  # two classes empty
     z[10] = 0
-    np.testing.assert_allclose(tempered.symmetric_log_weights(tp, z, permanent),
-                               tempered.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
+    np.testing.assert_allclose(symmetries.symmetric_log_weights(tp, z, permanent),
+                               symmetries.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
 
 
 def test_several_symmetric_nodes_sum_a_permanent_per_relabelling_of_the_others(monkeypatch):
@@ -733,33 +734,33 @@ def test_several_symmetric_nodes_sum_a_permanent_per_relabelling_of_the_others(m
     from bam_ppl.infer.gibbs import chib
 
     data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
-    tp = tempered.build_tempered_problem(bound, data, layout)
-    tp = tempered.with_reference(tp, _random_reference(tp, 9))
-    enumerated = tempered._label_symmetries(bound, data, layout)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
+    tp = references.with_reference(tp, _random_reference(tp, 9))
+    enumerated = symmetries.label_symmetries_of(bound, data, layout)
     assert enumerated.swap is None and enumerated.relabellings.shape[0] == 12
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
-    nested = tempered._label_symmetries(bound, data, layout)
+    nested = symmetries.label_symmetries_of(bound, data, layout)
     assert nested.relabellings.shape[0] == 2 and nested.swap.shape == (tp.num_configs, 3)
     assert nested.log_order == pytest.approx(np.log(12))
     z = np.random.default_rng(4).integers(0, tp.num_configs, (30, tp.token_cell.size))
     z[:8] = nested.swap[z[:8], 0]  # the permanent's node at one value only
-    np.testing.assert_allclose(tempered.symmetric_log_weights(tp, z, nested),
-                               tempered.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
+    np.testing.assert_allclose(symmetries.symmetric_log_weights(tp, z, nested),
+                               symmetries.symmetric_log_weights(tp, z, enumerated), atol=1e-9)
 
 
 def test_label_symmetry_weights_share_every_orbit_exactly_once():
     # Σ_h w(h(z)) = 1 over the relabellings h, for every z: what makes Σ_z p(X, z) |G| w(z) = p(X).
     model, X = bam.models.nmf(3, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])
     data, bound, layout, _ = prepare(model, X)
-    tp = tempered.with_reference(tempered.build_tempered_problem(bound, data, layout), _random_reference(
-        tempered.build_tempered_problem(bound, data, layout), 5))
-    symmetry = tempered._label_symmetries(bound, data, layout)
+    tp = references.with_reference(tempered_problem.build_tempered_problem(bound, data, layout), _random_reference(
+        tempered_problem.build_tempered_problem(bound, data, layout), 5))
+    symmetry = symmetries.label_symmetries_of(bound, data, layout)
     relabellings = symmetry.relabellings
     assert relabellings.shape[0] == 6 and np.array_equal(relabellings[0], np.arange(tp.num_configs))
     z = np.random.default_rng(2).integers(0, tp.num_configs, (40, tp.token_cell.size))
     z[0] = 0  # a state that relabellings map to itself
     orbits = np.stack([relabellings[h][z] for h in range(6)], 1)  # (40, G, T)
-    log_w = tempered.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), symmetry).reshape(40, 6)
+    log_w = symmetries.symmetric_log_weights(tp, orbits.reshape(-1, z.shape[1]), symmetry).reshape(40, 6)
     np.testing.assert_allclose(np.exp(log_w).sum(1) / 6, 1.0, atol=1e-12)
 
 
@@ -792,7 +793,7 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     best = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     # Chains long enough to visit every mode of the tiny posterior: a one-chain reference of 20
     # sweeps sat in one and came out 0.06 nats low (stderr 0.007; see run_tempered, reference).
-    refs = tempered.build_references(model, X, (best.best_cells, best.best_counts), 2, num=2, reference_sweeps=200)
+    refs = references.build_references(model, X, (best.best_cells, best.best_counts), 2, num=2, reference_sweeps=200)
     assert len(refs) == 2 and not np.allclose(refs[0].log_q, refs[1].log_q)  # chains of their own
     result = tempered.run_tempered(model, X, 1, num_particles=128, num_chains=8, num_sweeps=2,
                                    schedule=np.linspace(0.05, 1.0, 20), reference=refs[0])
@@ -805,21 +806,21 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     with pytest.raises(ValueError, match="one Reference per run"):
         tempered.run_tempered(model, X, 1, num_chains=3, reference=refs)
     with pytest.raises(ValueError, match="reference: a Reference"):
-        tempered.run_tempered(model, X, 1, reference=tempered.Reference(refs[0].log_q[:, :1], 20))
+        tempered.run_tempered(model, X, 1, reference=references.Reference(refs[0].log_q[:, :1], 20))
     with pytest.raises(ValueError, match="reference_sweeps"):
         tempered.run_tempered(model, X, 1, reference=refs[0], reference_sweeps=5)
     with pytest.raises(ValueError, match="num"):
-        tempered.build_references(model, X, (best.best_cells, best.best_counts), num=0)
-    assert tempered.default_reference_sweeps(16_000) == 12_800
+        references.build_references(model, X, (best.best_cells, best.best_counts), num=0)
+    assert references.default_reference_sweeps(16_000) == 12_800
     # One reference from each of several allocations (what method="auto" builds from its scouts):
     # with no sweeps, each is its own allocation's conditionals, as build_references makes it.
     other = tempered.run_tempered(model, X, 5, num_particles=4, num_chains=1)
     starts = [(best.best_cells, best.best_counts), (other.best_cells, other.best_counts)]
-    each = tempered.references_from_allocations(model, X, starts, 0, reference_sweeps=0)
+    each = references.references_from_allocations(model, X, starts, 0, reference_sweeps=0)
     assert [ref.num_sweeps for ref in each] == [0, 0]
     for start, ref in zip(starts, each):
-        np.testing.assert_allclose(ref.log_q, tempered.build_references(model, X, start, 9, reference_sweeps=0)[0].log_q)
-    assert tempered.default_reference_sweeps(10) == tempered.REFERENCE_MIN_SWEEPS
+        np.testing.assert_allclose(ref.log_q, references.build_references(model, X, start, 9, reference_sweeps=0)[0].log_q)
+    assert references.default_reference_sweeps(10) == references.REFERENCE_MIN_SWEEPS
 
 
 @pytest.mark.parametrize("reference, error", [
@@ -839,7 +840,7 @@ def test_allocation_near_expected_counts_adds_up_to_the_data():
     visited = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     entries = np.concatenate([np.ravel(c) for c in bound.table_counts(visited.best_cells, visited.best_counts)])
     expected = 0.7 * entries + 0.3 * np.random.default_rng(1).random(entries.size)
-    cells, counts = tempered.allocation_near_counts(model, X, expected)
+    cells, counts = references.allocation_near_counts(model, X, expected)
     assert counts.sum() == model.as_data(X).total and (counts > 0).all()
     assert bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
     result = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=2, reference=(cells, counts))

@@ -14,12 +14,9 @@ import bam_ppl as bam
 from bam_ppl.infer.gibbs.chib import configs_of_allocation
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.smc import reverse
-from bam_ppl.infer.smc.tempered import (
-    _label_symmetries,
-    build_tempered_problem,
-    references_from_allocations,
-    with_reference,
-)
+from bam_ppl.infer.smc.references import references_from_allocations, with_reference
+from bam_ppl.infer.smc.symmetry import label_symmetries_of
+from bam_ppl.infer.smc.tempered_problem import build_tempered_problem
 
 SMALL_CASES = {
     "nmf2": (bam.models.nmf(2), (3, 4), 12),
@@ -88,7 +85,7 @@ def test_inverse_evidence_is_unbiased_on_the_natural_scale(path):
     if path == "reference":
         [q] = references_from_allocations(model, X, [allocations[int(np.argmax(log_joint))]], 0, reference_sweeps=20)
         tp = with_reference(tp, q.log_q)
-        relabellings = _label_symmetries(bound, data, layout).relabellings
+        relabellings = label_symmetries_of(bound, data, layout).relabellings
         assert relabellings.shape[0] == 2
     configs = np.stack([configs_of_allocation(bound, data, layout, tp.token_cell, allocations[d], "allocation")
                         for d in draws])

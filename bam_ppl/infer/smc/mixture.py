@@ -1,7 +1,7 @@
 """The tempered SMC from a mixture of references: every basin a search finds enters the start.
 
 A reference q_b(z) = Π_τ q_b(cell of τ, z_τ) built around one basin of the posterior
-(:func:`~bam_ppl.infer.smc.tempered.reference_from_chain`) keeps the annealing path short at any
+(:func:`~bam_ppl.infer.smc.references.reference_from_chain`) keeps the annealing path short at any
 number of tokens, but covers that basin only. Which basins carry the posterior's mass is not
 known in advance, so every one a cheap search finds enters one start distribution, and the
 importance weights decide how much each carries (multiple importance sampling: Veach & Guibas
@@ -19,7 +19,7 @@ mass; the last step reweights every particle by
 
     f(b, z) = |G| q_b(z) / Σ_b' w_b' Σ_g q_b'(g(z)),
 
-with G the label symmetries (:func:`~bam_ppl.infer.smc.tempered.orbit_log_sums`). Under the final
+with G the label symmetries (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`). Under the final
 target w_b p(z | X), E[f] = Σ_z p(z | X) Σ_b w_b q_b(z) |G| / Σ_g q(g(z)) = 1 (p is invariant
 under G), so Ẑ Σ_p W_p f(b_p, z_p) stays an unbiased estimate of p(X) on the natural scale; in a
 basin that only component b covers, f ≈ |G| / w_b, which restores the mass of every found basin
@@ -45,29 +45,16 @@ from ...types import as_key
 from ...validation import check_int, check_positive
 from ..prepare import prepare
 from ..registry import register_evidence
-from .tempered import (
-    NUM_BLOCKS,
-    LabelSymmetry,
-    NumbaParticles,
-    TemperedProblem,
-    TemperedRun,
-    _label_symmetries,
-    _log_sum_exp,
-    _one_run,
-    _structure,
-    best_allocation,
-    build_tempered_problem,
-    numba,
-    orbit_log_sums,
-    pooled,
-    references_along_chain,
-    with_reference,
-)
+from .references import references_along_chain, with_reference
+from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
+from .tempered import NUM_BLOCKS, TemperedRun, _one_run, pooled
+from .tempered_numba import NumbaParticles, _structure, numba
+from .tempered_problem import TemperedProblem, best_allocation, build_tempered_problem
 
 
 class MixtureStart(NamedTuple):
     """The start Σ_b w_b q_b(z): ``log_q`` (B, U, L) every reference's log q per nonzero cell and
-    free configuration (as :class:`~bam_ppl.infer.smc.tempered.Reference` holds it), and
+    free configuration (as :class:`~bam_ppl.infer.smc.references.Reference` holds it), and
     ``log_weights`` (B,) log w_b, normalised."""
 
     log_q: np.ndarray
@@ -129,7 +116,7 @@ class MixtureParticles(NumbaParticles):
 def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, config: np.ndarray,
                         component: np.ndarray) -> np.ndarray | None:
     """log f(b_p, z_p) of every particle (module docstring), or None where a sum over the label
-    symmetries cannot be made (:func:`~bam_ppl.infer.smc.tempered.orbit_log_sums`)."""
+    symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`)."""
     own, orbit = [], []
     for log_q in start.log_q:
         sums = orbit_log_sums(tp, log_q, config, symmetry)
@@ -301,7 +288,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     tp = build_tempered_problem(bound, data, layout)
     problem = MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
-                             _label_symmetries(bound, data, layout))
+                             label_symmetries_of(bound, data, layout))
     sweeps = sweeps if reference_sweeps is None else reference_sweeps
     options = MixtureOptions(particles, scouts, SCOUT_PARTICLES, sweeps, float(rho))
     show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * particles > 2_000_000)

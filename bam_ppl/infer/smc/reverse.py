@@ -37,16 +37,12 @@ from ...validation import check_choice, check_int, check_positive
 from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..prepare import prepare
-from .tempered import (
-    NUM_BLOCKS,
-    JaxParticles,
-    NumbaParticles,
-    Reference,
-    _label_symmetries,
-    build_tempered_problem,
-    references_from_allocations,
-    with_reference,
-)
+from .references import Reference, references_from_allocations, with_reference
+from .symmetry import label_symmetries_of
+from .tempered import NUM_BLOCKS
+from .tempered_jax import JaxParticles
+from .tempered_numba import NumbaParticles
+from .tempered_problem import build_tempered_problem
 
 # β_k = 1 − (1 − k / K)^SCHEDULE_POWER crowds the temperatures near β = 1, where the reverse runs
 # lose most of their weight: on NMF(4) it gave tighter bounds than linear or (k / K)^p at equal K.
@@ -134,7 +130,7 @@ def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_swee
                          key, relabellings: np.ndarray | None = None) -> np.ndarray:
     """log Z_0 − log w_r (R,) of one reverse run (:func:`reverse_anneal`) from each row of ``configs``
     (R, T), the token configurations of exact posterior draws, under the problem ``tp`` of
-    :func:`~bam_ppl.infer.smc.tempered.build_tempered_problem`: each is a stochastic upper bound
+    :func:`~bam_ppl.infer.smc.tempered_problem.build_tempered_problem`: each is a stochastic upper bound
     on log p(X) whose exp(−value) has expectation 1/p(X). log Z_0 = C + log Z₀ is the forward
     sampler's start (the data constant and the start's normaliser; C alone from a reference).
     ``kernel`` "numba" or "jax"; ``key`` an int or a JAX key; ``relabellings`` the label
@@ -229,7 +225,7 @@ def _reference_path(model, bound, data, layout, tp, reference, reference_sweeps,
     the label symmetries, enumerated, that :func:`relabel_move` draws from."""
     if not isinstance(reference, Reference):
         reference = references_from_allocations(model, data, [tuple(reference)], key, reference_sweeps, max_configs)[0]
-    symmetry = _label_symmetries(bound, data, layout)
+    symmetry = label_symmetries_of(bound, data, layout)
     enumerated = symmetry.swap is None and symmetry.relabellings.shape[0] > 1
     return _Path(with_reference(tp, reference.log_q), symmetry.relabellings if enumerated else None)
 
@@ -279,7 +275,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
         tempered SMC from a reference, which stays short at any T: an allocation found *without*
         ``allocation`` — a forward estimate's ``details["best_cells"], details["best_counts"]`` —
         from which a posterior chain of ``reference_sweeps`` sweeps builds q
-        (:func:`~bam_ppl.infer.smc.tempered.build_references`), or a ``Reference`` built so. A q
+        (:func:`~bam_ppl.infer.smc.references.build_references`), or a ``Reference`` built so. A q
         built from the generating allocation itself would make the path depend on the start, and
         the bound would no longer hold. Relabelling moves (:func:`relabel_move`) carry the runs
         to the copy of the posterior under the labels that q covers (where the label symmetries

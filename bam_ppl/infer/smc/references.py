@@ -1,0 +1,231 @@
+"""References of the tempered SMC (:mod:`bam_ppl.infer.smc.tempered`): product distributions
+q(z) = Π_τ q(cell of τ, z_τ) built from collapsed-Gibbs chains of the posterior, from which the
+sampler starts on the path q^(1−β) (π₀ L)^β."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from ...models.allocation import DEFAULT_MAX_CONFIGS
+from ...types import as_key
+from ...validation import check_int
+from ..gibbs import collapsed_numba as gibbs_numba
+from ..gibbs.chib import configs_of_allocation
+from ..prepare import prepare
+from .tempered_numba import _cell_probabilities, _structure
+from .tempered_problem import (
+    TemperedProblem,
+    best_allocation,
+    build_tempered_problem,
+    counts_of_configs,
+    exact_log_terms,
+    log_multinomial,
+)
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+
+REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
+# One chain per reference: chains of the posterior settle in modes of different mass, and an
+# average over chains in different modes is a blend that fits none of them. The chains of several
+# references run at once, one per core.
+# Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS:
+# the chain must travel through the posterior's bulk for q to cover it.
+REFERENCE_SWEEPS_PER_TOKEN = 0.8
+REFERENCE_MIN_SWEEPS = 100
+
+
+class Reference(NamedTuple):
+    """A reference distribution q for the tempered SMC, built once (:func:`build_references`) and
+    shared by the runs it is passed to: ``log_q`` (U, L) per nonzero cell and free configuration."""
+
+    log_q: np.ndarray
+    num_sweeps: int
+
+
+def default_reference_sweeps(num_tokens: int) -> int:
+    """Chain length of a reference when ``reference_sweeps`` is not given."""
+    return max(REFERENCE_MIN_SWEEPS, int(round(REFERENCE_SWEEPS_PER_TOKEN * num_tokens)))
+
+
+# Conditionals averaged every this many sweeps: consecutive sweeps barely differ, and computing
+# them is a sizeable share of a chain's time.
+REFERENCE_THIN = 4
+
+
+def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed,
+                         floor: float = REFERENCE_FLOOR) -> np.ndarray:
+    """A per-cell reference q for :func:`with_reference`, from the allocation with token
+    configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
+    ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
+    start; with ``num_sweeps`` 0 the allocation's own conditionals) by one chain started there
+    and seeded by ``seed``, then mixed with ``floor`` of the uniform distribution over the
+    configurations the cell allows so that none is out of reach. The average over a long chain
+    estimates the posterior's marginals in the mode it settles in, the product over tokens of
+    which is the closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is
+    left out: a chain started at a high-probability allocation falls from it into the posterior's
+    bulk, and the sweeps on its way there are part of the mass q should cover. The chain runs the
+    collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`,
+    faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
+    GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
+    is not allowed (the kernel masks those)."""
+    return references_along_chain(tp, config, num_sweeps, seed, 1, floor)[0][0]
+
+
+def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed, num_windows: int,
+                           floor: float = REFERENCE_FLOOR) -> tuple[np.ndarray, np.ndarray]:
+    """``num_windows`` references (W, U, L) from one chain of :func:`reference_from_chain`: the
+    conditionals averaged over each of ``num_windows`` consecutive stretches of its sweeps (given
+    the tables' parameters θ the posterior of the tokens is a product, so the posterior is a
+    mixture over θ of products, which short windows follow along the chain), and (W,) the mean
+    log π(S) of the allocations each window visited."""
+    rows = tp.gibbs_rows
+    factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
+    structure = _structure(tp, False)
+    num_cells = tp.cell_start.shape[0] - 1
+    totals = np.zeros((num_windows, num_cells, tp.num_configs))
+    out = np.empty((num_cells, tp.num_configs))
+    rng = np.random.default_rng(np.asarray(seed, np.uint32))
+    shifted = tp.concentration + counts_of_configs(tp, config)
+    state = np.array(config, np.int32)
+    order = np.arange(state.shape[0], dtype=np.int32)
+    log_joint = np.zeros(num_windows)
+    done = 0
+    while True:
+        _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
+        window = min(num_windows - 1, done * num_windows // max(num_sweeps, 1))
+        totals[window] += out
+        log_joint[window] += log_joint_of(tp, state, np.rint(shifted - tp.concentration))
+        if done >= num_sweeps:
+            break
+        step = min(REFERENCE_THIN, num_sweeps - done)
+        gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
+        done += step
+    allowed = out > 0.0
+    visits = totals.sum((1, 2)) / num_cells  # states averaged into each window
+    skipped = visits == 0  # a window the thinning left empty: the last state's
+    totals[skipped], log_joint[skipped], visits[skipped] = out, log_joint_of(
+        tp, state, np.rint(shifted - tp.concentration)), 1.0
+    q = (1.0 - floor) * totals / totals.sum(2, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
+    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0), log_joint / visits
+
+
+def log_joint_of(tp: TemperedProblem, config: np.ndarray, counts_kernel: np.ndarray) -> float:
+    """log π(S) = log p(X, S) of the allocation with token configurations ``config``."""
+    log_prior, log_like = exact_log_terms(tp, counts_kernel)
+    return tp.joint_constant + log_prior + log_like - log_multinomial(tp, config)
+
+
+def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
+    """log q of :func:`reference_from_chain`, one per start configuration in ``configs`` and raw
+    JAX key (rows of ``keys``), their chains run on ``pool``. The chains make no node moves: a
+    node move can swap two classes whole, and a chain that switches labels averages relabelled
+    copies of the posterior into q."""
+    seeds = np.asarray(keys).astype(np.uint32)
+    return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed), configs, seeds))
+
+
+def kernel_counts(tp: TemperedProblem, entry_counts: np.ndarray, column_of: np.ndarray) -> np.ndarray:
+    """Counts in kernel numbering (F + C) from counts of the table entries (F,) in the model's
+    numbering (``BoundModel.flat_concentration``; the columns get their sums)."""
+    entry_counts = np.asarray(entry_counts, np.float64)
+    columns = np.bincount(column_of, weights=entry_counts, minlength=tp.concentration.size - entry_counts.size)
+    out = np.empty(tp.concentration.size)
+    out[tp.new_of_old] = np.concatenate([entry_counts, columns])
+    return out
+
+
+def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.ndarray:
+    """Token configurations (T,) of an allocation near expected counts (kernel numbering, e.g. a
+    VB fit's): each cell's X_u tokens shared among its configurations in proportion to its urn
+    conditional given those counts, by largest remainders."""
+    num_cells = tp.cell_start.shape[0] - 1
+    probability = np.empty((num_cells, tp.num_configs))
+    _cell_probabilities(np.asarray(tp.concentration + counts_kernel, np.float64), _structure(tp, False), tp.factorised,
+                        tp.cell_start, probability)
+    sizes = np.diff(tp.cell_start)
+    share = probability * sizes[:, None]
+    whole = np.floor(share).astype(np.int64)
+    missing = sizes - whole.sum(1)
+    ranks = np.argsort(np.argsort(-(share - whole), axis=1), axis=1)
+    whole += ranks < missing[:, None]
+    return np.repeat(np.tile(np.arange(tp.num_configs), num_cells), whole.reshape(-1)).astype(np.int64)
+
+
+def with_reference(tp: TemperedProblem, log_reference: np.ndarray) -> TemperedProblem:
+    """``tp`` starting from the product q(z) = Π_τ q(cell of τ, z_τ) on the geometric path
+    q^(1−β) (π₀ L)^β: ``log_reference`` (U, L) holds log q, normalised over the configurations
+    each cell allows (:func:`reference_from_counts`). q is normalised, so log Z₀ = 0."""
+    return tp._replace(log_reference=np.ascontiguousarray(log_reference, np.float64), referenced=True, tilted=True,
+                       log_z0=0.0)
+
+
+def build_references(model, data, allocation, rng_key=0, num: int = 1, reference_sweeps: int | None = None,
+                     max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
+    """``num`` references built from the allocation ``(cells, counts)`` by independent chains
+    (:func:`references_from_allocations`), to pass to :func:`~bam_ppl.infer.smc.tempered.run_tempered` as ``reference``;
+    their runs then share one q. Chains of the posterior settle in modes of different mass, so
+    references from different chains differ: ``method="auto"`` builds several, tries each by a pilot run and runs from those whose pilots
+    lie near the best."""
+    check_int(num, "num", minimum=1)
+    return references_from_allocations(model, data, [allocation] * num, rng_key, reference_sweeps, max_configs)
+
+
+def references_from_allocations(model, data, allocations, rng_key=0, reference_sweeps: int | None = None,
+                                max_configs: int = DEFAULT_MAX_CONFIGS) -> list[Reference]:
+    """One reference from each allocation ``(cells, counts)`` of ``allocations``, by a chain
+    started there (:func:`reference_from_chain`, ``reference_sweeps`` sweeps, by default
+    :func:`default_reference_sweeps`), the chains run one per core."""
+    if reference_sweeps is not None:
+        check_int(reference_sweeps, "reference_sweeps", minimum=0)
+    if numba is None:
+        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    configs = [configs_of_allocation(bound, data, layout, tp.token_cell, allocation, "allocation")
+               for allocation in allocations]
+    sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
+    keys = jax.random.split(as_key(rng_key), len(configs))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(configs), os.cpu_count() or 1))) as pool:
+        return [Reference(log_q, sweeps) for log_q in chain_references(tp, configs, sweeps, keys, pool)]
+
+
+def _references_per_run(reference, num_runs: int) -> list[Reference] | None:
+    """The :class:`Reference` of every run when ``reference`` is one (shared) or a sequence of
+    them (one per run); None when it is an allocation."""
+    if isinstance(reference, Reference):
+        return [reference] * num_runs
+    if (isinstance(reference, (list, tuple)) and len(reference) > 0
+            and all(isinstance(ref, Reference) for ref in reference)):
+        if len(reference) != num_runs:
+            raise ValueError(f"reference: one Reference per run, got {len(reference)} for num_runs={num_runs}")
+        return list(reference)
+    return None
+
+
+def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
+    shape = (tp.cell_start.shape[0] - 1, tp.num_configs)
+    log_q = np.asarray(reference.log_q, np.float64)
+    if log_q.shape != shape or not np.all(np.isfinite(log_q)):
+        raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape {shape} "
+                         f"(nonzero cells, free configurations), got shape {log_q.shape}"
+                         f"{'' if log_q.shape != shape else ' with non-finite values'}; build it with "
+                         "build_references(model, data, allocation)")
+    return log_q
+
+
+def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFAULT_MAX_CONFIGS):
+    """An allocation (full cells (n, nodes), counts (n,)) near expected table counts (F,) in the
+    model's numbering, e.g. a VB fit's ``details["expected_counts"]`` (:func:`configs_from_counts`)."""
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    config = configs_from_counts(tp, kernel_counts(tp, expected_counts, bound.column_of))
+    return best_allocation(bound, data, layout, tp, config)

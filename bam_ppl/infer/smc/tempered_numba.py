@@ -1,0 +1,650 @@
+"""Numba CPU kernel of the tempered SMC (:mod:`bam_ppl.infer.smc.tempered`, ``engine="numba"``):
+collapsed-Gibbs sweeps and Metropolis–Hastings block moves of the particles, in blocks run in
+threads (the kernel releases the GIL)."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..kernels import compile_numba, inverse_cdf, shuffle
+from .tempered_problem import (
+    TemperedProblem,
+    counts_of_configs,
+    exact_log_start,
+    exact_log_terms,
+)
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+# what a pass of the numba kernel does with each token
+_SWEEP = 0
+_URN = 1
+
+def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
+    """The arrays the numba kernel reads, in its order (``tilted`` False: weights of π₀ L^β)."""
+    tied = np.zeros(tp.row_base.shape[0], np.bool_)
+    tied[tp.tie_rows] = True
+    return (tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators, tp.latent_denominators,
+            tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows, tp.tie_earlier, tp.moved,
+            tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference, tp.referenced and tilted)
+
+
+def _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier):
+    """(α + S)[index of row r at configuration c] (plus ``shift`` there when ``use_shift``), plus
+    one where a tied earlier member of the same token has its increment at the same index."""
+    index = base[r] + row_offset[r, c]
+    v = shifted[index]
+    if use_shift:
+        v += shift[index]
+    if tied[r]:
+        for tie in range(tie_rows.shape[0]):
+            if tie_rows[tie] == r:
+                e = tie_earlier[tie]
+                if base[e] + row_offset[e, c] == index:
+                    v += 1.0
+    return v
+
+
+def _group_factor(shifted, shift, use_shift, base, row_offset, numerators, denominators, tied, tie_rows,
+                  tie_earlier, out, log_space):
+    """out[c] = ∏ numerator rows / ∏ denominator rows at configuration c (its log if ``log_space``)."""
+    num_configs = out.shape[0]
+    if log_space:
+        out[:] = 0.0
+        for r in numerators:
+            for c in range(num_configs):
+                out[c] += math.log(_row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows,
+                                              tie_earlier))
+        for r in denominators:
+            for c in range(num_configs):
+                out[c] -= math.log(_row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows,
+                                              tie_earlier))
+        return
+    out[:] = 1.0
+    for r in numerators:
+        if tied[r] or use_shift:
+            for c in range(num_configs):
+                out[c] *= _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier)
+        else:
+            b = base[r]
+            for c in range(num_configs):
+                out[c] *= shifted[b + row_offset[r, c]]
+    for r in denominators:
+        if tied[r] or use_shift:
+            for c in range(num_configs):
+                out[c] /= _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier)
+        else:
+            b = base[r]
+            for c in range(num_configs):
+                out[c] /= shifted[b + row_offset[r, c]]
+
+
+def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
+    """The tempered conditional of one token at ``cell`` over its configurations (the token not in
+    ``counts``): fills lat, vis with the products of its latent-table and visible-table factors
+    (their logs when ``log_space``), start with the log of its start factor (the reference's log q,
+    or the start urn's; left at 0 untilted), and weight with start^(1−β) (lat · vis)^β
+    (lat · vis^β untilted) divided by a common factor; returns the log of that factor. The start
+    factor is kept as a log since the weights and the particle's log start need only its log: one
+    log and one exp per configuration instead of three exps and two logs (the reference-started
+    runs spent most of their time on them).
+
+    Every factor is the ratio by which adding the token multiplies the tables' Dirichlet-multinomial
+    sequence probabilities, so the product of the weights along any order of placing tokens is the
+    ratio of π_β after and before placing them (what the cell moves rely on).
+    """
+    (row_base, row_offset, valid, has_valid, lat_num, lat_den, vis_num, vis_den, tied, tie_rows, tie_earlier,
+     moved, log_space, shift, tilted, log_reference, referenced) = st
+    num_configs = weight.shape[0]
+    _set_base(base, row_base, cell)
+    _group_factor(counts, shift, False, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, lat,
+                  log_space)
+    _group_factor(counts, shift, False, base, row_offset, vis_num, vis_den, tied, tie_rows, tie_earlier, vis,
+                  log_space)
+    if referenced:
+        for c in range(num_configs):
+            start[c] = log_reference[cell, c]
+    elif tilted:
+        _group_factor(counts, shift, True, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, start,
+                      log_space)
+        if not log_space:
+            for c in range(num_configs):
+                start[c] = math.log(start[c])
+    if log_space:
+        largest = -np.inf
+        for c in range(num_configs):
+            if tilted:
+                weight[c] = start[c] + beta * (lat[c] + vis[c] - start[c])
+            else:
+                weight[c] = lat[c] + beta * vis[c]
+            if has_valid and not valid[cell, c]:
+                weight[c] = -np.inf
+            largest = max(largest, weight[c])
+        for c in range(num_configs):
+            weight[c] = math.exp(weight[c] - largest)
+        return largest
+    for c in range(num_configs):
+        weight[c] = 0.0 if has_valid and not valid[cell, c] else _linear_weight(lat, vis, start, c, beta, tilted)
+    return 0.0
+
+
+def _linear_weight(lat, vis, start, c, beta, tilted):
+    """A token's tempered weight at configuration c in linear space: start^(1−β) (lat · vis)^β
+    (``start`` a log), or lat · vis^β untilted."""
+    if tilted:
+        if beta == 0.0:
+            return math.exp(start[c])
+        if beta == 1.0:
+            return lat[c] * vis[c]
+        return math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
+    if beta == 0.0:
+        return lat[c]
+    if beta == 1.0:
+        return lat[c] * vis[c]
+    return lat[c] * math.exp(beta * math.log(vis[c]))
+
+
+def _weight_scratch(num_rows, num_configs):
+    """Work arrays of :func:`_token_weights`: row bases, latent, visible and start factors, weights."""
+    return (np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.zeros(num_configs),
+            np.empty(num_configs))
+
+
+def _log_total(weight, scale, pair):
+    """log W: the log of the sum of the token's weights (``scale`` their log factor), over the two
+    configurations ``pair`` only when pair[0] ≥ 0."""
+    if pair[0] >= 0:
+        return scale + math.log(weight[pair[0]] + weight[pair[1]])
+    total = 0.0
+    for c in range(weight.shape[0]):
+        total += weight[c]
+    return scale + math.log(total)
+
+
+def _restrict(weight, pair):
+    """Zero the weights outside ``pair`` (when pair[0] ≥ 0)."""
+    if pair[0] >= 0:
+        for c in range(weight.shape[0]):
+            if c != pair[0] and c != pair[1]:
+                weight[c] = 0.0
+
+
+def _draw(rng, weight):
+    """A configuration drawn with probability ∝ ``weight``."""
+    total = 0.0
+    for c in range(weight.shape[0]):
+        total += weight[c]
+    return inverse_cdf(weight, rng.random() * total)
+
+
+def _set_base(base, row_base, cell):
+    for r in range(row_base.shape[0]):
+        base[r] = row_base[r, cell]
+
+
+def _log_factor(values, c, log_space):
+    return values[c] if log_space else math.log(values[c])
+
+
+def _log_change(values, new, old, log_space):
+    """log values[new] − log values[old], with one log."""
+    return values[new] - values[old] if log_space else math.log(values[new] / values[old])
+
+
+def _shift_token(counts, base, row_offset, moved, c, step):
+    for m in moved:
+        counts[base[m] + row_offset[m, c]] += step
+
+
+def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis, start, weight, logs, token_cell, st):
+    """One Metropolis–Hastings move of a block of tokens: the tokens ``tokens`` are removed and
+    re-placed in that order, each drawn from its tempered conditional given the tokens placed before
+    it — restricted to the two configurations ``pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
+    (a pair move: every token in one of two configurations; a node move: every token whose
+    configuration gives one latent node either of two values, or only those of one value of its
+    visible child). A sequentially allocated proposal (Dahl 2005, "Sequentially-allocated
+    merge-split sampler for conjugate and nonconjugate Dirichlet process mixture models"; Jain &
+    Neal 2004, "A split-merge Markov chain Monte Carlo procedure for the Dirichlet process mixture
+    model", JCGS).
+
+    With W_t the sum of token t's (restricted) conditional weights on the way, π_β(z) / q(z | old)
+    = Π_t W_t times a factor of the tokens outside the block, so the acceptance probability is
+    min(1, Π W_t(new) / Π W_t(old)) and the move leaves π_β invariant. The old path's W_t are found
+    while removing the old tokens in reverse order. ``logs`` (3,) gets the change of (log π₀, log L,
+    log start); returns whether the proposal was accepted.
+    """
+    row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
+    log_old, log_new = 0.0, 0.0
+    old_prior, old_like, old_start, new_prior, new_like, new_start = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for i in range(tokens.shape[0] - 1, -1, -1):
+        token = tokens[i]
+        old = conf[token]
+        _set_base(base, row_base, token_cell[token])
+        _shift_token(counts, base, row_offset, moved, old, -1.0)
+        scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
+        log_old += _log_total(weight, scale, pairs[i])
+        old_prior += _log_factor(lat, old, log_space)
+        old_like += _log_factor(vis, old, log_space)
+        old_start += start[old]
+    for i in range(tokens.shape[0]):
+        token = tokens[i]
+        scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
+        log_new += _log_total(weight, scale, pairs[i])
+        _restrict(weight, pairs[i])
+        new = _draw(rng, weight)
+        proposal[i] = new
+        new_prior += _log_factor(lat, new, log_space)
+        new_like += _log_factor(vis, new, log_space)
+        new_start += start[new]
+        _shift_token(counts, base, row_offset, moved, new, 1.0)
+    if math.log(1.0 - rng.random()) < log_new - log_old:
+        for i in range(tokens.shape[0]):
+            conf[tokens[i]] = proposal[i]
+        logs[0] += new_prior - old_prior
+        logs[1] += new_like - old_like
+        logs[2] += new_start - old_start
+        return True
+    for i in range(tokens.shape[0]):
+        _set_base(base, row_base, token_cell[tokens[i]])
+        _shift_token(counts, base, row_offset, moved, proposal[i], -1.0)
+        _shift_token(counts, base, row_offset, moved, conf[tokens[i]], 1.0)
+    return False
+
+
+def _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start):
+    """Draw two distinct configurations and gather the tokens in either of them into ``members``
+    (their pair into ``pairs``), cell by cell in random cell order (so that the sequential proposal
+    places a cell's tokens together and its urn can keep them together); returns their number."""
+    a = int(rng.random() * num_configs)
+    b = int(rng.random() * (num_configs - 1))
+    if b >= a:
+        b += 1
+    shuffle(rng, cell_order)
+    n = 0
+    for cell in cell_order:
+        for token in range(cell_start[cell], cell_start[cell + 1]):
+            if conf[token] == a or conf[token] == b:
+                members[n] = token
+                pairs[n, 0], pairs[n, 1] = a, b
+                n += 1
+    return n
+
+
+def _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start, token_cell):
+    """Draw a latent node and two of its values v ≠ w, and gather every token whose configuration
+    gives the node v or w into ``members``, cell by cell in random cell order; ``pairs`` gets each
+    token's configuration with the node at v and at w, its other nodes kept (``node_swap[n, c, v]``:
+    configuration c with node n set to v). A split–merge of two of the node's classes: the whole of
+    classes v and w is re-divided between them, which single-token moves can only do through
+    allocations of low probability (Jain & Neal 2004). Returns the number of tokens."""
+    node = int(rng.random() * node_swap.shape[0])
+    size = node_size[node]
+    v = int(rng.random() * size)
+    w = int(rng.random() * (size - 1))
+    if w >= v:
+        w += 1
+    shuffle(rng, cell_order)
+    n = 0
+    for cell in cell_order:
+        for token in range(cell_start[cell], cell_start[cell + 1]):
+            c = conf[token]
+            a, b = node_swap[node, c, v], node_swap[node, c, w]
+            if c == a or c == b:
+                members[n] = token
+                pairs[n, 0], pairs[n, 1] = a, b
+                n += 1
+    if n > 0 and rng.random() < 0.5:
+        # Half the time only the tokens of one value x of the node's visible child (one sender, one
+        # word), x that of a random member: the set is the same before and after the move, and so is
+        # the chance of drawing x.
+        x = node_child[node, token_cell[members[int(rng.random() * n)]]]
+        kept = 0
+        for i in range(n):
+            if node_child[node, token_cell[members[i]]] == x:
+                members[kept] = members[i]
+                pairs[kept, 0], pairs[kept, 1] = pairs[i, 0], pairs[i, 1]
+                kept += 1
+        n = kept
+    return n
+
+
+def _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted,
+                 token_cell, cell_start, node_swap, node_size, node_child, st):
+    """Metropolis–Hastings block moves of one state targeting π_β (:func:`_block_move`), in place:
+    ``num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
+    tokens re-placed; ``num_pair_moves`` pair moves (the tokens of two random configurations
+    re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
+    classes of a latent node re-divided between them: :func:`_node_tokens`). ``logs`` (3,) gets the
+    change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
+    num_configs = st[1].shape[1]
+    num_tokens = token_cell.shape[0]
+    base, lat, vis, start, weight = _weight_scratch(st[0].shape[0], num_configs)
+    proposal = np.empty(num_tokens, np.int32)
+    members = np.empty(num_tokens, np.int64)
+    pairs = np.full((num_tokens, 2), -1, np.int64)
+    cells = np.flatnonzero(np.diff(cell_start) >= 2)
+    cell_order = np.arange(cell_start.shape[0] - 1)
+    all_tokens = np.arange(num_tokens)
+    for _ in range(num_cell_moves):
+        shuffle(rng, cells)
+        for cell in cells:
+            first, stop = cell_start[cell], cell_start[cell + 1]
+            if _block_move(rng, all_tokens[first:stop], pairs[:stop - first], beta, counts, conf, proposal, base, lat,
+                           vis, start, weight, logs, token_cell, st):
+                accepted[0] += 1
+    if num_configs < 2:
+        return
+    for kind, num_moves in ((1, num_pair_moves), (2, num_node_moves if node_swap.shape[0] else 0)):
+        for _ in range(num_moves):
+            if kind == 1:
+                n = _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
+            else:
+                n = _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start,
+                                 token_cell)
+            if n > 0 and _block_move(rng, members[:n], pairs[:n], beta, counts, conf, proposal, base, lat, vis,
+                                     start, weight, logs, token_cell, st):
+                accepted[kind] += 1
+
+
+def _constant_product(counts, index, first, stop, c):
+    product = 1.0
+    for k in range(first, stop):
+        product *= counts[index[k, c]]
+    return product
+
+
+def _set_constant(counts, index, ends, c, lat, vis):
+    """lat[c], vis[c]: the constant rows' factors of configuration c (FactorisedTempered's groups)."""
+    lat[c] = _constant_product(counts, index, 0, ends[0], c) / _constant_product(counts, index, ends[0], ends[1], c)
+    vis[c] = _constant_product(counts, index, ends[1], ends[2], c) / _constant_product(counts, index, ends[2], ends[3], c)
+
+
+def _shift_factorised(counts, token_index, token, constant_index, c, step):
+    for v in range(token_index.shape[1]):
+        counts[token_index[token, v, c]] += step
+    for k in range(constant_index.shape[0]):
+        counts[constant_index[k, c]] += step
+
+
+def _factorised_factors(counts, token_index, varying_ends, token, constant_lat, constant_vis, lat, vis):
+    """lat, vis (L,) of ``token`` (removed from ``counts``): the constant rows' cached products times
+    its varying rows, read through its own indices (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`)."""
+    num_configs = lat.shape[0]
+    for c in range(num_configs):
+        lat[c] = constant_lat[c]
+        vis[c] = constant_vis[c]
+    for v in range(varying_ends[3]):
+        if v < varying_ends[0]:
+            for c in range(num_configs):
+                lat[c] *= counts[token_index[token, v, c]]
+        elif v < varying_ends[1]:
+            for c in range(num_configs):
+                lat[c] /= counts[token_index[token, v, c]]
+        elif v < varying_ends[2]:
+            for c in range(num_configs):
+                vis[c] *= counts[token_index[token, v, c]]
+        else:
+            for c in range(num_configs):
+                vis[c] /= counts[token_index[token, v, c]]
+
+
+def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, referenced,
+                       log_reference, lat, vis, start, weight):
+    """``num_sweeps`` Gibbs sweeps of one particle targeting π_β, as the _SWEEP pass of
+    :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
+    alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
+    reference: the constant rows' products are cached per configuration and updated as a token
+    leaves and joins, and each token reads only its varying rows (NMF(4): two of five) through
+    indices of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
+    _, token_index, varying_ends, constant_index, constant_ends = factorised
+    num_configs = weight.shape[0]
+    num_tokens = order.shape[0]
+    constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
+    for c in range(num_configs):
+        _set_constant(counts, constant_index, constant_ends, c, constant_lat, constant_vis)
+    for _ in range(num_sweeps):
+        shuffle(rng, order)
+        for position in range(num_tokens):
+            token = order[position]
+            old = conf[token]
+            _shift_factorised(counts, token_index, token, constant_index, old, -1.0)
+            _set_constant(counts, constant_index, constant_ends, old, constant_lat, constant_vis)
+            _factorised_factors(counts, token_index, varying_ends, token, constant_lat, constant_vis, lat, vis)
+            cell = token_cell[token]
+            for c in range(num_configs):
+                if referenced:
+                    start[c] = log_reference[cell, c]
+                weight[c] = _linear_weight(lat, vis, start, c, beta, referenced)
+            new = _draw(rng, weight)
+            _shift_factorised(counts, token_index, token, constant_index, new, 1.0)
+            _set_constant(counts, constant_index, constant_ends, new, constant_lat, constant_vis)
+            conf[token] = new
+            if new != old:
+                logs[0] += math.log(lat[new] / lat[old])
+                logs[1] += math.log(vis[new] / vis[old])
+                logs[2] += start[new] - start[old]
+
+
+def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, shifted,
+                    config, log_prior, log_like, log_start, accepted, token_cell, cell_start, node_swap, node_size,
+                    node_child, st, factorised):
+    """Particles ``first..stop`` of one block, drawing from the block's Generator ``rng``.
+
+    ``mode`` _URN adds every token (random order) drawn from the start distribution's urn
+    conditional (β = 0); _SWEEP does ``num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
+    order per sweep), then the block moves of :func:`_block_moves`; ``accepted`` (P, 3) counts each
+    particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
+    the particle's log π₀, log L and log start change by the logs of the factors of its new
+    configuration minus those of the old one.
+    """
+    row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
+    num_configs = row_offset.shape[1]
+    num_tokens = token_cell.shape[0]
+    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
+    logs = np.zeros(3)
+    order = np.arange(num_tokens)
+    passes = 1 if mode == _URN else num_sweeps
+    fast = mode == _SWEEP and factorised[0] and (st[16] or not st[14])  # a reference or π₀ as the start
+    for p in range(first, stop):
+        counts = shifted[p]
+        conf = config[p]
+        logs[:] = 0.0
+        if fast:
+            _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, st[16],
+                               st[15], lat, vis, start, weight)
+        for _ in range(0 if fast else passes):
+            shuffle(rng, order)
+            for position in range(num_tokens):
+                token = order[position]
+                cell = token_cell[token]
+                old = conf[token]
+                if mode == _SWEEP:
+                    for r in range(row_base.shape[0]):
+                        base[r] = row_base[r, cell]
+                    _shift_token(counts, base, row_offset, moved, old, -1.0)
+                _token_weights(counts, base, cell, beta, lat, vis, start, weight, st)
+                new = _draw(rng, weight)
+                _shift_token(counts, base, row_offset, moved, new, 1.0)
+                conf[token] = new
+                if mode == _URN:
+                    logs[0] += _log_factor(lat, new, log_space)
+                    logs[1] += _log_factor(vis, new, log_space)
+                    logs[2] += start[new]
+                elif new != old:
+                    logs[0] += _log_change(lat, new, old, log_space)
+                    logs[1] += _log_change(vis, new, old, log_space)
+                    logs[2] += start[new] - start[old]
+        if mode == _SWEEP and num_cell_moves + num_pair_moves + num_node_moves > 0:
+            _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted[p],
+                         token_cell, cell_start, node_swap, node_size, node_child, st)
+        log_prior[p] += logs[0]
+        log_like[p] += logs[1]
+        log_start[p] += logs[2]
+
+
+def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_configs, log_int, out):
+    """out[p] = Σ_(cell, configuration) lnΓ(S + 1) = Σ_tokens log(rank within its group)."""
+    seen = np.zeros(num_configs, np.int64)
+    for p in range(first, stop):
+        total = 0.0
+        for u in range(cell_start.shape[0] - 1):
+            for t in range(cell_start[u], cell_start[u + 1]):
+                c = config[p, t]
+                seen[c] += 1
+                total += log_int[seen[c]]
+            for t in range(cell_start[u], cell_start[u + 1]):
+                seen[config[p, t]] = 0
+        out[p] = total
+
+
+def _cell_probabilities(shifted, st, factorised, cell_start, out):
+    """out[u, c] = the urn conditional (β = 1) of a token of cell u at configuration c, given the
+    counts ``shifted`` (concentration + counts, kernel numbering); 0 where not allowed. Read as
+    :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable, so that these averages
+    stay a small part of a reference chain's time."""
+    row_base, row_offset = st[0], st[1]
+    num_configs = row_offset.shape[1]
+    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
+    # Factorised: the constant rows once, each cell's varying rows through its first token's indices.
+    usable, token_index, varying_ends, constant_index, constant_ends = factorised
+    constant_lat, constant_vis = np.ones(num_configs), np.ones(num_configs)
+    for c in range(num_configs if usable else 0):
+        _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
+    for cell in range(out.shape[0]):
+        if usable:
+            _factorised_factors(shifted, token_index, varying_ends, cell_start[cell], constant_lat, constant_vis, lat, vis)
+            for c in range(num_configs):
+                weight[c] = lat[c] * vis[c]
+        else:  # the cell as int32, as the moves pass it: one compilation of _token_weights
+            _token_weights(shifted, base, np.int32(cell), 1.0, lat, vis, start, weight, st)
+        total = 0.0
+        for c in range(num_configs):
+            total += weight[c]
+        for c in range(num_configs):
+            out[cell, c] = weight[c] / total
+
+
+if numba is not None:
+    # _token_weights is called, not inlined: four inlined copies of its row lookups made numba's
+    # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
+    # are inlined: left to calls, they make the tempered SMC markedly slower.
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
+                                     "_constant_product", "_set_constant", "_shift_factorised", "_factorised_factors",
+                                     "_linear_weight", "_shift_token", "_set_base", "_log_total", "_restrict"),
+                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves", "_tempered_block", "_sweeps_factorised", "_log_multinomial_block",
+                         "_cell_probabilities"))
+
+
+def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
+                         num_node_moves: int) -> np.ndarray:
+    """(3,) the cell, pair and node moves that :func:`_block_moves` proposes to one state."""
+    cells = int(np.count_nonzero(np.diff(tp.cell_start) >= 2))
+    many = tp.num_configs > 1
+    return np.array([num_cell_moves * cells, num_pair_moves * many, num_node_moves * (many and tp.node_swap.shape[0] > 0)])
+
+
+def posterior_block_moves(tp: TemperedProblem, rng: np.random.Generator, shifted: np.ndarray, config: np.ndarray,
+                          num_node_moves: int) -> np.ndarray:
+    """``num_node_moves`` node moves (:func:`_node_tokens`) of one posterior chain (β = 1, the
+    untilted target) at counts ``shifted`` and configurations ``config``, in place; returns the
+    numbers (3,) of cell, pair and node moves accepted."""
+    accepted = np.zeros(3, np.int64)
+    _block_moves(rng, 1.0, 0, 0, num_node_moves, shifted, config, np.zeros(3), accepted, tp.token_cell,
+                 tp.cell_start, tp.node_swap, tp.node_size, tp.node_child, _structure(tp, False))
+    return accepted
+
+
+class NumbaParticles:
+    """P particles as NumPy arrays, moved by the numba kernel in ``NUM_BLOCKS`` blocks of particles.
+
+    Block b draws from a Generator seeded by ``keys[b]``; blocks run in threads (the kernel
+    releases the GIL), so results do not depend on the number of cores.
+    """
+
+    def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool: ThreadPoolExecutor):
+        self.tp = tp
+        self.num_particles = num_particles
+        self.shifted = np.tile(tp.concentration + tp.fixed_counts, (num_particles, 1))
+        self.config = np.zeros((num_particles, tp.token_cell.shape[0]), np.int32)
+        self.log_prior = np.zeros(num_particles)
+        self.log_like = np.zeros(num_particles)
+        self.log_start = np.zeros(num_particles)
+        edges = np.linspace(0, num_particles, len(keys) + 1).astype(np.int64)
+        self.blocks = [(b, int(edges[b]), int(edges[b + 1])) for b in range(len(keys)) if edges[b + 1] > edges[b]]
+        self.rngs = [np.random.default_rng(np.asarray(k, np.uint32)) for k in keys]
+        self.pool = pool
+        self.structure = _structure(tp, True)
+        self.accepted = np.zeros((num_particles, 3), np.int64)
+        self.block_moves = np.zeros((3, 2), np.int64)  # (cell, pair, node) moves: proposed, accepted
+
+    def _run(self, mode, beta, num_sweeps, num_cell_moves=0, num_pair_moves=0, num_node_moves=0):
+        self.accepted[:] = 0
+        tp = self.tp
+
+        def one(block):
+            b, first, stop = block
+            for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
+                _tempered_block(self.rngs[b], begin, end, mode, float(beta), num_sweeps, num_cell_moves,
+                                num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior,
+                                self.log_like, self.log_start, self.accepted, tp.token_cell, tp.cell_start,
+                                tp.node_swap, tp.node_size, tp.node_child, structure, tp.factorised)
+
+        list(self.pool.map(one, self.blocks))
+        self.block_moves += np.stack([self.num_particles * block_moves_proposed(
+            tp, num_cell_moves, num_pair_moves, num_node_moves), self.accepted.sum(0)], axis=1)
+
+    def segments(self, first: int, stop: int) -> list:
+        """Ranges of particles ``first..stop`` and the kernel structure each is moved with (one here;
+        a mixture start has one per reference: :class:`~bam_ppl.infer.smc.mixture.MixtureParticles`)."""
+        return [(first, stop, self.structure)]
+
+    def initialise(self) -> None:
+        """Exact draws from π₀ (the urn over latent tables; missing visible values uniform)."""
+        self._run(_URN, 0.0, 1)
+
+    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
+             num_node_moves: int = 0) -> None:
+        self._run(_SWEEP, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
+
+    def add_offsets(self, prior: float, like: float, start: float) -> None:
+        self.log_prior += prior
+        self.log_like += like
+        self.log_start += start
+
+    def set_configs(self, config: np.ndarray) -> None:
+        """Put the particles at the given token configurations (P, T) (tests and restarts)."""
+        config = np.asarray(config, np.int32)
+        self.config[:] = config
+        for p in range(self.num_particles):
+            counts = counts_of_configs(self.tp, config[p])
+            self.shifted[p] = self.tp.concentration + counts
+            self.log_prior[p], self.log_like[p] = exact_log_terms(self.tp, counts)
+            self.log_start[p] = exact_log_start(self.tp, counts, config[p])
+
+    def counts(self, p: int) -> np.ndarray:
+        return np.rint(self.shifted[p] - self.tp.concentration).astype(np.int64)
+
+    def resample(self, ancestors: np.ndarray) -> None:
+        self.shifted = self.shifted[ancestors]
+        self.config = self.config[ancestors]
+        self.log_prior = self.log_prior[ancestors]
+        self.log_like = self.log_like[ancestors]
+        self.log_start = self.log_start[ancestors]
+
+    def log_multinomial(self) -> np.ndarray:
+        out = np.empty(self.num_particles)
+        tp = self.tp
+
+        def one(block):
+            _, first, stop = block
+            _log_multinomial_block(first, stop, self.config, tp.token_cell, tp.cell_start, tp.num_configs,
+                                   tp.log_int, out)
+
+        list(self.pool.map(one, self.blocks))
+        return out

@@ -1,0 +1,290 @@
+"""The arrays of the tempered SMC (:mod:`bam_ppl.infer.smc.tempered`): :class:`TemperedProblem`, built
+from a bound model and data, and the closed-form log terms of an allocation."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy.special import gammaln
+
+from ...data import CountTensor
+from ...models.allocation import BoundModel
+from ..gibbs import collapsed_numba as gibbs_numba
+from ..gibbs.collapsed import build_problem
+
+
+class TemperedProblem(NamedTuple):
+    """Host arrays of the tempered sampler (count vector in the numbering of ``new_of_old``)."""
+
+    token_cell: np.ndarray  # (T,) int32, tokens sorted by cell
+    cell_start: np.ndarray  # (U + 1,) first token of each cell
+    row_base: np.ndarray  # (R, U) int64
+    row_offset: np.ndarray  # (R, L) int64
+    valid: np.ndarray  # (U, L) bool ((1, 1) without missing data)
+    has_valid: bool
+    latent_numerators: np.ndarray  # rows of the latent nodes' tables
+    latent_denominators: np.ndarray
+    visible_numerators: np.ndarray  # rows of the visible nodes' tables
+    visible_denominators: np.ndarray
+    tie_rows: np.ndarray
+    tie_earlier: np.ndarray
+    moved: np.ndarray
+    log_space: bool
+    concentration: np.ndarray  # (F + C,) α of entries then columns (kernel numbering)
+    fixed_counts: np.ndarray  # (F + C,) int64
+    new_of_old: np.ndarray  # (F + C,) kernel position of every entry
+    log_int: np.ndarray  # log n for n = 0..max cell count (log 0 unused)
+    num_configs: int
+    num_table_entries: int
+    log_z0: float  # Σ_τ log(number of configurations the token's cell allows at β = 0)
+    constant: float  # C = BoundModel.log_data_constant
+    joint_constant: float  # C + Σ_u lnΓ(X_u + 1): log π(S) = this + log π₀ + log L − Σ lnΓ(S + 1)
+    entry_table: np.ndarray  # (F,) table of every entry (original numbering)
+    column_table: np.ndarray  # (C,) table of every column
+    table_is_latent: np.ndarray  # (num tables,) bool
+    shift: np.ndarray  # (F + C,) start concentrations minus α on the latent tables (kernel numbering)
+    tilted: bool  # whether the start differs from π₀ (a nonzero shift, or a reference)
+    log_reference: np.ndarray  # (U, L) log q of the per-cell reference start ((1, 1) unused without one)
+    referenced: bool  # whether the start is the per-cell reference q instead of an urn
+    gibbs_rows: gibbs_numba.UrnRows  # the urn conditional at β = 1 as the collapsed-Gibbs kernel reads it
+    node_swap: np.ndarray  # (N, L, V): configuration l with latent node n set to v (node moves); −1 past its size
+    node_size: np.ndarray  # (N,) number of values of each latent node with two or more
+    node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
+    factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
+
+
+def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
+    """(N, U) the observed value, at every nonzero cell, of the first visible child of each latent
+    node of :func:`node_swaps` (−1 where missing or where the node has no visible child)."""
+    model = bound.model
+    nodes = [name for name in layout.free if name in model.latent and bound.sizes[name] >= 2]
+    out = np.full((len(nodes), data.nnz), -1, np.int64)
+    for k, name in enumerate(nodes):
+        children = [c for c in model.observed if c in model.dag.children(name)]
+        if children:
+            out[k] = np.asarray(data.indices)[:, list(model.observed).index(children[0])]
+    return out
+
+
+def configs_with_node(layout, sizes, position: int, value: int) -> np.ndarray:
+    """(L,) the configuration that agrees with each of ``layout.configs`` except that the free node
+    at ``position`` takes ``value`` (configurations are numbered in C order of ``sizes``)."""
+    new = np.array(layout.configs, np.int64)
+    new[:, position] = value
+    return np.ravel_multi_index(tuple(new.T), sizes)
+
+
+def node_swaps(bound: BoundModel, layout) -> tuple[np.ndarray, np.ndarray]:
+    """The ``node_swap`` and ``node_size`` of :class:`TemperedProblem`: for every free latent node n
+    with two values or more, every configuration l and value v, the configuration that agrees with
+    l except that n takes v."""
+    sizes = [bound.sizes[name] for name in layout.free]
+    nodes = [i for i, name in enumerate(layout.free) if name in bound.model.latent and sizes[i] >= 2]
+    node_size = np.array([sizes[i] for i in nodes], np.int64)
+    swap = np.full((len(nodes), layout.num_configs, int(node_size.max(initial=1))), -1, np.int64)
+    for k, i in enumerate(nodes):
+        for v in range(sizes[i]):
+            swap[k, :, v] = configs_with_node(layout, sizes, i, v)
+    return swap, node_size
+
+
+def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
+    """The table each row of the urn conditional reads (from the index range its entries fall in)."""
+    starts, cstarts = bound.table_starts, bound.column_starts
+    first = row_base[:, 0] + row_offset[:, 0]
+    tables = np.empty(first.size, np.int64)
+    for r, index in enumerate(first):
+        if index < F:
+            tables[r] = np.searchsorted(starts, index, side="right") - 1
+        else:
+            tables[r] = np.searchsorted(cstarts, index - F, side="right") - 1
+    return tables
+
+
+def table_is_latent(bound: BoundModel) -> np.ndarray:
+    """Whether each table belongs to latent nodes (True) or visible nodes (False).
+
+    A table tied across latent and visible nodes fits neither π₀ nor L: ValueError.
+    """
+    out = []
+    for table in bound.tables:
+        kinds = {m in bound.model.latent for m in table.members}
+        if len(kinds) > 1:
+            raise ValueError(
+                f"tempered SMC: table {table.name!r} ties latent and visible nodes {table.members}; "
+                "its factor belongs neither to the latent prior nor to the likelihood")
+        out.append(kinds.pop())
+    return np.array(out, bool)
+
+
+def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_scale: float = 1.0) -> TemperedProblem:
+    """The tempered sampler's arrays for ``data`` under ``bound`` (no compilation).
+
+    ``start_scale`` multiplies the latent tables' concentrations in the start distribution (1: the
+    latent prior π₀ itself); :func:`~bam_ppl.infer.smc.references.with_reference` makes it a per-cell reference instead.
+    """
+    spec, problem = build_problem(bound, data, layout, "random")
+    F = spec.num_table_entries
+    is_latent = table_is_latent(bound)
+    row_base = np.asarray(problem.row_base, np.int64)
+    row_offset = np.asarray(problem.row_offset, np.int64)
+    row_latent = is_latent[_row_tables(bound, row_base, row_offset, F)]
+    concentration = np.asarray(problem.concentration, np.float64)
+    new_of_old, row_base, row_offset = gibbs_numba.contiguous_relabelling(row_base, row_offset, concentration.size)
+    conc = np.empty_like(concentration)
+    conc[new_of_old] = concentration
+    fixed = np.empty(concentration.size, np.int64)
+    fixed[new_of_old] = np.asarray(problem.fixed_counts)
+    rows = lambda group, latent: np.array([r for r in group if row_latent[r] == latent], np.int64)  # noqa: E731
+    valid = np.asarray(problem.valid, bool)
+    # Values of the missing visible nodes each cell allows (``valid`` leaves latent nodes free).
+    latent_configs = math.prod(bound.sizes[n] for n in layout.free if n in bound.model.latent)
+    allowed = valid.sum(1) // latent_configs if spec.has_valid else np.ones(data.nnz, np.int64)
+    # log space when a product of a token's factors could leave the float64 range
+    num_rows = len(spec.numerator_rows) + len(spec.denominator_rows)
+    extremes = np.abs(np.log10([concentration.min(), concentration.max() + data.total]))
+    log_space = bool(num_rows * extremes.max() > 250)
+    token_cell = np.asarray(problem.token_cell, np.int32)
+    constant = bound.log_data_constant(data)
+    column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
+    entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
+    counts = np.asarray(data.counts, np.int64)
+    swap, swap_sizes = node_swaps(bound, layout)
+    groups = [rows(spec.numerator_rows, True), rows(spec.denominator_rows, True), rows(spec.numerator_rows, False),
+              rows(spec.denominator_rows, False)]
+    return TemperedProblem(
+        token_cell=token_cell,
+        cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        row_base=row_base, row_offset=row_offset, valid=valid, has_valid=bool(spec.has_valid),
+        latent_numerators=groups[0], latent_denominators=groups[1], visible_numerators=groups[2],
+        visible_denominators=groups[3],
+        tie_rows=np.array([r for r, _ in spec.ties], np.int64).reshape(-1),
+        tie_earlier=np.array([e for _, e in spec.ties], np.int64).reshape(-1),
+        moved=np.array(spec.moved, np.int64).reshape(-1),
+        log_space=log_space,
+        concentration=conc, fixed_counts=fixed, new_of_old=new_of_old,
+        log_int=np.log(np.maximum(np.arange(int(counts.max()) + 1), 1)).astype(np.float64),
+        num_configs=int(spec.num_configs), num_table_entries=F,
+        log_z0=float((counts * np.log(allowed)).sum()),
+        constant=float(constant),
+        joint_constant=float(constant + gammaln(counts + 1.0).sum()),
+        entry_table=entry_table, column_table=column_table, table_is_latent=is_latent,
+        shift=_start_shift(bound, is_latent, concentration, new_of_old, start_scale),
+        tilted=bool(start_scale != 1.0 and is_latent.any()),
+        log_reference=np.zeros((1, 1)), referenced=False,
+        gibbs_rows=gibbs_numba.urn_rows(spec, token_cell, row_base, row_offset, valid, log_space),
+        node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
+        factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
+            not spec.ties and not spec.has_valid and not log_space
+            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows]))),
+    )
+
+
+class FactorisedTempered(NamedTuple):
+    """The rows of a token's tempered weights as :func:`~bam_ppl.infer.smc.tempered_numba._sweeps_factorised` reads them, where no
+    members are tied, no cell restricts the configurations, every row moves with the token, the
+    weights stay in the float64 range, no two configurations share an entry of a constant row and
+    the indices fit MAX_FACTORISED_ENTRIES (``usable``). Rows
+    are in four groups — latent numerators, latent denominators, visible numerators, visible
+    denominators — and within each those that read the same entries at every cell
+    (``constant_index``, their product cached per configuration) come apart from those that vary
+    (``token_index``, every token's own entries)."""
+
+    usable: bool
+    token_index: np.ndarray  # (T, V, L) int32: entry of each varying row at the token's cell and configuration c
+    varying_ends: np.ndarray  # (4,) end of each group among the varying rows
+    constant_index: np.ndarray  # (K, L) int64: entry of each constant row at configuration c, by group
+    constant_ends: np.ndarray  # (4,) end of each group among the constant rows
+
+
+MAX_FACTORISED_ENTRIES = 2**24  # 64 MB of indices
+
+
+def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) -> FactorisedTempered:
+    """:class:`FactorisedTempered` of a problem's rows in kernel numbering: ``groups`` the four groups
+    of rows, ``usable`` whether ties, restricted cells, log space or rows that do not move rule the
+    fast path out (checked here too: the size of the indices)."""
+    num_configs = row_offset.shape[1]
+    constant = np.all(row_base == row_base[:, :1], axis=1)
+    varying = [[int(r) for r in group if not constant[r]] for group in groups]
+    fixed = [[int(r) for r in group if constant[r]] for group in groups]
+    order = [r for group in varying for r in group]
+    # Where configurations share a constant row's entries (Tucker: a row of one latent node), a
+    # move changes the cached products of many configurations and refreshing them costs more than
+    # the general path saves.
+    shared = any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group)
+    usable = (bool(usable) and not shared and sum(len(group) for group in groups) > 0
+              and len(token_cell) * len(order) * num_configs <= MAX_FACTORISED_ENTRIES
+              and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
+    if not usable:
+        order = []
+    return FactorisedTempered(
+        usable=usable,
+        token_index=gibbs_numba.token_entries(row_base, row_offset, order, token_cell, np.int32),
+        varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
+        constant_index=np.array([row_base[r, 0] + row_offset[r] for group in fixed for r in group],
+                                np.int64).reshape(-1, num_configs),
+        constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
+    )
+
+
+def _start_shift(bound, is_latent, concentration, new_of_old, start_scale) -> np.ndarray:
+    """(start_scale − 1) · α on the latent tables' entries and columns, in kernel numbering."""
+    F = int(bound.table_starts[-1])
+    entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
+    column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
+    latent = np.concatenate([is_latent[entry_table], is_latent[column_table]])
+    shift = np.where(latent, (start_scale - 1.0) * concentration, 0.0)
+    out = np.empty_like(shift)
+    out[new_of_old] = shift
+    assert out.shape[0] == F + column_table.size
+    return out
+
+
+def exact_log_terms(tp: TemperedProblem, counts_kernel: np.ndarray) -> tuple[float, float]:
+    """Closed-form (log π₀(z), log L(z)) from a particle's counts (kernel numbering, F + C)."""
+    counts = np.asarray(counts_kernel, np.float64)[tp.new_of_old]
+    alpha = tp.concentration[tp.new_of_old]
+    F = tp.num_table_entries
+    term = gammaln(alpha + counts) - gammaln(alpha)
+    per_table = np.bincount(tp.entry_table, weights=term[:F], minlength=tp.table_is_latent.size)
+    per_table -= np.bincount(tp.column_table, weights=term[F:], minlength=tp.table_is_latent.size)
+    return float(per_table[tp.table_is_latent].sum()), float(per_table[~tp.table_is_latent].sum())
+
+
+def exact_log_start(tp: TemperedProblem, counts_kernel: np.ndarray, config: np.ndarray) -> float:
+    """Closed-form log of the start distribution at a particle: its latent-table product (π₀ with
+    α + shift), or Σ_τ log q(cell of τ, z_τ) with a reference."""
+    if tp.referenced:
+        return float(tp.log_reference[tp.token_cell, np.asarray(config)].sum())
+    counts = np.asarray(counts_kernel, np.float64)[tp.new_of_old]
+    alpha = (tp.concentration + tp.shift)[tp.new_of_old]
+    F = tp.num_table_entries
+    term = gammaln(alpha + counts) - gammaln(alpha)
+    per_table = np.bincount(tp.entry_table, weights=term[:F], minlength=tp.table_is_latent.size)
+    per_table -= np.bincount(tp.column_table, weights=term[F:], minlength=tp.table_is_latent.size)
+    return float(per_table[tp.table_is_latent].sum())
+
+
+def counts_of_configs(tp: TemperedProblem, config: np.ndarray) -> np.ndarray:
+    """Counts (kernel numbering, F + C, int64) of the allocation with token configurations ``config``."""
+    counts = tp.fixed_counts.copy()
+    for m in tp.moved:
+        np.add.at(counts, tp.row_base[m, tp.token_cell] + tp.row_offset[m, config], 1)
+    return counts
+
+
+def log_multinomial(tp: TemperedProblem, config: np.ndarray) -> float:
+    """Σ_(cell, configuration) lnΓ(S + 1) of one allocation."""
+    keys = tp.token_cell.astype(np.int64) * tp.num_configs + config
+    return float(gammaln(np.bincount(keys) + 1.0).sum())
+
+
+def best_allocation(bound, data, layout, tp: TemperedProblem, config) -> tuple[np.ndarray, np.ndarray]:
+    """Full cells (n, nodes) and counts (n,) of an allocation, grouped by (observed cell, configuration)."""
+    keys, counts = np.unique(tp.token_cell.astype(np.int64) * tp.num_configs + np.asarray(config),
+                             return_counts=True)
+    full = bound.full_cells(data, layout)  # (U, L, nodes)
+    return full[keys // tp.num_configs, keys % tp.num_configs], counts
