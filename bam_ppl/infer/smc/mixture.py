@@ -33,6 +33,7 @@ import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
@@ -214,47 +215,74 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     return MixtureRun(run.log_evidence + run.log_relabelled, run, [c for _, _, c in found], [v for _, v, _ in found])
 
 
-# The cost of effort = 1, all of which ``effort`` scales: particles of the main run (enough that
-# resampling can move them between a few components), scouts per run (the basins it can find),
-# posterior sweeps per reference (how well q covers its basin; the annealing corrects the rest).
-MIXTURE_PARTICLES = 64
-MIXTURE_SCOUTS = 8
-MIXTURE_REFERENCE_SWEEPS = 200
-# Particles per scout, not scaled: a scout need only reach a basin, not weigh it.
-SCOUT_PARTICLES = 4
+@dataclass(frozen=True)
+class EngineConfig:
+    """The numbers of the engine (one line of why each); ``effort`` scales the first three."""
+
+    # Particles of the main run: enough that resampling can move them between the components.
+    num_particles: int = 64
+    # Scouts of each kind per run: how many basins a run can find.
+    num_scouts: int = 8
+    # Posterior sweeps of each reference's chain: how far it climbs into its basin and covers it.
+    reference_sweeps: int = 200
+    # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
+    scout_particles: int = 4
+    # Independent runs: their spread is the stated error.
+    num_chains: int = 4
+    # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016).
+    rho: float = 0.9
 
 
-class EffortSizes(NamedTuple):
-    num_particles: int
-    num_scouts: int
-    reference_sweeps: int
+ENGINE = EngineConfig()
 
 
-def effort_sizes(effort: float) -> EffortSizes:
-    """The sizes of a run at ``effort``: each grows with it, never below 16 particles, one scout and
-    10 sweeps."""
-    return EffortSizes(max(16, int(round(MIXTURE_PARTICLES * effort))), max(1, int(round(MIXTURE_SCOUTS * effort))),
-                       max(10, int(round(MIXTURE_REFERENCE_SWEEPS * effort))))
+def effort_sizes(effort: float, config: EngineConfig = ENGINE) -> MixtureOptions:
+    """The sizes of a run at ``effort``: particles, scouts and sweeps grow with it (never below 16,
+    one and 10)."""
+    return MixtureOptions(max(16, int(round(config.num_particles * effort))),
+                          max(1, int(round(config.num_scouts * effort))), config.scout_particles,
+                          max(10, int(round(config.reference_sweeps * effort))), config.rho)
+
+
+def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> MixtureOptions:
+    """The sizes of a run from the options given, checked before any work."""
+    check_positive(effort, "effort")
+    sizes = effort_sizes(float(effort))
+    if num_particles is not None:
+        sizes = sizes._replace(num_particles=check_int(num_particles, "num_particles", minimum=2))
+    if num_scouts is not None:
+        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1))
+    if reference_sweeps is not None:
+        sizes = sizes._replace(reference_sweeps=check_int(reference_sweeps, "reference_sweeps", minimum=0))
+    check_positive(rho, "rho", upper=1.0)
+    if rho >= 1.0:
+        raise ValueError(f"rho must be in (0, 1), got {rho}")
+    if sizes.num_particles < 2 * sizes.num_scouts:
+        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 2 · num_scouts "
+                         f"({2 * sizes.num_scouts}): every reference of the mixture needs a particle")
+    return sizes._replace(rho=float(rho))
 
 
 @register_evidence("mixture", models=(AllocationModel,))
-def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = 4,
-                         num_particles: int | None = None, num_scouts: int | None = None, rho: float = 0.9,
-                         reference_sweeps: int | None = None, progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
+def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
+                         num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
+                         reference_sweeps: int | None = None, progress_bar: bool | None = None,
+                         max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
-    Each of ``num_chains`` independent runs searches for basins with ``num_scouts`` cheap runs of
-    the tempered SMC from the latent urn, builds a reference around each scout's best allocation,
-    and anneals ``num_particles`` particles from their mixture to the posterior; the runs' values
-    are pooled on the natural scale (log-mean-exp) and their spread is the standard error.
+    Each of ``num_chains`` independent runs searches for basins with ``num_scouts`` annealed
+    scouts (cheap runs of the tempered SMC from the latent urn) and as many drawn ones, builds a
+    reference around each by a posterior chain, and anneals ``num_particles`` particles from
+    their mixture to the posterior (:func:`run_mixture`); the runs' values are pooled on the
+    natural scale (log-mean-exp) and their spread is the standard error.
 
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (MIXTURE_PARTICLES · effort, at least 16), the scouts per run
-        (MIXTURE_SCOUTS · effort, at least 1) and the sweeps of each reference's chain
-        (MIXTURE_REFERENCE_SWEEPS · effort, at least 10) unless given one by one: more effort finds
-        more basins, covers them better and weighs them with more particles.
+        Scales the particles (64 · effort, at least 16), the scouts of each kind per run
+        (8 · effort, at least 1) and the sweeps of each reference's chain (200 · effort, at
+        least 10) unless given one by one (:class:`EngineConfig`): more effort finds more basins,
+        covers them better and weighs them with more particles.
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
@@ -267,18 +295,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     every run, ``num_particles``, ``num_scouts``, ``effort``.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
-    check_positive(effort, "effort")
-    particles, scouts, sweeps = effort_sizes(float(effort))
-    particles = particles if num_particles is None else check_int(num_particles, "num_particles", minimum=2)
-    scouts = scouts if num_scouts is None else check_int(num_scouts, "num_scouts", minimum=1)
-    check_positive(rho, "rho", upper=1.0)
-    if rho >= 1.0:
-        raise ValueError(f"rho must be in (0, 1), got {rho}")
-    if reference_sweeps is not None:
-        check_int(reference_sweeps, "reference_sweeps", minimum=0)
-    if particles < 2 * scouts:
-        raise ValueError(f"num_particles ({particles}) must be at least 2 · num_scouts ({2 * scouts}): every "
-                         "reference of the mixture needs a particle")
+    options = _options(effort, num_particles, num_scouts, rho, reference_sweeps)
     check_int(max_configs, "max_configs", minimum=1)
     resolve_progress(progress_bar)  # validates
     if numba is None:
@@ -289,28 +306,32 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     tp = build_tempered_problem(bound, data, layout)
     problem = MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
                              label_symmetries_of(bound, data, layout))
-    sweeps = sweeps if reference_sweeps is None else reference_sweeps
-    options = MixtureOptions(particles, scouts, SCOUT_PARTICLES, sweeps, float(rho))
-    show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * particles > 2_000_000)
+    show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.num_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-            seeds = run_seeds(key, num_runs, scouts)
+            seeds = run_seeds(key, num_runs, options.num_scouts)
             runs = []
             for r in range(num_runs):
                 runs.append(run_mixture(problem, options, seeds[r], pool))
                 bar.update(1)
     finally:
         bar.close()
+    return _estimate(runs, problem, options, (bound, data, layout), began, effort)
+
+
+def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, began: float, effort) -> EvidenceEstimate:
+    """The :class:`~bam_ppl.estimate.EvidenceEstimate` of the runs, built at the boundary."""
+    bound, data, layout = prepared
     values = np.array([run.log_evidence for run in runs])
     if np.isnan(values).any():
         warnings.warn(f"tempered SMC from a mixture: the sum over the relabellings of the latent labels has too many "
                       f"terms of similar size to add up; the estimate counts none of them and may fall short of "
-                      f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=2)
+                      f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
     value, stderr = pooled(values)
     best = max(runs, key=lambda run: run.run.lower_bound).run
-    cells, counts = best_allocation(bound, data, layout, tp, best.best_config)
+    cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))
     seconds = time.perf_counter() - began
     return EvidenceEstimate(
@@ -318,6 +339,6 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
                      num_temperatures=[run.run.schedule.size for run in runs],
-                     scout_log_evidence=[run.scout_log_evidence for run in runs], num_particles=particles,
-                     num_scouts=scouts, num_runs=num_runs, effort=float(effort), reference_sweeps=sweeps,
-                     seconds=seconds))
+                     scout_log_evidence=[run.scout_log_evidence for run in runs],
+                     num_particles=options.num_particles, num_scouts=options.num_scouts, num_runs=len(runs),
+                     effort=float(effort), reference_sweeps=options.reference_sweeps, seconds=seconds))
