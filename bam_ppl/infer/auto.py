@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class AutoConfig:
     """The one number ``method="auto"`` decides by; the engine's own sizes come from ``effort``
-    (:func:`bam_ppl.infer.smc.mixture.effort_sizes`)."""
+    (:class:`bam_ppl.infer.smc.mixture.EngineConfig`)."""
 
     # Exact enumeration of up to this many allocation tensors takes well under a second.
     max_tensors: int = 20_000

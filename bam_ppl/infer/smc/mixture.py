@@ -1,30 +1,32 @@
 """The tempered SMC from a mixture of references: every basin a search finds enters the start.
 
-A reference q_b(z) = Π_τ q_b(cell of τ, z_τ) built around one basin of the posterior
-(:func:`~bam_ppl.infer.smc.references.reference_from_chain`) keeps the annealing path short at any
-number of tokens, but covers that basin only. Which basins carry the posterior's mass is not
-known in advance, so every one a cheap search finds enters one start distribution, and the
-importance weights decide how much each carries (multiple importance sampling: Veach & Guibas
-1995; Owen & Zhou 2000).
+A reference q_b(z) = Π_τ q_b(cell of τ, z_τ) built around one basin of the posterior (``reference_from_chain`` in
+``bam_ppl.infer.smc.references``) keeps the annealing path short at any number of tokens, but
+covers that basin only. Which basins carry the posterior's mass is not known in advance, so every
+one a cheap search finds enters one start distribution, and the importance weights decide how
+much each carries (multiple importance sampling: Veach & Guibas 1995; Owen & Zhou 2000).
 
 Each particle carries a component label b, drawn with probability w_b and kept along the path,
-so that the sampler targets the extended distributions (Del Moral, Doucet & Jasra 2006)
+so that the sampler targets the extended distributions (Del Moral, Doucet & Jasra 2006)::
 
     γ_β(b, z) = w_b q_b(z)^(1−β) (π₀ L)(z)^β,   Z_0 = 1,   Z_1 = Σ_b w_b p(X) = p(X),
 
 whose moves for a fixed b are those of the single-reference sampler. Resampling moves particles
 from components whose tempered mass falls behind to those that hold it. A particle of component b
 never leaves b's basin in practice, so each component alone would count only its own basin's
-mass; the last step reweights every particle by
+mass; the last step reweights every particle by::
 
     f(b, z) = |G| q_b(z) / Σ_b' w_b' Σ_g q_b'(g(z)),
 
-with G the label symmetries (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`). Under the final
-target w_b p(z | X), E[f] = Σ_z p(z | X) Σ_b w_b q_b(z) |G| / Σ_g q(g(z)) = 1 (p is invariant
-under G), so Ẑ Σ_p W_p f(b_p, z_p) stays an unbiased estimate of p(X) on the natural scale; in a
-basin that only component b covers, f ≈ |G| / w_b, which restores the mass of every found basin
-and of every relabelled copy of it. Components that cover the same basin share it
-(f ≈ 1 / (w_b + w_b')): a basin found twice is not counted twice.
+with G the label symmetries (``orbit_log_sums`` in ``bam_ppl.infer.smc.symmetry``). With
+q = Σ_b w_b q_b, under the final target w_b p(z | X)::
+
+    E[f] = Σ_z p(z | X) |G| q(z) / Σ_g q(g(z)) = 1      (p(X, z) is invariant under G),
+
+so Ẑ Σ_p W_p f(b_p, z_p) stays an unbiased estimate of p(X) on the natural scale; in a basin that
+only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every found basin and of every
+relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
+basin found twice is not counted twice.
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
     """One independent run: the search (``num_scouts`` annealed and as many drawn scouts,
-    :func:`scout`, in parallel), then the tempered SMC of ``num_particles`` from the equal-weight
+    ``scout``, in parallel), then the tempered SMC of ``num_particles`` from the equal-weight
     mixture of their references. The two kinds find different basins: annealing carries a scout
     across the allocations of sparse tables, a chain from a draw mixes between groupings of the
     cells of dense ones. Each run searches on its own, so that the spread of the runs includes
