@@ -22,7 +22,7 @@ import numpy as np
 #: conditioned totals, a tied table) are other argument types, hence other compilations.
 GROUPS = {
     "tempered and Pólya-urn SMC": ("tempered", "smc"),
-    "collapsed Gibbs and Chib": ("gibbs", "chib"),
+    "collapsed Gibbs, Chib and the mixture's references": ("gibbs", "chib", "mixture"),
 }
 
 
@@ -54,6 +54,8 @@ def _compile_family(name: str) -> float:
             bam.log_evidence(model, data, method="smc", num_particles=4)
         elif name == "gibbs":
             bam.infer(model, data, method="gibbs", num_warmup=1, num_samples=1, progress_bar=False)
+        elif name == "mixture":
+            bam.log_evidence(model, data, method="mixture", num_particles=4, num_scouts=1, reference_sweeps=4)
         elif name == "chib" and case < CHIB_CASES:
             bam.log_evidence(model, data, method="chib")
     return time.perf_counter() - start
