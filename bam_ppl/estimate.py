@@ -24,12 +24,12 @@ BELOW_BOUND_STDERRS = 3.0
 
 ADVICE = {
     "smc": "The token-by-token Pólya-urn SMC collapses on larger data: use more particles, "
-           "method='auto', and cross-check with method='chib'.",
-    "mixture": "Its runs found basins of different mass: raise effort= (more scouts, particles and longer "
-               "chains) until the estimate stops rising, and cross-check with method='chib'.",
+           "method='tempered' (or 'auto'), and cross-check with method='chib'.",
     "tempered": "Raise the effort (num_sweeps=3, rho=0.99, num_particles=1024) until the estimate stops "
                 "rising, and cross-check with method='chib' (and method='smc' on tables with few "
                 "distinct cells and many tokens per cell, where single-token moves mix slowly).",
+    "mixture": "Its runs found basins of different mass: raise effort= (more scouts, particles and longer "
+               "chains) until the estimate stops rising, and cross-check with method='chib'.",
     "chib": "The search for a high-probability allocation may have stopped in a poorer mode: raise "
             "num_warmup or num_searches, and cross-check with method='tempered'.",
     "default": "Use more particles, runs or sweeps, target_stderr= to add runs, and cross-check with an "
@@ -103,8 +103,10 @@ def below_bound(value, stderr, bound) -> bool:
 
 
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
-    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or when it lies below a sure
-    lower bound; returns the estimate with the warnings' messages added to its ``warnings``."""
+    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
+    that only one start other than the samplers' best allocation reached (``method="auto"``'s
+    reference stage, ``basin_starts``), or when it lies below a sure lower bound; returns the
+    estimate with the warnings' messages added to its ``warnings``."""
     if not isinstance(estimate, EvidenceEstimate):
         raise TypeError(f"estimate must be an EvidenceEstimate, got {type(estimate).__name__}")
     if estimate.kind != "estimate":
@@ -116,6 +118,7 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
     if vb_bound is not None and np.isfinite(vb_bound) and not (bound >= vb_bound):
         bound, what = vb_bound, "the VB bound, the best ELBO of its runs"
     calls = np.asarray(details.get("call_values", []), dtype=np.float64)
+    stages = estimate.pipeline.split("+")
     if calls.size > 1 and calls.max() - calls.min() > DISAGREEING_RUNS_SD:
         advice = ADVICE["calls"]
     else:
@@ -127,6 +130,19 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{name} evidence runs disagree: values {np.round(runs, 1).tolist()} "
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}")
+    stage = details.get("reference_stage") or {}
+    # Several calls (min_calls, target_stderr) show the spread between basins themselves.
+    if "reference" in stages and stage.get("basin_starts") == 1 and details.get("num_calls", 1) == 1:
+        start = stage["starts"][stage["chosen"][0]]
+        if start != "sampled":  # the samplers' search missed the basin, and one other start found it
+            messages.append(
+                f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
+                f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
+                "the samplers' best allocation: where the best basin is one that few starts reach, another "
+                "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
+                "rng_key values and keep the highest, or leave min_calls unset (method='auto' then pools the "
+                "three calls it advises) or pass min_calls=3: calls with keys of their own, pooled, whose "
+                "spread the stated error then includes.")
     if below_bound(estimate.value, estimate.stderr, bound):
         messages.append(
             f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
@@ -176,7 +192,8 @@ class EvidenceEstimate:
         The messages of the :class:`EvidenceWarning` raised about this estimate (empty when none).
     pipeline : str
         What ran, as estimator names joined by "+": ``method`` itself, except for ``"auto"``,
-        where it names the estimator that ran (``"exact"`` or ``"mixture"``).
+        where it names the estimators whose runs make ``value`` (``"exact"``, ``"smc"``,
+        ``"tempered+chib"``, ``"reference"`` for the tempered SMC from a reference, ...).
     """
 
     value: float

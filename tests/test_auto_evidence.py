@@ -1,19 +1,30 @@
-"""method="auto": exact where enumeration is cheap, else the tempered SMC from a mixture of
-references, on sparse and dense tables alike; within its stated error of high-effort references and
-exact values, never below its own sure lower bound, honest across keys."""
+"""method="auto" on small tables with many tokens per cell: within its stated error of a high-effort
+reference, and never below its own sure lower bound."""
 
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
+import jax
 import numpy as np
 import pytest
 from oracles import assert_honest_against_exact
 
 import bam_ppl as bam
-from bam_ppl.estimate import below_bound
+from bam_ppl.estimate import below_bound, pool_runs
 from bam_ppl.infer import auto
-from bam_ppl.infer.auto import choose_method
+from bam_ppl.infer.auto import (
+    AUTO_LONG_SCHEDULE_PARTICLES,
+    AUTO_REFERENCE_CARRIES_TOKENS,
+    AUTO_SHORT_SCHEDULE,
+    AUTO_TEMPERED_PARTICLES,
+    agree,
+    choose_method,
+    tempered_stage_options,
+)
+from bam_ppl.infer.gibbs.chib import NO_SYMMETRIES
+from bam_ppl.infer.smc import references as tempered_references
 
 # High-effort references (`python benchmarks/high_effort_references.py`, rev. 24f99e3): the
 # Pólya-urn SMC with 16 runs of 20 000 particles (key 123), cross-checked by the Chib-style
@@ -34,34 +45,33 @@ def _data(name):
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCES))
-def test_auto_matches_a_high_effort_reference_on_dense_tables(name):
-    # Few cells holding many tokens each: the same engine as on sparse tables.
+def test_auto_matches_a_high_effort_reference(name):
     model, reference, reference_stderr = REFERENCES[name]
     X = _data(name)
-    assert choose_method(model, X).method == "mixture"
+    assert choose_method(model, X)[0] == "smc"
     with warnings.catch_warnings():
         warnings.simplefilter("error", bam.EvidenceWarning)
         est = bam.log_evidence(model, X, rng_key=0)
-    assert est.method == "auto" and est.pipeline == "mixture" and est.details["selected_by"] == "auto"
+    assert est.details["selected_by"] == "auto" and "tokens each" in est.details["reason"]
     combined = np.hypot(est.stderr, reference_stderr)
     assert abs(est.value - reference) <= 3 * combined, (est.value, est.stderr, reference)
     assert not below_bound(est.value, est.stderr, est.details["lower_bound"])
 
 
-def test_auto_enumerates_where_cheap_and_runs_the_mixture_beyond():
+def test_auto_gives_the_urn_smc_more_particles_on_dense_tables_unless_told():
     model = bam.models.nmf(2)
-    tiny = np.array([[2, 1], [0, 2]])
-    assert choose_method(model, tiny).method == "exact"
-    est = bam.log_evidence(model, tiny)
-    assert est.kind == "exact" and est.pipeline == "exact" and "enumeration" in est.details["reason"]
-    assert choose_method(bam.AllocationModel("i; j", observed=("i", "j")), DENSE) == ("exact", "no free nodes: closed form")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        told = bam.log_evidence(model, DENSE, rng_key=1, num_particles=100)
+    assert told.method == "auto" and told.pipeline == "smc" and told.details["num_particles"] == 100
+    assert "particles" not in told.details["reason"].split(":")[-1]
     sparse = np.zeros((20, 30), int)
-    sparse[np.arange(20), np.arange(20)] = 3  # 60 tokens, 3 per cell
-    assert choose_method(model, sparse).method == "mixture"
+    sparse[np.arange(20), np.arange(20)] = 3  # 60 tokens, 3 per cell: the tempered SMC
+    assert choose_method(model, sparse)[0] == "tempered"
 
 
-# 26 tokens in 19 cells: about 10^6.1 allocation tensors under NMF(2), so "auto" runs the mixture;
-# exact enumeration (method="exact", max_tensors=3_000_000) gives −43.024974.
+# 26 tokens in 19 cells: about 10^6.1 allocation tensors under NMF(2), so "auto" runs the tempered
+# SMC and then Chib; exact enumeration (method="exact", max_tensors=3_000_000) gives −43.024974.
 MEDIUM = np.array([[3, 2, 0, 1], [2, 3, 1, 0], [0, 1, 3, 2], [1, 0, 2, 3], [1, 1, 0, 0]])
 MEDIUM_EXACT = -43.024973764166496
 
@@ -72,17 +82,34 @@ AUTO_KEYS = range(6)
 @pytest.fixture(scope="module")
 def medium_estimates():
     model = bam.models.nmf(2, a=1.0)
+    assert choose_method(model, MEDIUM)[0] == "tempered"
     with warnings.catch_warnings():
         warnings.simplefilter("error", bam.EvidenceWarning)
         return [bam.log_evidence(model, MEDIUM, rng_key=key) for key in AUTO_KEYS]
 
 
-def test_auto_beyond_enumeration_matches_the_exact_value(medium_estimates):
+def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(medium_estimates):
     for est in medium_estimates:
-        assert est.pipeline == "mixture"  # the same label for every key
         assert est.details["lower_bound"] <= MEDIUM_EXACT
-        # A stochastic lower bound: a few hundredths of a nat low on the log scale (Jensen).
+        assert est.details["vb_bound"] <= MEDIUM_EXACT
+        parts = est.details["parts"]
+        assert set(parts) == {"tempered", "chib"}  # below AUTO_REFERENCE_MIN_TOKENS: no reference part
+        assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
+        if est.pipeline == "tempered+chib":  # the two agree: the runs of both, pooled
+            assert agree(*(SimpleNamespace(**p) for p in parts.values()))
+            assert est.stderr < max(parts.values(), key=lambda p: p["value"])["stderr"]  # pooling helped
+            runs = parts["tempered"]["run_log_evidence"] + parts["chib"]["run_log_evidence"]
+            assert est.details["run_log_evidence"] == runs and est.value == pytest.approx(pool_runs(runs)[0])
+            others = list(parts.values())
+        else:  # they disagree: the higher one
+            other = est.details["cross_check"]
+            assert {est.pipeline, other["method"]} == {"tempered", "chib"}
+            assert est.value >= other["value"] and est.details["lower_bound"] >= other["lower_bound"]
+            others = [other]
+        # Stochastic lower bounds all; a few hundredths of a nat low on the log scale (Jensen).
         assert abs(est.value - MEDIUM_EXACT) <= 0.06 + 3 * est.stderr, est
+        for other in others:
+            assert abs(other["value"] - MEDIUM_EXACT) <= 0.06 + 3 * other["stderr"], (est, other)
 
 
 def test_auto_stated_error_is_honest_across_keys(medium_estimates):
@@ -91,23 +118,6 @@ def test_auto_stated_error_is_honest_across_keys(medium_estimates):
     twice the root-mean-square error plus 0.05 nats (not inflated)."""
     assert_honest_against_exact([est.value for est in medium_estimates], [est.stderr for est in medium_estimates],
                                 MEDIUM_EXACT, floor=0.05, bias=0.03)
-
-
-def test_effort_and_options_reach_the_engine_and_are_checked_before_any_work(monkeypatch):
-    model = bam.models.nmf(2, a=1.0)
-    est = bam.log_evidence(model, MEDIUM, rng_key=0, effort=0.5, num_chains=3)
-    assert est.details["effort"] == 0.5 and len(est.run_values) == 3
-    assert est.details["num_particles"] == 32 and est.details["num_scouts"] == 4
-    monkeypatch.setattr(auto, "choose_method", lambda *a, **k: pytest.fail("worked before checking the options"))
-    with pytest.raises(TypeError, match="num_sweepz"):
-        bam.log_evidence(model, MEDIUM, num_sweepz=2)
-    with pytest.raises(ValueError, match="effort"):
-        bam.log_evidence(model, MEDIUM, effort=-1.0)
-    with pytest.raises(ValueError, match="num_particles"):
-        bam.log_evidence(model, MEDIUM, num_particles=1)
-    # Exact enumeration takes no particles, yet a bad count is refused there too.
-    with pytest.raises(ValueError, match="num_chains"):
-        bam.log_evidence(model, np.array([[2, 1], [0, 2]]), num_chains=0)
 
 
 def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
@@ -126,3 +136,186 @@ def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
         bam.log_evidence(model, MEDIUM, method="chib", start=(cells[:, :2], counts))
     with pytest.raises(TypeError, match="start"):
         bam.log_evidence(model, MEDIUM, method="chib", start=5)
+
+
+def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estimates):
+    # A short schedule (MEDIUM: a few temperatures): the tempered SMC is the search for z*, 256 particles.
+    stage = medium_estimates[0].details["tempered_stage"]
+    assert stage["num_particles"] == AUTO_TEMPERED_PARTICLES
+    assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
+    # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 16.
+    _, X = bam.models.cp(3, a=10.0).sample(3000, shape=(20, 25, 30), total=1000)
+    options, stage, pilot = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
+    assert stage["pilot_temperatures"] > AUTO_SHORT_SCHEDULE
+    assert options == {"rho": 0.9, "num_particles": AUTO_LONG_SCHEDULE_PARTICLES}
+    assert pilot.details["num_runs"] == 1 and pilot.details["num_temperatures"] == [stage["pilot_temperatures"]]
+    # Told: the given particles; a fixed schedule: the pilot runs on it.
+    model = bam.models.nmf(2, a=1.0)
+    assert tempered_stage_options(model, MEDIUM, 0, {"num_particles": 8})[1]["num_particles"] == 8
+    _, stage, _ = tempered_stage_options(model, MEDIUM, 0, {"schedule": np.linspace(0.02, 1, 50)})
+    assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}
+    # Many tokens: the reference part carries the estimate, fewer particles.
+    _, X = model.sample(5, shape=(6, 8), total=AUTO_REFERENCE_CARRIES_TOKENS)
+    _, stage, _ = tempered_stage_options(model, X, 0, {})
+    assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
+    assert stage["num_particles"] == auto.AUTO_CARRIED_PARTICLES < AUTO_TEMPERED_PARTICLES
+
+
+def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
+    model = bam.models.nmf(2, a=1.0)
+    est = bam.log_evidence(model, MEDIUM, rng_key=0, num_search_sweeps=200, num_samples=100, num_searches=2)
+    chib = est.details if est.pipeline == "chib" else est.details["parts"]["chib"]["details"]
+    assert chib["num_steps"] == 100 and chib["num_warmup"] == 200
+    with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
+        bam.log_evidence(model, MEDIUM, start=None)
+
+
+def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
+    # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
+    # tempered SMC from the best (by pilot runs) of references built by chains from the samplers'
+    # best allocation, the rounded VB fit (half of the references where VB's bound lies above the
+    # samplers' best) and the best allocations of cheap scouting runs; the highest estimate kept,
+    # or those agreeing pooled.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=3)
+    parts = est.details["parts"]
+    assert set(parts) == {"tempered", "chib", "reference"}
+    stage = est.details["reference_stage"]
+    scouts = auto.AUTO_SCOUTS["num_chains"]
+    vb_above = stage["vb_restarts"] > stage["start_lower_bound"]
+    good = auto.AUTO_REFERENCE_CANDIDATES + (0 if vb_above else auto.AUTO_VB_REFERENCES)
+    assert len(stage["pilots"]) == len(stage["starts"]) == good + scouts
+    assert stage["starts"][-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage["scout_estimates"]) == scouts
+    pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
+    assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_chains"] and chosen[0] == int(np.argmax(pilots))
+    assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
+    assert stage["reference_sweeps"] == [auto.scout_sweeps(MEDIUM.sum()) if stage["starts"][i].startswith("scout")
+                                         else tempered_references.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
+    assert "sampled" in stage["starts"]
+    assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
+    vb_references = auto.AUTO_REFERENCE_CANDIDATES // 2 if vb_above else auto.AUTO_VB_REFERENCES
+    assert stage["starts"].count("vb") == vb_references
+    # The VB fit there is a search over AUTO_VB_RESTARTS screened restarts (its key: fold_in(key, 2));
+    # the VB bound is the best of it and of VB from the parts' and the pilot's best allocations.
+    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_chains=auto.AUTO_VB_RESTARTS,
+                          **auto.AUTO_VB_SCREEN, rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
+    assert stage["vb_restarts"] == pytest.approx(vb.value, abs=1e-9)
+    found = [(part["details"]["best_cells"], part["details"]["best_counts"]) for part in parts.values()]
+    from_found = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", start=found, num_chains=1)
+    assert est.details["vb_bound"] >= max(vb.value, from_found.value) - 1e-9
+    assert est.details["vb_bound"] <= MEDIUM_EXACT + 1e-9
+    # The best allocation any part visited comes with the estimate, pooled or not: its log π(S) is the sure bound.
+    bound = bam.models.nmf(2, a=1.0).bind(MEDIUM)
+    assert bound.log_prob_cells(est.details["best_cells"], est.details["best_counts"]) == pytest.approx(
+        est.details["lower_bound"], abs=1e-6)
+    reference = parts["reference"]["details"]
+    assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
+    assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03
+    highest = max(parts, key=lambda name: parts[name]["value"])
+    if "+" in est.pipeline:
+        pooled_parts = est.pipeline.split("+")
+        assert highest in pooled_parts and len(est.details["run_log_evidence"]) == sum(
+            len(parts[name]["run_log_evidence"]) for name in pooled_parts)
+    else:
+        assert est.details["kept"] == highest and est.value == parts[highest]["value"]
+    assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
+
+
+def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
+    # From AUTO_SAMPLERS_MAX_TOKENS tokens on (lowered here): only the tempered SMC from the best of
+    # several references, built by chains from the pilot's best allocation.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(auto, "AUTO_SAMPLERS_MAX_TOKENS", 20)
+    model = bam.models.nmf(2, a=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        est = bam.log_evidence(model, MEDIUM, rng_key=4)
+    assert set(est.details["parts"]) == {"reference"} and est.method == "auto" and est.pipeline == "reference"
+    assert est.details["kept"] == "reference" and est.details["cross_check"] is None
+    assert "references" in est.details["reason"]
+    stage = est.details["reference_stage"]
+    assert est.details["lower_bound"] >= stage["start_lower_bound"]
+    assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_chains"]
+    assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
+
+
+def test_scout_chains_grow_with_the_tokens_up_to_a_fixed_cost():
+    # 6.4 sweeps per token (12 800 at T = 2000, the letter bigrams' measurement), at most 25.6
+    # million token moves per chain.
+    assert [auto.scout_sweeps(T) for T in (10, 1000, 2000, 4000, 16_000)] == [100, 6400, 12_800, 6400, 1600]
+
+
+def test_more_scouts_while_few_references_pilot_near_the_best(monkeypatch):
+    # Another batch of AUTO_SCOUTS while a scout pilots best and fewer than AUTO_SCOUT_CLOSE pilots
+    # lie near it (forced here: no count is enough, any start counts as a scout); batch 0 is what a
+    # call without batches runs.
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_chains"]
+
+    def stage(batches, close):
+        monkeypatch.setattr(auto, "AUTO_SCOUT_BATCHES", batches)
+        monkeypatch.setattr(auto, "more_scouts", lambda starts, pilots: auto.close_to_best(pilots) < close)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", bam.EvidenceWarning)
+            return bam.log_evidence(model, MEDIUM, rng_key=3).details["reference_stage"]
+
+    one, two = stage(1, 10**6), stage(2, 10**6)
+    assert len(two["scout_estimates"]) == 2 * scouts and len(two["pilots"]) == len(two["starts"])
+    assert two["starts"][-2 * scouts:] == [f"scout {i}" for i in range(2 * scouts)]
+    assert two["scout_estimates"][:scouts] == one["scout_estimates"]
+    assert two["pilots"][:len(one["pilots"])] == one["pilots"]
+    # Enough pilots near the best after batch 0: no second batch (and the rule, as forced, asks for
+    # none, where after one batch it still asked for more).
+    settled = stage(2, 1)
+    assert not auto.close_to_best(settled["pilots"]) < 1 and auto.close_to_best(one["pilots"]) < 10**6
+    assert settled == one
+    assert two["basin_starts"] == auto.basin_starts(two["starts"], two["pilots"]) >= 1
+
+
+def test_basin_starts_counts_independent_starts_near_the_best_pilot():
+    starts = ["sampled", "sampled", "vb", "scout 0", "scout 1"]
+    assert auto.basin_starts(starts, [-1.0, -2.0, -30.0, -40.0, -50.0]) == 1
+    assert auto.basin_starts(starts, [-1.0, -2.0, -5.0, -40.0, -9.0]) == 3
+    assert auto.close_to_best([-1.0, -2.0, -30.0, -11.5]) == 2
+    # More scouts only where a scout pilots best and few others come near it.
+    assert auto.more_scouts(starts, [-20.0, -30.0, -40.0, -1.0, -50.0])
+    assert not auto.more_scouts(starts, [-1.0, -30.0, -40.0, -2.0, -50.0])  # the samplers' start leads
+    assert not auto.more_scouts(starts, [-3.0, -2.0, -5.0, -1.0, -50.0])  # four near the best
+
+
+def test_runs_start_in_turn_from_the_references_the_pilots_cannot_tell_apart():
+    assert auto.runs_from_pilots([-30.0, -1.0, -5.0, -2.0], 4) == [1, 3, 2, 1]
+    assert auto.runs_from_pilots([-30.0, -1.0, -50.0], 4) == [1, 1, 1, 1]
+    assert auto.runs_from_pilots([-3.0] * 6, 4) == [0, 1, 2, 3]
+
+
+def test_the_kept_part_and_its_cross_check_are_named_by_part():
+    # The reference-started runs report method "tempered" themselves; the combined estimate names
+    # both the kept part and the cross-check by part, so that the two tempered SMCs stay apart.
+    def part(method, value):
+        return bam.EvidenceEstimate(value=value, stderr=0.1, method=method, kind="estimate",
+                                    details=dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
+
+    parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -10.0), "reference": part("tempered", -12.5)}
+    est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
+    assert est.method == "auto" and est.pipeline == est.details["kept"] == "chib" and est.value == -10.0
+    assert est.details["cross_check"] == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
+
+
+@pytest.mark.parametrize("key", [3, 4])
+def test_chib_symmetry_warning_only_when_chib_is_reported(monkeypatch, key):
+    # Chib averaging over none of the relabellings (more than MAX_RELABELLINGS) says nothing about
+    # an estimate it is no part of: the reference-started SMC sums over them (as a permanent here).
+    # Key 3 reports tempered+reference, key 4 pools Chib in.
+    from bam_ppl.infer.gibbs import chib
+
+    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=key)
+    symmetry = [w for w in caught if NO_SYMMETRIES in str(w.message) and "Chib" in str(w.message)]
+    assert bool(symmetry) == ("chib" in est.pipeline.split("+")), (est.pipeline, [str(w.message) for w in caught])
+    assert est.value <= MEDIUM_EXACT + 3 * est.stderr + 0.03

@@ -4,7 +4,6 @@ columns of ``arviz.compare``, and an estimate stored in (and read back from) an 
 import json
 import math
 import warnings
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import group, import_arviz, to_inference_data
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, evidence_methods, pool_runs
+from bam_ppl.infer import auto
 from bam_ppl.infer.registry import register_evidence
 
 # Each estimator at the smallest settings that still run every stage.
@@ -57,12 +57,16 @@ def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
     assert (est.method, est.pipeline, est.kind) == ("auto", "exact", "exact")
     assert "pipeline='exact'" in repr(est)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bam.EvidenceWarning)
-        beyond = bam.log_evidence(bam.models.nmf(2), np.array([[3, 2, 0, 1], [2, 3, 1, 0], [0, 1, 3, 2], [1, 0, 2, 3], [1, 1, 0, 0]]),
-                                effort=0.25)
-    assert (beyond.method, beyond.pipeline, beyond.kind) == ("auto", "mixture", "estimate")
-    assert beyond.num_runs == 4 and "mixture" in beyond.details["reason"]
+    def part(method, value):
+        return EvidenceEstimate(value, 0.1, method, "estimate", dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
+
+    agreeing = {"tempered": part("tempered", -10.05), "chib": part("chib", -10.0)}
+    pooled = auto.combine(agreeing, dict(lower_bound=-15.0, parts={n: auto.summary(p) for n, p in agreeing.items()}))
+    assert (pooled.method, pooled.pipeline) == ("auto", "tempered+chib")
+    assert pooled.num_runs == 8 and pooled.lower_bound == -15.0
+    apart = {"chib": part("chib", -10.0), "reference": part("tempered", -14.0)}
+    kept = auto.combine(apart, dict(parts={name: auto.summary(p) for name, p in apart.items()}))
+    assert (kept.method, kept.pipeline) == ("auto", "chib") and kept.method in evidence_methods()
 
 
 def test_estimates_built_from_details_alone_get_typed_fields():
@@ -76,9 +80,10 @@ def test_estimates_built_from_details_alone_get_typed_fields():
 
 
 def test_json_round_trip(estimates):
-    nested = replace(estimates["mixture"], details=dict(estimates["mixture"].details,
-                                                        nested={"cells": np.arange(4).reshape(2, 2)}))
-    for est in [*estimates.values(), nested]:
+    parts = {"tempered": estimates["tempered"], "chib": estimates["chib"]}
+    combined = auto.combine(parts, dict(lower_bound=-20.0, parts={name: auto.summary(p) for name, p in parts.items()},
+                                        nested={"cells": np.arange(4).reshape(2, 2)}))
+    for est in [*estimates.values(), combined]:
         text = json.dumps(est.to_dict(), allow_nan=False)  # strict JSON: no NaN
         back = EvidenceEstimate.from_dict(json.loads(text))
         assert back == est  # value, stderr, method, kind
