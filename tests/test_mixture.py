@@ -73,18 +73,19 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
             run = tempered._one_run(
                 particles, references.with_reference(tp, start.log_q[0]), np.random.default_rng(keys[-1].astype(np.uint32)),
                 0.9, 1, schedule, initial_log_w=particles.initial_log_weights(),
-                final_log_weights=lambda ps: mixture.mixture_log_weights(tp, start, symmetry, np.asarray(ps.config),
+                final_log_weights=lambda ps: mixture.mixture_log_weights(tp, ps.start, symmetry, np.asarray(ps.config),
                                                                          ps.component))
             assert np.all(np.diff(particles.component) >= 0)  # components stay contiguous through resampling
             values.append(run.log_evidence + run.log_relabelled)
     return np.array(values)
 
 
-@pytest.mark.parametrize("weights", [[1, 1, 1], [0.6, 0.3, 0.1]])
-def test_mixture_start_with_a_fixed_schedule_is_unbiased(weights):
-    # exp of every run is unbiased for p(X) on the natural scale, whatever the references and weights.
+@pytest.mark.parametrize("weights, num_particles", [([1, 1, 1], 12), ([0.6, 0.3, 0.1], 12), ([0.9, 0.05, 0.05], 4)])
+def test_mixture_start_with_a_fixed_schedule_is_unbiased(weights, num_particles):
+    # exp of every run is unbiased for p(X) on the natural scale, whatever the references and weights,
+    # also where components get no particle and leave the mixture (the last case: sizes 4, 0, 0).
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
-    values = _mixture_runs(model, X, [3, 4, 5], weights, 300, [0.3, 0.6, 1.0])
+    values = _mixture_runs(model, X, [3, 4, 5], weights, 300, [0.3, 0.6, 1.0], num_particles)
     ratios = np.exp(values - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size), ratios.mean()
 

@@ -96,10 +96,13 @@ class MixtureParticles(NumbaParticles):
 
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart):
         super().__init__(tp, num_particles, keys, pool)
-        self.start = start
-        self.sizes = component_sizes(start.log_weights, num_particles)
+        sizes = component_sizes(start.log_weights, num_particles)
+        kept = sizes > 0  # a component without particles leaves the mixture, the last weights too
+        weights = start.log_weights[kept]
+        self.start = MixtureStart(start.log_q[kept], weights - _log_sum_exp(weights))
+        self.sizes = sizes[kept]
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
-        self.structures = [_structure(with_reference(tp, log_q), True) for log_q in start.log_q]
+        self.structures = [_structure(with_reference(tp, log_q), True) for log_q in self.start.log_q]
 
     def segments(self, first: int, stop: int) -> list:
         edges = np.searchsorted(self.component[first:stop], np.arange(self.sizes.size + 1)) + first
@@ -210,7 +213,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
-        return mixture_log_weights(tp, start, problem.symmetry, np.asarray(ps.config), ps.component)
+        return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
 
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    options.rho, 1, None, initial_log_w=particles.initial_log_weights(), final_log_weights=last_weights)
