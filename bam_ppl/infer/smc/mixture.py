@@ -194,7 +194,7 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
     else:
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
-    log_q, _ = references_along_chain(problem.tp, config, options.reference_sweeps, seeds[1], 2)
+    log_q = references_along_chain(problem.tp, config, options.reference_sweeps, seeds[1], 2)
     return log_q[-1], value, config
 
 

@@ -23,8 +23,6 @@ from .tempered_problem import (
     best_allocation,
     build_tempered_problem,
     counts_of_configs,
-    exact_log_terms,
-    log_multinomial,
 )
 
 try:
@@ -77,16 +75,15 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
-    return references_along_chain(tp, config, num_sweeps, seed, 1, floor)[0][0]
+    return references_along_chain(tp, config, num_sweeps, seed, 1, floor)[0]
 
 
 def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed, num_windows: int,
-                           floor: float = REFERENCE_FLOOR) -> tuple[np.ndarray, np.ndarray]:
+                           floor: float = REFERENCE_FLOOR) -> np.ndarray:
     """``num_windows`` references (W, U, L) from one chain of :func:`reference_from_chain`: the
     conditionals averaged over each of ``num_windows`` consecutive stretches of its sweeps (given
     the tables' parameters θ the posterior of the tokens is a product, so the posterior is a
-    mixture over θ of products, which short windows follow along the chain), and (W,) the mean
-    log π(S) of the allocations each window visited."""
+    mixture over θ of products, which short windows follow along the chain)."""
     rows = tp.gibbs_rows
     factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
     structure = _structure(tp, False)
@@ -97,31 +94,19 @@ def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: 
     shifted = tp.concentration + counts_of_configs(tp, config)
     state = np.array(config, np.int32)
     order = np.arange(state.shape[0], dtype=np.int32)
-    log_joint = np.zeros(num_windows)
     done = 0
     while True:
         _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
-        window = min(num_windows - 1, done * num_windows // max(num_sweeps, 1))
-        totals[window] += out
-        log_joint[window] += log_joint_of(tp, state, np.rint(shifted - tp.concentration))
+        totals[min(num_windows - 1, done * num_windows // max(num_sweeps, 1))] += out
         if done >= num_sweeps:
             break
         step = min(REFERENCE_THIN, num_sweeps - done)
         gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
         done += step
     allowed = out > 0.0
-    visits = totals.sum((1, 2)) / num_cells  # states averaged into each window
-    skipped = visits == 0  # a window the thinning left empty: the last state's
-    totals[skipped], log_joint[skipped], visits[skipped] = out, log_joint_of(
-        tp, state, np.rint(shifted - tp.concentration)), 1.0
+    totals[totals.sum((1, 2)) == 0] = out  # a window the thinning left empty: the last state's
     q = (1.0 - floor) * totals / totals.sum(2, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
-    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0), log_joint / visits
-
-
-def log_joint_of(tp: TemperedProblem, config: np.ndarray, counts_kernel: np.ndarray) -> float:
-    """log π(S) = log p(X, S) of the allocation with token configurations ``config``."""
-    log_prior, log_like = exact_log_terms(tp, counts_kernel)
-    return tp.joint_constant + log_prior + log_like - log_multinomial(tp, config)
+    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
