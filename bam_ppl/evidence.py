@@ -154,10 +154,9 @@ def _recording():
         if module is None:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         else:
-            namespace = vars(module)
+            # No module_globals: its loader may not serve source (``python -`` reads __main__ from stdin).
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module=module.__name__,
-                                   registry=namespace.setdefault("__warningregistry__", {}),
-                                   module_globals=namespace, source=w.source)
+                                   registry=vars(module).setdefault("__warningregistry__", {}), source=w.source)
 
 
 def _evidence_messages(caught) -> list[str]:

@@ -362,3 +362,15 @@ def test_auto_checks_counts_even_where_it_runs_exact_enumeration(name, value, er
     # On this tiny table auto enumerates and would never pass the option on; it is still checked.
     with pytest.raises(error, match=name):
         bam.log_evidence(bam.models.nmf(2), np.array([[2, 1], [0, 2]]), **{name: value})
+
+
+def test_recorded_warnings_are_raised_again_from_a_program_read_on_stdin():
+    # `python -` runs __main__ from stdin, whose loader serves no source: the warning must still reach the user.
+    import subprocess
+    import sys
+
+    program = ("import warnings\nfrom bam_ppl.evidence import _recording\nimport bam_ppl as bam\n"
+               "with _recording():\n    warnings.warn('runs disagree', bam.EvidenceWarning)\nprint('done')\n")
+    run = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "done" and "EvidenceWarning: runs disagree" in run.stderr
