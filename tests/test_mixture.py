@@ -127,3 +127,29 @@ def test_bad_options_are_refused_before_any_work(option, value, error, monkeypat
 def test_more_scouts_than_particles_is_refused():
     with pytest.raises(ValueError, match="num_scouts"):
         mixture.mixture_log_evidence(bam.models.nmf(2), np.array([[2, 1], [0, 2]]), num_particles=4, num_scouts=8)
+
+
+def test_log_joint_of_counts_is_the_closed_form_up_to_one_constant():
+    model, X = bam.models.nmf(2), np.array([[3, 0, 2], [1, 4, 0], [0, 2, 5]])
+    tp, _ = _problem(model, X)
+    offsets = []
+    for seed in range(4):
+        config = np.random.default_rng(seed).integers(0, tp.num_configs, tp.token_cell.size)
+        counts = tempered_problem.counts_of_configs(tp, config)
+        offsets.append(sum(tempered_problem.exact_log_terms(tp, counts))
+                       - references.log_joint_of_counts(tp, tp.concentration + counts))
+    np.testing.assert_allclose(offsets, offsets[0], atol=1e-9)
+
+
+def test_settled_chain_doubles_while_it_climbs_within_its_budget():
+    # A chain from a bad allocation of a sparse, well-separated table climbs; one from where it ended does not.
+    _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(2), shape=(12, 14), total=600)
+    tp, _ = _problem(bam.models.nmf(3), np.asarray(X))
+    bad = np.zeros(tp.token_cell.size, np.int64)
+    seed = np.array([5, 6], np.uint32)
+    log_q, climbed = references.settled_reference(tp, bad, seed, 8, 4096)
+    assert 16 < climbed <= 4096 and log_q.shape == (tp.cell_start.size - 1, tp.num_configs)
+    np.testing.assert_allclose(np.exp(log_q).sum(1), 1.0)
+    again, sweeps = references.settled_reference(tp, bad, seed, 8, 4096)
+    assert sweeps == climbed and np.array_equal(again, log_q)  # the same seed, the same chain
+    assert references.settled_reference(tp, bad, seed, 8, 24)[1] == 24  # the budget bounds the chain

@@ -48,7 +48,7 @@ from ...types import as_key
 from ...validation import check_int, check_positive
 from ..prepare import prepare
 from ..registry import register_evidence
-from .references import references_along_chain, with_reference
+from .references import settled_reference, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, _structure, numba
@@ -145,6 +145,7 @@ class MixtureRun(NamedTuple):
     run: TemperedRun
     scout_configs: list
     scout_log_evidence: list
+    chain_sweeps: list
 
 
 class MixtureProblem(NamedTuple):
@@ -163,6 +164,7 @@ class MixtureOptions(NamedTuple):
     num_scouts: int
     scout_particles: int
     reference_sweeps: int
+    chain_token_moves: int
     rho: float
 
 
@@ -183,9 +185,10 @@ class _Inline:
 def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool):
     """One start of the search and its reference: an annealed scout (a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached) or a
-    drawn one (one draw from the urn), then a posterior chain of ``reference_sweeps`` from there,
-    whose second half averages into the reference (the first is its way into the basin). Returns
-    (log q (U, L), the scout's log evidence or nan, the chain's start configuration)."""
+    drawn one (one draw from the urn), then a posterior chain from there that runs until it stops
+    climbing (``settled_reference``: at least ``reference_sweeps``, at most ``chain_token_moves`` / T),
+    whose last ``reference_sweeps`` / 2 sweeps average into the reference. Returns
+    (log q (U, L), the scout's log evidence or nan, the chain's start configuration, its sweeps)."""
     scout_tp = problem.scout_tp
     particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
     if annealed:
@@ -194,8 +197,9 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
     else:
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
-    log_q = references_along_chain(problem.tp, config, options.reference_sweeps, seeds[1], 2)
-    return log_q[-1], value, config
+    max_sweeps = max(options.reference_sweeps, options.chain_token_moves // problem.tp.token_cell.shape[0])
+    log_q, sweeps = settled_reference(problem.tp, config, seeds[1], options.reference_sweeps // 2, max_sweeps)
+    return log_q, value, config, sweeps
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
@@ -209,7 +213,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     kinds = [True, False] * options.num_scouts
     own = [seeds[NUM_BLOCKS + 2 + 2 * s: NUM_BLOCKS + 4 + 2 * s] for s in range(len(kinds))]
     found = list(pool.map(lambda seed, annealed: scout(problem, options, seed, annealed), own, kinds))
-    start = uniform_start([log_q for log_q, _, _ in found])
+    start = uniform_start([log_q for log_q, *_ in found])
     particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
@@ -217,19 +221,22 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
 
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    options.rho, 1, None, initial_log_w=particles.initial_log_weights(), final_log_weights=last_weights)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run, [c for _, _, c in found], [v for _, v, _ in found])
+    return MixtureRun(run.log_evidence + run.log_relabelled, run, [c for _, _, c, _ in found], [v for _, v, _, _ in found],
+                      [n for *_, n in found])
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The numbers of the engine (one line of why each); ``effort`` scales the first three."""
+    """The numbers of the engine (one line of why each); ``effort`` scales the first four."""
 
     # Particles of the main run: enough that resampling can move them between the components.
     num_particles: int = 64
     # Scouts of each kind per run: how many basins a run can find.
     num_scouts: int = 8
-    # Posterior sweeps of each reference's chain: how far it climbs into its basin and covers it.
+    # Posterior sweeps of each reference's chain before it is first checked for a climb (settled_reference).
     reference_sweeps: int = 200
+    # Token moves a reference's chain may make at most: its cost stays bounded at any number of tokens.
+    chain_token_moves: int = 25_600_000
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
     # Independent runs: their spread is the stated error.
@@ -242,11 +249,12 @@ ENGINE = EngineConfig()
 
 
 def effort_sizes(effort: float, config: EngineConfig = ENGINE) -> MixtureOptions:
-    """The sizes of a run at ``effort``: particles, scouts and sweeps grow with it (never below 16,
-    one and 10)."""
+    """The sizes of a run at ``effort``: particles, scouts, sweeps and the chains' budgets grow with it
+    (never below 16, one, 10 and one)."""
     return MixtureOptions(max(16, int(round(config.num_particles * effort))),
                           max(1, int(round(config.num_scouts * effort))), config.scout_particles,
-                          max(10, int(round(config.reference_sweeps * effort))), config.rho)
+                          max(10, int(round(config.reference_sweeps * effort))),
+                          max(1, int(round(config.chain_token_moves * effort))), config.rho)
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> MixtureOptions:
@@ -285,18 +293,19 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the particles (64 · effort, at least 16), the scouts of each kind per run
-        (8 · effort, at least 1) and the sweeps of each reference's chain (200 · effort, at
-        least 10) unless given one by one (:class:`EngineConfig`): more effort finds more basins,
+        (8 · effort, at least 1), the sweeps of each reference's chain before it is first checked
+        for a climb (200 · effort, at least 10) and its budget of token moves (25.6 million ·
+        effort) unless given one by one (:class:`EngineConfig`): more effort finds more basins,
         covers them better and weighs them with more particles.
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
     reference_sweeps : int, optional
-        Posterior sweeps averaged into each reference.
+        Posterior sweeps of each reference's chain before it is first checked for a climb.
 
     ``details``: ``run_log_evidence``, the sure ``lower_bound`` (largest log π(S) visited) and its
-    allocation (``best_cells``, ``best_counts``), ``num_temperatures`` and ``scout_log_evidence`` of
+    allocation (``best_cells``, ``best_counts``), ``num_temperatures``, ``scout_log_evidence`` and ``chain_sweeps`` of
     every run, ``num_particles``, ``num_scouts``, ``effort``.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
@@ -345,5 +354,6 @@ def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, 
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
                      num_temperatures=[run.run.schedule.size for run in runs],
                      scout_log_evidence=[run.scout_log_evidence for run in runs],
+                     chain_sweeps=[run.chain_sweeps for run in runs],
                      num_particles=options.num_particles, num_scouts=options.num_scouts, num_runs=len(runs),
                      effort=float(effort), reference_sweeps=options.reference_sweeps, seconds=seconds))

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from scipy.special import gammaln
 
 from ...models.allocation import DEFAULT_MAX_CONFIGS
 from ...types import as_key
@@ -107,6 +108,57 @@ def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: 
     totals[totals.sum((1, 2)) == 0] = out  # a window the thinning left empty: the last state's
     q = (1.0 - floor) * totals / totals.sum(2, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
+
+
+def log_joint_of_counts(tp: TemperedProblem, shifted: np.ndarray) -> float:
+    """log π₀(z) + log L(z) up to a constant, from a chain's α + counts (kernel numbering): the
+    Dirichlet-multinomial terms Σ lnΓ(α + n) of the table entries less those of their columns."""
+    logs = gammaln(shifted[tp.new_of_old])
+    return float(logs[:tp.num_table_entries].sum() - logs[tp.num_table_entries:].sum())
+
+
+def settled_reference(tp: TemperedProblem, config: np.ndarray, seed, window: int, max_sweeps: int,
+                      floor: float = REFERENCE_FLOOR) -> tuple[np.ndarray, int]:
+    """A reference (log q (U, L), as :func:`reference_from_chain`) from the last ``window`` sweeps of
+    a posterior chain that ran until it stopped climbing, and the number of sweeps the chain ran.
+
+    The chain runs ``2 · window`` sweeps, then doubles its length while the mean of its log joint
+    over the last quarter exceeds that over the third by more than two standard errors of the
+    difference (a rise the chain's own fluctuation does not explain: it still climbs towards
+    better allocations), up to ``max_sweeps`` (a bound on the cost). A chain on a sparse table
+    climbs for many sweeps; on a dense one it settles at once. Only the last ``window`` sweeps are
+    averaged into q, however long the chain: a longer average would blur the groupings of the
+    cells the chain wanders between into one reference."""
+    rows = tp.gibbs_rows
+    factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
+    structure = _structure(tp, False)
+    rng = np.random.default_rng(np.asarray(seed, np.uint32))
+    shifted = tp.concentration + counts_of_configs(tp, config)
+    state = np.array(config, np.int32)
+    order = np.arange(state.shape[0], dtype=np.int32)
+    out = np.empty((tp.cell_start.shape[0] - 1, tp.num_configs))
+    window = max(2 * REFERENCE_THIN, int(window))
+    done, length = 0, 2 * window
+    while True:
+        total = np.zeros_like(out)
+        third, last = [], []
+        while done < length:
+            step = min(REFERENCE_THIN, length - done)
+            gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
+            done += step
+            if 2 * done > length:  # the last half: its log joint, and the conditionals of the window
+                (last if 4 * done > 3 * length else third).append(log_joint_of_counts(tp, shifted))
+                if done > length - window:
+                    _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
+                    total += out
+        rise = np.mean(last) - np.mean(third) if third else 0.0
+        spread = np.sqrt(np.var(third) / max(len(third), 1) + np.var(last) / len(last))
+        if length >= max_sweeps or rise <= 2.0 * spread:
+            break
+        length = min(2 * length, max(int(max_sweeps), length))
+    allowed = out > 0.0
+    q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
+    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0), done
 
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
