@@ -119,10 +119,11 @@ ANIMALS_RUNS = {
     "cvb": dict(num_iters=100),
     "gibbs": dict(num_warmup=200, num_samples=200),
 }
-# The mask tests compare runs with one another, not with the data: a few iterations show it.
+# The mask tests compare runs with one another, not with the data: a few iterations show it. Gibbs
+# runs on the planted matrix with the sweeps of the bICA-start test, whose programs it reuses.
 MASK_RUNS = {
     "cvb": dict(num_iters=10),
-    "gibbs": dict(num_warmup=10, num_samples=10),
+    "gibbs": dict(num_warmup=45, num_samples=5),
 }
 
 
@@ -147,22 +148,27 @@ def _planted_blocks(seed, F=60, N=80, K=3):
     return (rng.random((F, N)) < P).astype(float), P
 
 
-def test_gibbs_bica_start_predicts_better_in_few_sweeps():
+@pytest.fixture(scope="module")
+def planted_split():
+    X, P = _planted_blocks(1)
+    return X, P, random_heldout_mask(X, 0.25, rng_key=1)
+
+
+def test_gibbs_bica_start_predicts_better_in_few_sweeps(planted_split):
     # The issue: from uniform labels over K = 100 components the sampler needs hundreds of sweeps
     # to merge them; the authors' code starts from a 10-component bICA fit instead. After 45 + 5
     # sweeps on a planted 60 × 80 matrix (25 % held out, constant rate 0.693 nats per entry,
     # the truth 0.437) the bICA start reached 0.514–0.593 and the uniform one 0.627–0.656 in a
     # trial over 4 planted matrices × 3 keys: gaps 0.05–0.12 nats per held-out entry, with a
     # spread over keys of about 0.01 for each start. 0.03 is well inside every observed gap.
-    X, P = _planted_blocks(1)
-    heldout = random_heldout_mask(X, 0.25, rng_key=1)
+    X, P, heldout = planted_split
     constant = heldout_perplexity(X, np.full(X.shape, np.nanmean(np.where(heldout, np.nan, X))), heldout)
     truth = heldout_perplexity(X, P, heldout)
     model = bam.models.nbmf(100, prior="beta-dir")
     scores = {}
     for init in ("random", "bica", None):
-        idata = bam.infer(model, X, method="gibbs", rng_key=0, mask=~heldout, num_warmup=45,
-                          num_samples=5, progress_bar=False, init=init)
+        idata = bam.infer(model, X, method="gibbs", rng_key=0, mask=~heldout, progress_bar=False, init=init,
+                          **MASK_RUNS["gibbs"])
         scores[init] = heldout_perplexity(X, model.expected_mean(idata), heldout)
     assert attrs_of(idata)["init"] == "bica"  # the default for Beta-Dir
     assert scores[None] == scores["bica"]
@@ -188,12 +194,12 @@ def _assert_hidden_row_is_ignored(model, method, X, mask, options):
 
 
 @pytest.mark.parametrize("method", sorted(MASK_RUNS))
-def test_masked_row_never_enters_a_count(animals_split, method):
-    data, heldout, _ = animals_split
+def test_masked_row_never_enters_a_count(animals_split, planted_split, method):
+    X, heldout = (animals_split[0].X, animals_split[1]) if method == "cvb" else (planted_split[0], planted_split[2])
     mask = ~heldout
     mask[3] = False
     model = bam.models.nbmf(100, prior="beta-dir")
-    _assert_hidden_row_is_ignored(model, method, data.X, mask, MASK_RUNS[method])
+    _assert_hidden_row_is_ignored(model, method, X, mask, MASK_RUNS[method])
 
 
 # -- outputs --------------------------------------------------------------------------------------
@@ -374,14 +380,12 @@ def test_parliament_gibbs_matches_paper(prior, reference, tolerance, active):
 
 
 def test_gibbs_returns_num_samples_draws():
-    rng = np.random.default_rng(3)
-    V = (rng.random((12, 9)) < 0.4).astype(float)
-    idata = bam.infer(bam.models.nbmf(3), V, method="gibbs", rng_key=0, num_warmup=5, num_samples=30,
-                      num_chains=1, progress_bar=False)
-    assert idata.posterior.sizes["draw"] == 30
-    thinned = bam.infer(bam.models.nbmf(3), V, method="gibbs", rng_key=0, num_warmup=5, num_samples=30,
-                        num_chains=1, thinning=10, progress_bar=False)
-    assert thinned.posterior.sizes["draw"] == 3
+    # The shape and sweeps of test_gibbs_inference_data_layout: the thinned run reuses its programs.
+    V = (np.random.default_rng(3).random((5, 5)) < 0.4).astype(float)
+    run = lambda **thinning: bam.infer(bam.models.nbmf(3), V, method="gibbs", rng_key=0, num_warmup=10,
+                                       num_samples=10, num_chains=2, progress_bar=False, **thinning)
+    assert run().posterior.sizes["draw"] == 10
+    assert run(thinning=5).posterior.sizes["draw"] == 2
     with pytest.raises(ValueError, match="thinning="):
         bam.infer(bam.models.nbmf(100), np.zeros((2000, 2000)), method="gibbs", num_samples=1000,
                   num_warmup=0)
