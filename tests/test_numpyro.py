@@ -98,11 +98,14 @@ def test_nuts_latent_free_matches_conjugate_posterior(latent_free_nuts):
     assert abs(rate.mean() - (a + T) / (a / T + 1)) < 4 * rate.std() / np.sqrt(float(az.ess(rate)))
 
 
+SVI_X = np.array([[5, 0, 1], [0, 6, 2], [1, 0, 4]])
+SVI_FIT = dict(method="svi", rng_key=0, num_steps=800, learning_rate=0.05, num_samples=200)
+
+
 @pytest.mark.parametrize("guide", ["normal", "delta"])
 def test_svi_runs_and_fits(guide):
-    X = np.array([[5, 0, 1], [0, 6, 2], [1, 0, 4]])
-    idata = bam.infer(bam.models.nmf(2, a=2.0), X, method="svi", rng_key=0, guide=guide,
-                      num_steps=800, learning_rate=0.05, num_samples=200)
+    X = SVI_X
+    idata = bam.infer(bam.models.nmf(2, a=2.0), X, guide=guide, **SVI_FIT)
     loss = group(idata, "sample_stats")["loss"].values[0]
     assert loss[-100:].mean() < loss[:100].mean()
     post = group(idata, "posterior")
@@ -150,14 +153,13 @@ def test_conditioned_program_is_multinomial():
 
 
 def test_observed_as_count_tensor_with_coords():
-    X = CountTensor.from_dense(np.array([[1, 2], [3, 0]]), dims=("a", "b"),
-                               coords={"a": ["x", "y"], "b": ["u", "v"]})
-    model = bam.AllocationModel("a -> b", a=1.0)
-    idata = bam.infer(model, X, method="svi", rng_key=0, num_steps=50, num_samples=10)
+    # The data and fit of test_svi_runs_and_fits[normal]: the same program, compiled once.
+    X = CountTensor.from_dense(SVI_X, dims=("i", "j"), coords={"i": ["x", "y", "z"], "j": ["u", "v", "w"]})
+    idata = bam.infer(bam.models.nmf(2, a=2.0), X, **SVI_FIT)
     obs = group(idata, "observed_data")["X"]
-    assert obs.dims == ("a", "b") and list(obs.coords["a"].values) == ["x", "y"]
-    post = group(idata, "posterior")["theta_b"]
-    assert post.dims == ("chain", "draw", "a", "b")
+    assert obs.dims == ("i", "j") and list(obs.coords["i"].values) == ["x", "y", "z"]
+    post = group(idata, "posterior")["theta_j"]
+    assert post.dims == ("chain", "draw", "k", "j") and list(post.coords["j"].values) == ["u", "v", "w"]
 
 
 def test_nbmf_runs_under_nuts_and_svi_through_the_registry():
