@@ -290,7 +290,8 @@ def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
 
     model, X = OTHER_MODELS[name]
     bound = model.bind(model.as_data(X))
-    result = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, engine=kernel)
+    # The particles and chains of test_rescaled_probability_products_...: the Tucker case reuses its program.
+    result = smc_module.run_smc(model, X, 2, num_particles=64, num_chains=2, engine=kernel)
     for counts, log_prob in zip(result.best_counts, result.best_log_prob):
         closed_form = 0.0
         for table in bound.tables:
@@ -299,8 +300,8 @@ def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
             closed_form += np.sum(gammaln(alpha + S) - gammaln(alpha))
             closed_form -= np.sum(gammaln(alpha.sum(-1) + S.sum(-1)) - gammaln(alpha.sum(-1)))
         assert log_prob == pytest.approx(closed_form, abs=1e-9)
-    assert result.counts.shape[:2] == (3, 50)
-    evidence_only = smc_module.run_smc(model, X, 2, num_particles=50, num_chains=3, keep_particles=False,
+    assert result.counts.shape[:2] == (2, 64)
+    evidence_only = smc_module.run_smc(model, X, 2, num_particles=64, num_chains=2, keep_particles=False,
                                        engine=kernel)
     assert evidence_only.counts is None
     np.testing.assert_array_equal(evidence_only.chain_log_evidence, result.chain_log_evidence)
