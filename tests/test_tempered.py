@@ -328,9 +328,10 @@ def test_bad_options_raise(options, error, word):
 
 
 def test_jax_kernel_warns_that_it_has_no_block_moves():
-    model = bam.models.nmf(2, a=1.0)
+    # The case and particles of test_matches_exact_jax: its compiled sweeps serve here.
+    model, X = CASES["missing_entries"]
     with pytest.warns(UserWarning, match="JAX kernel has no block moves"):
-        result = tempered.run_tempered(model, X1, 0, num_particles=4, num_chains=1, engine="jax", cell_moves=1)
+        result = tempered.run_tempered(model, X, 0, num_particles=128, num_chains=1, engine="jax", cell_moves=1)
     assert np.isnan(result.block_move_acceptance).all()
 
 
