@@ -51,34 +51,57 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which a plain `pytest` run may lack
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``--dist loadgroup`` (make test), each test module runs on one worker, each tutorial
-    on its own.
+    """Under ``--dist loadgroup`` (make test), each test module runs on one worker (the modules of
+    :data:`NUMPYRO_MODULES` on one together), each tutorial on its own.
 
     Module-scoped fixtures and JAX's in-memory compilation cache live in one process, so a module
     split over workers would build and compile them once per worker. The tutorials are
     independent scripts, so they spread over the workers. (xdist's own groups, ``xdist_group``
     marks, are written into the test ids, which pytest 9.2 no longer lets a plugin change: under
-    it every test ran as a group of its own.)
+    it every test ran as a group of its own.) xdist would hand the groups out by their number of
+    tests; they go out in collection order instead, the order of :data:`SLOWEST_FIRST`.
     """
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False
+
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return nodeid if module.endswith("test_tutorials.py") else module
+            return _group_of(nodeid)
 
     return ModuleScheduling(config, log)
 
 
+#: Modules whose tests run NumPyro's NUTS, SVI and Predictive: on one worker, one after the other,
+#: the many small programs NumPyro compiles for every run are compiled once for all of them.
+NUMPYRO_MODULES = ("test_arviz_user", "test_named_dims", "test_numpyro")
+NUMPYRO_GROUP = "numpyro modules"
+
+
+def _group_of(nodeid: str) -> str:
+    """The scheduling group of a test: its module, the NumPyro modules' group, or, for a tutorial,
+    the test itself."""
+    module = nodeid.split("::", 1)[0]
+    name = Path(module).stem
+    if name == "test_tutorials":
+        return nodeid
+    return NUMPYRO_GROUP if name in NUMPYRO_MODULES else module
+
+
 # The groups that took longest (make test --durations=0, 2 cores): tutorials by name, modules by file.
-SLOWEST_FIRST = ("pmf_rank_detection", "test_pmf", "nbmf_dictionary", "test_parallel", "test_nbmf",
-                 "test_tempered", "test_numpyro", "test_auto_evidence", "abalone_structures", "letter_bigrams",
-                 "icews_ranks", "parallel_sweep", "test_named_dims", "test_smc", "test_arviz_user")
+SLOWEST_FIRST = (NUMPYRO_GROUP, "pmf_rank_detection", "test_parallel", "test_pmf", "nbmf_dictionary", "test_vb",
+                 "test_tempered", "test_nbmf", "test_smc", "abalone_structures", "letter_bigrams", "icews_ranks",
+                 "parallel_sweep", "test_gibbs", "test_auto_evidence", "test_selection", "test_from_numpyro",
+                 "test_cvb", "test_em", "test_dirichlet_tucker", "test_resampling", "test_progress",
+                 "test_evidence_honest", "test_cli")
 
 
 def _slowest_first(item) -> int:
-    name = item.callspec.id if item.module.__name__ == "test_tutorials" and hasattr(item, "callspec") \
-        else item.module.__name__
+    name = item.module.__name__
+    if name == "test_tutorials":
+        name = item.callspec.id if hasattr(item, "callspec") else name
+    elif name in NUMPYRO_MODULES:
+        name = NUMPYRO_GROUP
     return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
