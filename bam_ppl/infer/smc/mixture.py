@@ -148,6 +148,17 @@ class MixtureRun(NamedTuple):
     chain_sweeps: list
 
 
+class Scouted(NamedTuple):
+    """What one scout of the search found (:func:`scout`): the reference ``log_q`` (U, L), the
+    annealed scout's ``log_evidence`` (nan for a drawn one), the ``config`` its chain started from
+    and the ``sweeps`` that chain ran."""
+
+    log_q: np.ndarray
+    log_evidence: float
+    config: np.ndarray
+    sweeps: int
+
+
 class MixtureProblem(NamedTuple):
     """What every run of one call shares, prepared once: the problem with the latent urn as its
     start (the scouts'), the same with the references' structure, and the label symmetries."""
@@ -182,13 +193,12 @@ class _Inline:
     map = staticmethod(lambda fn, *items: list(map(fn, *items)))
 
 
-def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool):
+def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool) -> Scouted:
     """One start of the search and its reference: an annealed scout (a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached) or a
     drawn one (one draw from the urn), then a posterior chain from there that runs until it stops
     climbing (``settled_reference``: at least ``reference_sweeps``, at most ``chain_token_moves`` / T),
-    whose last ``reference_sweeps`` / 2 sweeps average into the reference. Returns
-    (log q (U, L), the scout's log evidence or nan, the chain's start configuration, its sweeps)."""
+    whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
     scout_tp = problem.scout_tp
     particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
     if annealed:
@@ -199,7 +209,7 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     max_sweeps = max(options.reference_sweeps, options.chain_token_moves // problem.tp.token_cell.shape[0])
     log_q, sweeps = settled_reference(problem.tp, config, seeds[1], options.reference_sweeps // 2, max_sweeps)
-    return log_q, value, config, sweeps
+    return Scouted(log_q, value, config, sweeps)
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
@@ -213,7 +223,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     kinds = [True, False] * options.num_scouts
     own = [seeds[NUM_BLOCKS + 2 + 2 * s: NUM_BLOCKS + 4 + 2 * s] for s in range(len(kinds))]
     found = list(pool.map(lambda seed, annealed: scout(problem, options, seed, annealed), own, kinds))
-    start = uniform_start([log_q for log_q, *_ in found])
+    start = uniform_start([f.log_q for f in found])
     particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
@@ -221,8 +231,8 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
 
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    options.rho, 1, None, initial_log_w=particles.initial_log_weights(), final_log_weights=last_weights)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run, [c for _, _, c, _ in found], [v for _, v, _, _ in found],
-                      [n for *_, n in found])
+    return MixtureRun(run.log_evidence + run.log_relabelled, run, [f.config for f in found],
+                      [f.log_evidence for f in found], [f.sweeps for f in found])
 
 
 @dataclass(frozen=True)

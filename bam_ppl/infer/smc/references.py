@@ -76,37 +76,52 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
-    return references_along_chain(tp, config, num_sweeps, seed, 1, floor)[0]
-
-
-def references_along_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed, num_windows: int,
-                           floor: float = REFERENCE_FLOOR) -> np.ndarray:
-    """``num_windows`` references (W, U, L) from one chain of :func:`reference_from_chain`: the
-    conditionals averaged over each of ``num_windows`` consecutive stretches of its sweeps (given
-    the tables' parameters θ the posterior of the tokens is a product, so the posterior is a
-    mixture over θ of products, which short windows follow along the chain)."""
-    rows = tp.gibbs_rows
-    factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
-    structure = _structure(tp, False)
-    num_cells = tp.cell_start.shape[0] - 1
-    totals = np.zeros((num_windows, num_cells, tp.num_configs))
-    out = np.empty((num_cells, tp.num_configs))
-    rng = np.random.default_rng(np.asarray(seed, np.uint32))
-    shifted = tp.concentration + counts_of_configs(tp, config)
-    state = np.array(config, np.int32)
-    order = np.arange(state.shape[0], dtype=np.int32)
+    chain = _Chain.start(tp, config, seed)
+    total = np.zeros_like(chain.out)
     done = 0
     while True:
-        _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
-        totals[min(num_windows - 1, done * num_windows // max(num_sweeps, 1))] += out
+        total += chain.conditionals(tp)
         if done >= num_sweeps:
             break
-        step = min(REFERENCE_THIN, num_sweeps - done)
-        gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
-        done += step
-    allowed = out > 0.0
-    totals[totals.sum((1, 2)) == 0] = out  # a window the thinning left empty: the last state's
-    q = (1.0 - floor) * totals / totals.sum(2, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
+        done += chain.sweep(min(REFERENCE_THIN, num_sweeps - done))
+    return _floored_log_q(total, chain.out, floor)
+
+
+class _Chain(NamedTuple):
+    """A collapsed-Gibbs chain of the posterior as the reference builders run it (numba, no GIL)."""
+
+    rows: object
+    factorised: object
+    structure: object
+    rng: np.random.Generator
+    shifted: np.ndarray  # α + counts (kernel numbering), updated in place
+    state: np.ndarray  # every token's configuration, updated in place
+    order: np.ndarray
+    out: np.ndarray  # (U, L) the cells' conditionals at the last call of ``conditionals``
+
+    @classmethod
+    def start(cls, tp: TemperedProblem, config: np.ndarray, seed) -> _Chain:
+        rows = tp.gibbs_rows
+        return cls(rows, gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0]),
+                   _structure(tp, False), np.random.default_rng(np.asarray(seed, np.uint32)),
+                   tp.concentration + counts_of_configs(tp, config), np.array(config, np.int32),
+                   np.arange(len(config), dtype=np.int32), np.empty((tp.cell_start.shape[0] - 1, tp.num_configs)))
+
+    def sweep(self, num_sweeps: int) -> int:
+        gibbs_numba.gibbs_sweeps(self.rng, num_sweeps, True, self.shifted, self.state, self.order, self.rows,
+                                 self.factorised)
+        return num_sweeps
+
+    def conditionals(self, tp: TemperedProblem) -> np.ndarray:
+        _cell_probabilities(self.shifted, self.structure, tp.factorised, tp.cell_start, self.out)
+        return self.out
+
+
+def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndarray:
+    """log q (U, L) of summed conditionals ``total``, mixed with ``floor`` of the uniform distribution
+    over the configurations each cell allows (those ``last`` gives mass); 0 where not allowed."""
+    allowed = last > 0.0
+    q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
 
 
@@ -129,36 +144,24 @@ def settled_reference(tp: TemperedProblem, config: np.ndarray, seed, window: int
     climbs for many sweeps; on a dense one it settles at once. Only the last ``window`` sweeps are
     averaged into q, however long the chain: a longer average would blur the groupings of the
     cells the chain wanders between into one reference."""
-    rows = tp.gibbs_rows
-    factorised = gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0])
-    structure = _structure(tp, False)
-    rng = np.random.default_rng(np.asarray(seed, np.uint32))
-    shifted = tp.concentration + counts_of_configs(tp, config)
-    state = np.array(config, np.int32)
-    order = np.arange(state.shape[0], dtype=np.int32)
-    out = np.empty((tp.cell_start.shape[0] - 1, tp.num_configs))
+    chain = _Chain.start(tp, config, seed)
     window = max(2 * REFERENCE_THIN, int(window))
     done, length = 0, 2 * window
     while True:
-        total = np.zeros_like(out)
+        total = np.zeros_like(chain.out)
         third, last = [], []
         while done < length:
-            step = min(REFERENCE_THIN, length - done)
-            gibbs_numba.gibbs_sweeps(rng, step, True, shifted, state, order, rows, factorised)
-            done += step
+            done += chain.sweep(min(REFERENCE_THIN, length - done))
             if 2 * done > length:  # the last half: its log joint, and the conditionals of the window
-                (last if 4 * done > 3 * length else third).append(log_joint_of_counts(tp, shifted))
+                (last if 4 * done > 3 * length else third).append(log_joint_of_counts(tp, chain.shifted))
                 if done > length - window:
-                    _cell_probabilities(shifted, structure, tp.factorised, tp.cell_start, out)
-                    total += out
+                    total += chain.conditionals(tp)
         rise = np.mean(last) - np.mean(third) if third else 0.0
         spread = np.sqrt(np.var(third) / max(len(third), 1) + np.var(last) / len(last))
         if length >= max_sweeps or rise <= 2.0 * spread:
             break
         length = min(2 * length, max(int(max_sweeps), length))
-    allowed = out > 0.0
-    q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
-    return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0), done
+    return _floored_log_q(total, chain.out, floor), done
 
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
