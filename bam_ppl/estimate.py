@@ -175,8 +175,10 @@ class EvidenceEstimate:
     kind : str
         "exact", "estimate" or "lower_bound".
     details : dict
-        Estimator-specific diagnostics and settings (free-form; :meth:`to_dict` writes them as
-        JSON types). The typed fields below are the part every estimator shares.
+        Diagnostics by name, as JSON types once :meth:`to_dict` writes them: the fields of
+        ``info``, the allocation behind ``lower_bound`` (``best_cells``, ``best_counts``) and each
+        run's value (``run_log_evidence``) where the estimator reports them. The typed fields
+        below are the part every estimator shares.
     lower_bound : float
         A sure lower bound on log L_X where the estimator reports one, else nan: log p(X, S) of
         the best allocation S the runs visited (L_X = Σ_S p(X, S) ≥ p(X, S)), or for ``kind=
@@ -194,6 +196,11 @@ class EvidenceEstimate:
         What ran, as estimator names joined by "+": ``method`` itself, except for ``"auto"``,
         where it names the estimators whose runs make ``value`` (``"exact"``, ``"smc"``,
         ``"tempered+chib"``, ``"reference"`` for the tempered SMC from a reference, ...).
+    info : NamedTuple or None
+        The estimator's own diagnostics, typed: :class:`~bam_ppl.infer.info.TemperedInfo` for
+        ``"tempered"``, :class:`~bam_ppl.infer.info.AutoInfo` for ``"auto"`` and so on
+        (:mod:`bam_ppl.infer.info`); None for an estimate made without one. Its fields are also
+        in ``details``, and they win there: to change one, ``replace`` the info.
     """
 
     value: float
@@ -207,6 +214,7 @@ class EvidenceEstimate:
     seconds: float = field(default=math.nan, compare=False)
     warnings: tuple = field(default=(), compare=False)
     pipeline: str | None = field(default=None, compare=False)
+    info: tuple | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -215,6 +223,12 @@ class EvidenceEstimate:
             raise TypeError(f"method must be a non-empty str, got {self.method!r}")
         if not isinstance(self.details, Mapping):
             raise TypeError(f"details must be a dict, got {type(self.details).__name__}")
+        if self.info is not None:
+            if not (isinstance(self.info, tuple) and hasattr(self.info, "_fields")):
+                raise TypeError(f"info must be an estimator's info NamedTuple, got {type(self.info).__name__}")
+            # The info's own fields win: details built from the typed result, whatever ``replace`` passed.
+            merged = {key: value for key, value in self.details.items() if key not in self.info._fields}
+            object.__setattr__(self, "details", {**merged, **self.info._asdict()})
         details = self.details
         # Estimators that fill only ``details`` (as before the typed fields) still give typed results.
         runs = self.run_values if self.run_values is not None else details.get("run_log_evidence", ())
@@ -254,13 +268,15 @@ class EvidenceEstimate:
         ``details`` with arrays as (nested) lists and numpy scalars as Python numbers. Non-finite
         numbers (a nan stderr, say) become None. :meth:`from_dict` reads it back."""
         out = {name: _jsonable(getattr(self, name)) for name in FIELDS}
-        out["details"] = _jsonable(self.details)
+        own = () if self.info is None else self.info._fields
+        out["details"] = _jsonable({key: value for key, value in self.details.items() if key not in own})
+        out["info"] = None if self.info is None else _info_json(self.info)
         return out
 
     @classmethod
     def from_dict(cls, data) -> EvidenceEstimate:
         """The estimate :meth:`to_dict` wrote (also after a JSON round trip): the typed fields as
-        they were (None back to nan), ``details`` with lists where there were arrays."""
+        they were (None back to nan), ``details`` and ``info`` with lists where there were arrays."""
         if not isinstance(data, Mapping):
             raise TypeError(f"data must be a dict as EvidenceEstimate.to_dict() writes, got {type(data).__name__}")
         missing = [name for name in ("value", "stderr", "method", "kind") if name not in data]
@@ -272,7 +288,11 @@ class EvidenceEstimate:
                 fields[name] = math.nan
         if fields.get("run_values") is not None:
             fields["run_values"] = tuple(math.nan if run is None else run for run in fields["run_values"])
-        return cls(**fields, details=dict(data.get("details") or {}))
+        info = data.get("info")
+        if info is not None:
+            from .infer.info import info_from_json  # the estimators' types, loaded with bam_ppl
+            info = info_from_json(info)
+        return cls(**fields, details=dict(data.get("details") or {}), info=info)
 
 
 # The fields :meth:`EvidenceEstimate.to_dict` writes besides ``details``, in their order.
@@ -294,8 +314,15 @@ def _real(x, name: str) -> float:
         raise TypeError(f"{name} must be a real number, got {x!r}") from None
 
 
+def _info_json(info) -> dict:
+    """An estimator's info (a NamedTuple) as ``{"type": its class name, "fields": {...}}`` in JSON types."""
+    return {"type": type(info).__name__, "fields": {name: _jsonable(value) for name, value in info._asdict().items()}}
+
+
 def _jsonable(x):
     """``x`` in JSON types: dicts with str keys, lists, str, int, float (finite) and None."""
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a nested info
+        return _info_json(x)
     if isinstance(x, Mapping):
         return {str(key): _jsonable(value) for key, value in x.items()}
     if isinstance(x, np.ndarray):

@@ -175,8 +175,10 @@ def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_k
                 advised - 1, first.details.get("reason", "its search"))
     pooled = _pooled([first, *_calls(executor, fn, model, data, rng_key, options, range(1, advised))],
                      time.perf_counter() - start)
-    # Why the calls were made is the first call's to say (the other details are the highest call's).
+    # Why the calls were made is the first call's to say (the other diagnostics are the highest call's).
     why = {name: first.details[name] for name in ("reason", "advised_calls") if name in first.details}
+    if pooled.info is not None and set(why) <= set(pooled.info._fields):
+        return replace(pooled, info=pooled.info._replace(**why))
     return replace(pooled, details={**pooled.details, **why})
 
 

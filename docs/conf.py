@@ -21,6 +21,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from _citations import cite  # noqa: E402
 
 import bam_ppl  # noqa: E402
+from bam_ppl.infer.info import INFO_TYPES  # noqa: E402
 
 project = "bam_ppl"
 author = "the bam_ppl developers"
@@ -140,6 +141,9 @@ def _write_api() -> None:
     for title, names in groups.items():
         if names:
             lines += [title, "-" * len(title), ""] + _autosummary(names)
+    title = "Estimator diagnostics (``EvidenceEstimate.info``)"
+    lines += [title, "-" * len(title), "", ".. automodule:: bam_ppl.infer.info", "   :no-members:", ""]
+    lines += _autosummary(list(INFO_TYPES), "bam_ppl.infer.info")
     _write(DOCS / "api.rst", "\n".join(lines))
 
     models = _public(bam_ppl.models)

@@ -24,6 +24,7 @@ from bam_ppl.infer.auto import (
     tempered_stage_options,
 )
 from bam_ppl.infer.gibbs.chib import NO_SYMMETRIES
+from bam_ppl.infer.info import AutoInfo
 from bam_ppl.infer.smc import references as tempered_references
 
 # High-effort references (`python benchmarks/high_effort_references.py`, rev. 24f99e3): the
@@ -52,7 +53,7 @@ def test_auto_matches_a_high_effort_reference(name):
     with warnings.catch_warnings():
         warnings.simplefilter("error", bam.EvidenceWarning)
         est = bam.log_evidence(model, X, rng_key=0)
-    assert est.details["selected_by"] == "auto" and "tokens each" in est.details["reason"]
+    assert isinstance(est.info, AutoInfo) and "tokens each" in est.details["reason"]
     combined = np.hypot(est.stderr, reference_stderr)
     assert abs(est.value - reference) <= 3 * combined, (est.value, est.stderr, reference)
     assert not below_bound(est.value, est.stderr, est.details["lower_bound"])
@@ -299,9 +300,11 @@ def test_the_kept_part_and_its_cross_check_are_named_by_part():
                                     details=dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
 
     parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -10.0), "reference": part("tempered", -12.5)}
-    est = auto.combine(parts, dict(parts={name: auto.summary(p) for name, p in parts.items()}))
-    assert est.method == "auto" and est.pipeline == est.details["kept"] == "chib" and est.value == -10.0
-    assert est.details["cross_check"] == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
+    info = AutoInfo(reason="", advised_calls=1, parts={name: auto.summary(p) for name, p in parts.items()})
+    est = auto.combine(parts, {}, info)
+    assert est.method == "auto" and est.pipeline == est.info.kept == est.details["kept"] == "chib"
+    assert est.value == -10.0
+    assert est.info.cross_check == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
 
 
 @pytest.mark.parametrize("key", [3, 4])

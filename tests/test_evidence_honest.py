@@ -9,6 +9,7 @@ from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
+from bam_ppl.infer.info import AutoInfo
 
 
 def test_pool_runs_grows_with_disagreement():
@@ -142,7 +143,7 @@ def test_auto_picks_exact_smc_or_tempered(x1):
 
     model = bam.models.nmf(2)
     est = bam.log_evidence(model, x1)  # the default is method="auto"
-    assert est.method == "auto" and est.pipeline == "exact" and est.details["selected_by"] == "auto"
+    assert est.method == "auto" and est.pipeline == "exact" and isinstance(est.info, AutoInfo)
     assert est.value == pytest.approx(bam.log_evidence(model, x1, method="exact").value)
     assert choose_method(bam.models.complete_graph(3), np.ones((3, 3, 3), int))[0] == "exact"
     _, small = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=20)
@@ -339,7 +340,8 @@ def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
         names = list(starts)
         pilots = [-1.0 if i < reached else -50.0 for i in range(len(names))]
         stage = dict(starts=names, pilots=pilots, basin_starts=auto.basin_starts(names, pilots))
-        return EvidenceEstimate(-1.0, 0.1, method, "estimate", {"reference_stage": stage, "run_log_evidence": [-1.0]})
+        return EvidenceEstimate(-1.0, 0.1, "auto", "estimate", {"run_log_evidence": [-1.0]}, pipeline=method,
+                                info=AutoInfo(reason="", advised_calls=1, reference_stage=stage))
 
     fragile = auto.AUTO_FRAGILE_STARTS
     calls, why = auto.advised_calls(estimate("reference", fragile), 2000)

@@ -4,6 +4,7 @@ columns of ``arviz.compare``, and an estimate stored in (and read back from) an 
 import json
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import bam_ppl as bam
 from bam_ppl.convert import group, import_arviz, to_inference_data
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, evidence_methods, pool_runs
-from bam_ppl.infer import auto
+from bam_ppl.infer import auto, info
 from bam_ppl.infer.registry import register_evidence
 
 # Each estimator at the smallest settings that still run every stage.
@@ -23,6 +24,12 @@ SETTINGS = {
     "chib": dict(num_chains=2, num_searches=2, num_search_sweeps=5, num_samples=10, progress_bar=False),
     "vb": dict(num_chains=3),
 }
+INFO_TYPES = {"exact": info.ExactInfo, "smc": info.PolyaUrnInfo, "tempered": info.TemperedInfo,
+              "mixture": info.MixtureInfo, "chib": info.ChibInfo, "vb": info.VBInfo}
+
+
+def _auto_info(parts):
+    return info.AutoInfo(reason="", advised_calls=1, parts={name: auto.summary(p) for name, p in parts.items()})
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +59,28 @@ def test_every_estimator_fills_the_typed_fields(estimates):
     assert vb.lower_bound == vb.value == max(vb.run_values) <= exact + 1e-9 and vb.num_runs == 3
 
 
+def test_every_estimator_reports_its_own_typed_info(estimates):
+    for method, est in estimates.items():
+        assert type(est.info) is INFO_TYPES[method], method
+        assert {name: est.details[name] for name in est.info._fields} == est.info._asdict(), method
+    assert estimates["tempered"].info.num_runs == len(estimates["tempered"].info.num_temperatures) == 2
+    assert estimates["vb"].info.best_start is None and len(estimates["vb"].info.elbo_per_restart) == 3
+    # method="auto" says why it chose, with the info of the estimate it kept.
+    est = bam.log_evidence(bam.models.nmf(2), np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]]))
+    assert isinstance(est.info, info.AutoInfo) and isinstance(est.info.kept_info, info.ExactInfo)
+    assert est.info.reason and est.info.advised_calls == 1
+
+
+def test_the_info_wins_over_details_of_the_same_name(estimates):
+    # details are built from the typed result: a replace that passes stale details cannot undo it.
+    est = estimates["smc"]
+    changed = replace(est, info=est.info._replace(min_ess=1.0))
+    assert changed.details["min_ess"] == changed.info.min_ess == 1.0
+    assert replace(changed, details={**changed.details, "min_ess": 7.0}).details["min_ess"] == 1.0
+    with pytest.raises(TypeError, match="info must be"):
+        EvidenceEstimate(-1.0, 0.1, "smc", "estimate", info={"min_ess": 1.0})
+
+
 def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
     est = bam.log_evidence(bam.models.nmf(2), x1)
     assert (est.method, est.pipeline, est.kind) == ("auto", "exact", "exact")
@@ -61,11 +90,11 @@ def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
         return EvidenceEstimate(value, 0.1, method, "estimate", dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
 
     agreeing = {"tempered": part("tempered", -10.05), "chib": part("chib", -10.0)}
-    pooled = auto.combine(agreeing, dict(lower_bound=-15.0, parts={n: auto.summary(p) for n, p in agreeing.items()}))
+    pooled = auto.combine(agreeing, dict(lower_bound=-15.0), _auto_info(agreeing))
     assert (pooled.method, pooled.pipeline) == ("auto", "tempered+chib")
     assert pooled.num_runs == 8 and pooled.lower_bound == -15.0
     apart = {"chib": part("chib", -10.0), "reference": part("tempered", -14.0)}
-    kept = auto.combine(apart, dict(parts={name: auto.summary(p) for name, p in apart.items()}))
+    kept = auto.combine(apart, {}, _auto_info(apart))
     assert (kept.method, kept.pipeline) == ("auto", "chib") and kept.method in evidence_methods()
 
 
@@ -81,8 +110,8 @@ def test_estimates_built_from_details_alone_get_typed_fields():
 
 def test_json_round_trip(estimates):
     parts = {"tempered": estimates["tempered"], "chib": estimates["chib"]}
-    combined = auto.combine(parts, dict(lower_bound=-20.0, parts={name: auto.summary(p) for name, p in parts.items()},
-                                        nested={"cells": np.arange(4).reshape(2, 2)}))
+    info = _auto_info(parts)._replace(tempered_stage={"cells": np.arange(4).reshape(2, 2)})
+    combined = auto.combine(parts, dict(lower_bound=-20.0), info)
     for est in [*estimates.values(), combined]:
         text = json.dumps(est.to_dict(), allow_nan=False)  # strict JSON: no NaN
         back = EvidenceEstimate.from_dict(json.loads(text))
@@ -93,6 +122,11 @@ def test_json_round_trip(estimates):
         assert (back.num_runs, back.pipeline, back.warnings) == (est.num_runs, est.pipeline, est.warnings)
         np.testing.assert_array_equal(back.run_values, est.run_values)
         assert json.dumps(back.to_dict(), allow_nan=False) == text  # details: lists where arrays were
+        assert type(back.info) is type(est.info) and back.info._fields == est.info._fields
+    back = EvidenceEstimate.from_dict(json.loads(json.dumps(combined.to_dict(), allow_nan=False)))
+    assert back.info.tempered_stage == {"cells": [[0, 1], [2, 3]]} and back.info.parts.keys() == parts.keys()
+    with pytest.raises(ValueError, match="info must name one of"):
+        EvidenceEstimate.from_dict(dict(combined.to_dict(), info={"type": "NoSuchInfo", "fields": {}}))
     tempered = estimates["tempered"].to_dict()["details"]
     assert tempered["best_cells"] == estimates["tempered"].details["best_cells"].tolist()
 

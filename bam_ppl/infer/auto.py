@@ -27,6 +27,7 @@ from ..types import as_key
 from ..validation import check_int, renamed_options
 from .exact import log_count_allocations
 from .gibbs.chib import NO_SYMMETRIES
+from .info import AutoInfo
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
 from .smc.references import (
@@ -170,8 +171,11 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     calls, why = advised_calls(est, model.as_data(data).total)
     if calls > 1:
         reason += f"; {why}: {calls} calls advised"
-    return replace(est, method="auto", pipeline=est.pipeline, seconds=time.perf_counter() - began,
-                   details={**est.details, "selected_by": "auto", "reason": reason, "advised_calls": calls})
+    if isinstance(est.info, AutoInfo):  # the tempered pipeline's parts
+        info = est.info._replace(reason=reason, advised_calls=calls)
+    else:
+        info = AutoInfo(reason=reason, advised_calls=calls, kept_info=est.info)
+    return replace(est, method="auto", pipeline=est.pipeline, seconds=time.perf_counter() - began, info=info)
 
 
 #: Count options of the candidate estimators and the least value any of them accepts.
@@ -198,7 +202,7 @@ def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | No
     """How many independent calls ``est``'s search asks for (AUTO_FRAGILE_CALLS where at most
     AUTO_FRAGILE_STARTS independent starts reached the basin of the reported reference runs, else
     one), and why. :func:`bam_ppl.log_evidence` makes them unless ``min_calls`` is given."""
-    stage = est.details.get("reference_stage") or {}
+    stage = (est.info.reference_stage if isinstance(est.info, AutoInfo) else None) or {}
     if not stage or num_tokens >= AUTO_SAMPLERS_MAX_TOKENS or "reference" not in est.pipeline.split("+"):
         return 1, None
     reached, starts = stage["basin_starts"], len(set(stage["starts"]))
@@ -290,11 +294,11 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     else:
         vb_bound = vb_fn(model, data, rng_key=vb_key, start=found_allocations()).value
     best = best_visited()
-    common = {"lower_bound": best.details["lower_bound"], "best_cells": best.details["best_cells"],
-              "best_counts": best.details["best_counts"],
-              "vb_bound": vb_bound, "tempered_stage": stage, "reference_stage": references,
-              "parts": {name: summary(est) for name, est in parts.items()}}
-    est = combine(parts, common)
+    found = {"lower_bound": best.details["lower_bound"], "best_cells": best.details["best_cells"],
+             "best_counts": best.details["best_counts"]}
+    info = AutoInfo(reason="", advised_calls=1, parts={name: summary(est) for name, est in parts.items()},
+                    vb_bound=vb_bound, tempered_stage=stage, reference_stage=references)
+    est = combine(parts, found, info)
     logger.info("auto evidence: %.2f ± %.2f from %s", est.value, est.stderr, est.pipeline)
     for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
@@ -416,31 +420,32 @@ def summary(est: EvidenceEstimate) -> dict:
                 run_log_evidence=list(est.details["run_log_evidence"]), details=est.details)
 
 
-def combine(parts: dict, common: dict) -> EvidenceEstimate:
+def combine(parts: dict, found: dict, info: AutoInfo) -> EvidenceEstimate:
     """The highest of the ``parts``' estimates, or the runs of every part that agrees with it
     pooled (:func:`agree`) where that lowers the standard error, as ``method="auto"`` with the
-    parts in its ``pipeline``; ``common`` joins the details, with ``cross_check`` the highest of
-    the others when one part is kept."""
+    parts in its ``pipeline``; ``found`` (the sure lower bound and its allocation) joins the
+    details, and ``info`` the kept part's name, info and ``cross_check`` (the highest of the
+    others) when one part is kept."""
     ranked = sorted(parts, key=lambda name: parts[name].value, reverse=True)
     best = parts[ranked[0]]
     # Pooled only where it helps: a much noisier estimate "agrees" with anything, and pooling with
     # it would only widen the error.
     group = [name for name in ranked if agree(parts[name], best)]
-    lower_bound = common.get("lower_bound", max(part.lower_bound for part in parts.values()))
+    lower_bound = found.get("lower_bound", max(part.lower_bound for part in parts.values()))
     if len(group) > 1:
         runs = [run for name in group for run in parts[name].details["run_log_evidence"]]
         value, stderr = pool_runs(runs)
         if stderr < best.stderr:
             return EvidenceEstimate(value=value, stderr=stderr, method="auto", kind="estimate",
                                     pipeline="+".join(sorted(group, key=list(parts).index)), lower_bound=lower_bound,
-                                    run_values=tuple(runs), details=dict(run_log_evidence=runs, **common))
+                                    run_values=tuple(runs), details=dict(run_log_evidence=runs, **found), info=info)
     # Both named by their part: the reference-started runs call themselves "tempered".
     cross_check = None
     if len(ranked) > 1:
-        other = common["parts"][ranked[1]]
+        other = info.parts[ranked[1]]
         cross_check = dict({k: other[k] for k in ("value", "stderr", "lower_bound")}, method=ranked[1])
-    return replace(best, method="auto", pipeline=ranked[0], lower_bound=lower_bound,
-                   details={**best.details, **common, "kept": ranked[0], "cross_check": cross_check})
+    return replace(best, method="auto", pipeline=ranked[0], lower_bound=lower_bound, details={**best.details, **found},
+                   info=info._replace(kept_info=best.info, kept=ranked[0], cross_check=cross_check))
 
 
 def agree(a: EvidenceEstimate, b: EvidenceEstimate) -> bool:

@@ -18,6 +18,7 @@ from scipy.special import gammaln, logsumexp
 
 from ..estimate import EvidenceEstimate
 from ..models.allocation import AllocationModel, BoundModel, CellLayout
+from .info import ExactInfo
 from .registry import register_evidence
 
 DEFAULT_MAX_TENSORS = 1_000_000
@@ -171,4 +172,4 @@ def _exact(model, data, *, rng_key=None, max_tensors: int = DEFAULT_MAX_TENSORS)
     start = time.perf_counter()
     value = exact_log_evidence(model, data, max_tensors=max_tensors)
     return EvidenceEstimate(value=value, stderr=0.0, method="exact", kind="exact", num_runs=0,
-                            seconds=time.perf_counter() - start)
+                            seconds=time.perf_counter() - start, info=ExactInfo(max_tensors=max_tensors))

@@ -96,6 +96,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import make_bar, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int, renamed_options
+from ..info import ChibInfo
 from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
 from ..prepare import prepare
 from ..registry import register_evidence
@@ -946,16 +947,14 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
     return EvidenceEstimate(
         value=value, stderr=stderr, method="chib", kind="estimate", lower_bound=best["log_prob"],
         run_values=tuple(values.tolist()), seconds=time.perf_counter() - began,
-        details=dict(
-            run_log_evidence=values.tolist(),
-            lower_bound=best["log_prob"], best_cells=best_cells, best_counts=best_counts,
+        details=dict(run_log_evidence=values.tolist(), lower_bound=best["log_prob"], best_cells=best_cells,
+                     best_counts=best_counts),
+        info=ChibInfo(
             log_joint_star=[float(star["log_joint"]) for star in stars],
             search_log_joint=[found["log_joint"] for found in searched],
             start_log_joint=[found["log_joint"] for found in starts],
             log_posterior_star=log_posterior,
             icm_passes=[found["icm_passes"] for found in searched + starts],
             num_relabellings=int(problem.relabellings.shape[0]),
-            num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches,
-            kernel=kernel,
-        ),
+            num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches, kernel=kernel),
     )

@@ -46,6 +46,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import make_bar, resolve_progress
 from ...types import as_key
 from ...validation import check_int, check_positive
+from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
 from .references import settled_reference, with_reference
@@ -362,8 +363,9 @@ def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, 
         value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
-                     num_temperatures=[run.run.schedule.size for run in runs],
-                     scout_log_evidence=[run.scout_log_evidence for run in runs],
-                     chain_sweeps=[run.chain_sweeps for run in runs],
-                     num_particles=options.num_particles, num_scouts=options.num_scouts, num_runs=len(runs),
-                     effort=float(effort), reference_sweeps=options.reference_sweeps, seconds=seconds))
+                     seconds=seconds),
+        info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
+                         scout_log_evidence=[run.scout_log_evidence for run in runs],
+                         chain_sweeps=[run.chain_sweeps for run in runs], num_particles=options.num_particles,
+                         num_scouts=options.num_scouts, num_runs=len(runs), effort=float(effort),
+                         reference_sweeps=options.reference_sweeps))

@@ -58,6 +58,7 @@ from ...parallel import chain_keys, chain_summary, shard_axis, with_attrs
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, PRNGKey, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive, renamed_options
+from ..info import PolyaUrnInfo
 from ..kernels import resolve_kernel
 from ..prepare import Prepared
 from ..prepare import prepare as prepare_problem
@@ -678,9 +679,9 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     return EvidenceEstimate(
         value=value, stderr=stderr, method="smc", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(runs), seconds=time.perf_counter() - start,
-        details=dict(run_log_evidence=runs, chain_log_evidence=runs, lower_bound=lower_bound,
+        details=dict(run_log_evidence=runs, chain_log_evidence=runs, lower_bound=lower_bound),
+        info=PolyaUrnInfo(num_particles=num_particles, num_chains=num_chains,
                      min_ess=float(np.min(result.ess)) if result.ess.size else float(num_particles),
-                     num_resamplings=result.resampled.sum(axis=-1).tolist(), num_particles=num_particles,
-                     num_chains=num_chains, ess_threshold=ess_threshold, resampling=resampling,
-                     resampling_rate=float(result.resampled.mean())),
+                     num_resamplings=result.resampled.sum(axis=-1).tolist(), ess_threshold=ess_threshold,
+                     resampling=resampling, resampling_rate=float(result.resampled.mean())),
     )

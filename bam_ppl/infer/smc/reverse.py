@@ -36,6 +36,7 @@ from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, resolve_kernel
+from ..info import UpperBoundInfo
 from ..prepare import prepare
 from .references import Reference, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
@@ -323,15 +324,17 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     schedule = fixed_schedule(num_temperatures or default_temperatures(data.total))
     run_upper_bound = reverse_upper_bounds(path.tp, np.tile(config, (num_chains, 1)), schedule, num_sweeps, engine,
                                            run_key, path.relabellings)
-    return _upper_bound(run_upper_bound, float(bound.log_prob_cells(cells, counts)), dict(
-        schedule=schedule, num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=engine,
-        referenced=reference is not None, seconds=time.perf_counter() - start))
+    info = UpperBoundInfo(run_upper_bound=run_upper_bound.tolist(), schedule=schedule.tolist(),
+                          num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=engine,
+                          referenced=reference is not None)
+    return _upper_bound(info, float(bound.log_prob_cells(cells, counts)), time.perf_counter() - start)
 
 
-def _upper_bound(run_upper_bound: np.ndarray, lower_bound: float, details: dict) -> EvidenceEstimate:
+def _upper_bound(info: UpperBoundInfo, lower_bound: float, seconds: float) -> EvidenceEstimate:
     """The pooled bound of the runs, with a warning where it lies below the allocation's own log
     p(X, S), a sure lower bound."""
     # pool_runs pools log(1/Ẑ_r), whose mean on the natural scale is unbiased for 1/p(X).
+    run_upper_bound = np.asarray(info.run_upper_bound, np.float64)
     negated, stderr = pool_runs(-run_upper_bound)
     messages = ()
     if below_bound(-negated, stderr, lower_bound):
@@ -342,5 +345,5 @@ def _upper_bound(run_upper_bound: np.ndarray, lower_bound: float, details: dict)
         warnings.warn(messages[0], EvidenceWarning, stacklevel=3)
     return EvidenceEstimate(
         value=-negated, stderr=stderr, method="reverse", kind="upper_bound", lower_bound=lower_bound,
-        run_values=tuple(run_upper_bound.tolist()), seconds=details["seconds"], warnings=messages,
-        details=dict(run_upper_bound=run_upper_bound, lower_bound=lower_bound, **details))
+        run_values=tuple(run_upper_bound.tolist()), seconds=seconds, warnings=messages,
+        details=dict(lower_bound=lower_bound, seconds=seconds), info=info)

@@ -84,6 +84,7 @@ from ...types import as_key
 from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, resolve_kernel
+from ..info import TemperedInfo
 from ..prepare import prepare
 from ..registry import register_evidence
 from .references import (
@@ -560,17 +561,16 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         lower_bound=result.lower_bound, run_values=tuple(result.run_log_evidence.tolist()), seconds=result.seconds,
         details=dict(run_log_evidence=result.run_log_evidence.tolist(), lower_bound=result.lower_bound,
-                     best_cells=result.best_cells, best_counts=result.best_counts,
-                     run_best_cells=result.run_best_cells, run_best_counts=result.run_best_counts,
-                     num_temperatures=result.num_temperatures.tolist(),
-                     num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
-                     schedule=[s.tolist() for s in result.schedules], num_particles=num_particles,
-                     num_runs=num_chains, rho=rho if schedule is None else None, num_sweeps=num_sweeps,
-                     kernel=resolve_kernel(engine), start_a=start_a, seconds=result.seconds,
-                     cell_moves=cell_moves, pair_moves=pair_moves, node_moves=node_moves,
-                     referenced=reference is not None,
-                     reference_sweeps=result.reference_sweeps,
-                     cell_move_acceptance=float(result.block_move_acceptance[0]),
-                     pair_move_acceptance=float(result.block_move_acceptance[1]),
-                     node_move_acceptance=float(result.block_move_acceptance[2])),
+                     best_cells=result.best_cells, best_counts=result.best_counts, seconds=result.seconds),
+        info=TemperedInfo(
+            num_particles=num_particles, num_runs=num_chains, num_temperatures=result.num_temperatures.tolist(),
+            num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
+            schedule=[s.tolist() for s in result.schedules], rho=rho if schedule is None else None,
+            num_sweeps=num_sweeps, kernel=resolve_kernel(engine), start_a=start_a, cell_moves=cell_moves,
+            pair_moves=pair_moves, node_moves=node_moves, referenced=reference is not None,
+            reference_sweeps=result.reference_sweeps,
+            cell_move_acceptance=float(result.block_move_acceptance[0]),
+            pair_move_acceptance=float(result.block_move_acceptance[1]),
+            node_move_acceptance=float(result.block_move_acceptance[2]),
+            run_best_cells=result.run_best_cells, run_best_counts=result.run_best_counts),
     )

@@ -33,6 +33,7 @@ from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..gibbs.chib import as_allocations, configs_of_allocation
+from ..info import VBInfo
 from ..prepare import prepare
 from ..registry import register, register_evidence
 
@@ -680,8 +681,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
         value=float(result.elbo[best]), stderr=math.nan, method="vb", kind="lower_bound",
         lower_bound=float(result.elbo[best]), run_values=tuple(np.asarray(result.elbo, np.float64).tolist()),
         seconds=time.perf_counter() - began,
-        details=dict(elbo_per_restart=restarts, best_restart=best_index(restarts), iterations=result.iterations,
-                     converged=result.converged, start_elbo=result.elbo[num_chains:],
-                     best_start=best - num_chains if best >= num_chains else None,
-                     expected_counts=result.alpha_hat[best] - bound.flat_concentration),
+        info=VBInfo(elbo_per_restart=restarts, best_restart=best_index(restarts), iterations=result.iterations,
+                    converged=result.converged, start_elbo=result.elbo[num_chains:],
+                    best_start=best - num_chains if best >= num_chains else None,
+                    expected_counts=result.alpha_hat[best] - bound.flat_concentration),
     )

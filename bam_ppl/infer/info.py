@@ -1,0 +1,197 @@
+"""What each evidence estimator reports about its own run: the typed ``info`` of an
+:class:`~bam_ppl.EvidenceEstimate`.
+
+Every estimate carries the fields all estimators share (``value``, ``stderr``, ``lower_bound``,
+``run_values``, ``num_runs``, ``seconds``, ``warnings``); its ``info`` holds the diagnostics of
+the estimator that made it, one NamedTuple per estimator (BlackJAX's ``SMCInfo`` and
+``NUTSInfo`` have the same role). ``EvidenceEstimate.details`` is built from it: its fields, and
+the allocation behind the sure lower bound (``best_cells``, ``best_counts``) and each run's
+value (``run_log_evidence``) where the estimator reports them. Lists stand where an estimator
+has one entry per run.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ExactInfo(NamedTuple):
+    """``method="exact"``: enumeration of the allocation tensors (no runs, no error)."""
+
+    #: The most allocation tensors the enumeration was allowed.
+    max_tensors: int
+
+
+class PolyaUrnInfo(NamedTuple):
+    """``method="smc"``: the Pólya-urn SMC, one entry per chain where a list."""
+
+    #: Particles per chain.
+    num_particles: int
+    #: Independent chains (each one run of ``run_values``).
+    num_chains: int
+    #: The smallest effective sample size over the chains' tokens.
+    min_ess: float
+    #: Resampling steps of each chain.
+    num_resamplings: list
+    #: The ESS fraction below which the particles were resampled.
+    ess_threshold: float
+    #: The resampling scheme.
+    resampling: str
+    #: Fraction of token steps that resampled.
+    resampling_rate: float
+
+
+class TemperedInfo(NamedTuple):
+    """``method="tempered"``: the tempered SMC over token allocations, one entry per run where a list."""
+
+    #: Particles per run.
+    num_particles: int
+    #: Independent runs (each one of ``run_values``).
+    num_runs: int
+    #: Temperatures of each run's schedule.
+    num_temperatures: list
+    #: Resampling steps of each run.
+    num_resamplings: list
+    #: The smallest effective sample size of any run.
+    min_ess: float
+    #: Each run's temperatures.
+    schedule: list
+    #: The adaptive schedule's target ratio of successive ESS (None for a given schedule).
+    rho: float | None
+    #: Gibbs sweeps per temperature.
+    num_sweeps: int
+    #: The kernel the moves ran on ("numba" or "jax").
+    kernel: str
+    #: The Dirichlet concentration the tempering started from, or None for the model's own.
+    start_a: float | None
+    #: Moves of whole cells, pairs of configurations and nodes per sweep.
+    cell_moves: int
+    pair_moves: int
+    node_moves: int
+    #: Whether the runs started from a reference distribution rather than the prior urn.
+    referenced: bool
+    #: Sweeps of the chains that built the references (None without one).
+    reference_sweeps: object
+    #: Acceptance rates of the cell, pair and node moves.
+    cell_move_acceptance: float
+    pair_move_acceptance: float
+    node_move_acceptance: float
+    #: The best allocation each run visited, as (cells, counts).
+    run_best_cells: list
+    run_best_counts: list
+
+
+class ChibInfo(NamedTuple):
+    """``method="chib"``: the Chib-style estimate at a high-posterior allocation z*, one entry per run where a list."""
+
+    #: log p(X, z*) of each run's z*.
+    log_joint_star: list
+    #: log p(X, z) of the allocations each search ended at, and of the given starts.
+    search_log_joint: list
+    start_log_joint: list
+    #: The estimate of log p(z* | X) of each run.
+    log_posterior_star: list
+    #: Iterated-conditional-modes passes of each search and start.
+    icm_passes: list
+    #: Label permutations averaged over (the model's label symmetries).
+    num_relabellings: int
+    #: Gibbs sweeps per run, search sweeps before them, runs and searches.
+    num_steps: int
+    num_warmup: int
+    num_runs: int
+    num_searches: int
+    #: The kernel the sweeps ran on.
+    kernel: str
+
+
+class VBInfo(NamedTuple):
+    """``method="vb"``: the collapsed-free variational bound, best of its restarts and starts."""
+
+    #: The ELBO each random restart reached.
+    elbo_per_restart: list
+    #: Which restart reached the best ELBO.
+    best_restart: int
+    #: Iterations of each restart and start.
+    iterations: list
+    #: Whether each restart and start converged.
+    converged: list
+    #: The ELBO of each fit from a given start allocation.
+    start_elbo: list
+    #: Which start reached the reported ELBO, or None where a random restart did.
+    best_start: int | None
+    #: Posterior expected counts of the best fit (its Dirichlet parameters less the prior's).
+    expected_counts: object
+
+
+class MixtureInfo(NamedTuple):
+    """``method="mixture"``: the tempered SMC from a mixture of references, one entry per run where a list."""
+
+    #: Temperatures of each run's schedule.
+    num_temperatures: list
+    #: Each run's scouts' log evidence.
+    scout_log_evidence: list
+    #: Sweeps of each run's reference chains.
+    chain_sweeps: list
+    #: Particles per run, scouts per run, runs.
+    num_particles: int
+    num_scouts: int
+    num_runs: int
+    #: The cost knob the call ran at.
+    effort: float
+    #: Sweeps the reference chains start from.
+    reference_sweeps: int
+
+
+class UpperBoundInfo(NamedTuple):
+    """:func:`bam_ppl.evidence_upper_bound`: reverse annealing from a given allocation."""
+
+    #: Each run's stochastic upper bound log Z_0 − log w_r.
+    run_upper_bound: list
+    #: The temperatures, from β = 1 down.
+    schedule: list
+    num_temperatures: int
+    #: Gibbs sweeps per temperature.
+    num_sweeps: int
+    #: The kernel the moves ran on.
+    kernel: str
+    #: Whether the runs ended at a reference distribution rather than the prior urn.
+    referenced: bool
+
+
+class AutoInfo(NamedTuple):
+    """``method="auto"``: what it chose and why, and the estimators it ran (``EvidenceEstimate.pipeline`` names them)."""
+
+    #: Why these estimators, in words.
+    reason: str
+    #: Independent calls the search asks for (:func:`bam_ppl.infer.auto.advised_calls`).
+    advised_calls: int
+    #: The ``info`` of the estimate reported, where one estimator's estimate is kept (None where runs are pooled).
+    kept_info: NamedTuple | None = None
+    #: The name of that estimator's part, or None where one estimator ran or runs are pooled.
+    kept: str | None = None
+    #: The next highest part (method, value, stderr, lower_bound) where one part is kept.
+    cross_check: dict | None = None
+    #: Each part's method, value, stderr, lower bound and runs, by name ("tempered", "chib", "reference").
+    parts: dict | None = None
+    #: The VB lower bound (the best ELBO of its restarts and of fits from the parts' allocations).
+    vb_bound: float | None = None
+    #: The tempered SMC's particles and its pilot's number of temperatures.
+    tempered_stage: dict | None = None
+    #: The reference stage's starts, pilots and choices (empty where it did not run).
+    reference_stage: dict | None = None
+
+
+#: Every info type by name, as :meth:`bam_ppl.EvidenceEstimate.from_dict` reads them.
+INFO_TYPES = {cls.__name__: cls for cls in (ExactInfo, PolyaUrnInfo, TemperedInfo, ChibInfo, VBInfo, MixtureInfo,
+                                            UpperBoundInfo, AutoInfo)}
+
+
+def info_from_json(data: dict):
+    """The info :meth:`bam_ppl.EvidenceEstimate.to_dict` wrote, ``{"type": name, "fields": {...}}``: lists
+    stand where arrays were, None where a float was not finite."""
+    name = data.get("type") if isinstance(data, dict) else None
+    if name not in INFO_TYPES:
+        raise ValueError(f"info must name one of {sorted(INFO_TYPES)}, got {name!r}")
+    fields = {key: (info_from_json(value) if isinstance(value, dict) and value.get("type") in INFO_TYPES
+                    and set(value) == {"type", "fields"} else value)
+              for key, value in dict(data.get("fields") or {}).items()}
+    return INFO_TYPES[name](**fields)
