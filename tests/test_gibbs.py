@@ -161,6 +161,15 @@ def test_log_joint_under_conditioned_totals(kernel):
     _check_log_joint(bound, data, layout, problem, states, log_joints)
 
 
+def test_the_numba_kernels_host_log_joint_is_log_pi_of_the_kept_allocation():
+    # The default record of the numba kernel computes log π(S) with NumPy, missing entries included.
+    data = CountTensor.from_samples(np.array([[0, 1, -1], [1, 1, 0], [0, -1, 1], [1, 0, 0], [0, 1, 1]]),
+                                    shape=(2, 2, 2))
+    bound, layout, spec, problem, (states, draws) = _run_core(
+        bam.models.cp(2, order=3, a=2.0), data, gibbs_core.draw, num_samples=3, kernel="numba", num_chains=2)
+    _check_log_joint(bound, as_count_tensor(data), layout, problem, states, draws.log_joint)
+
+
 def test_log_space_and_direct_products_draw_the_same_allocations():
     """The float32 product form (used when it cannot under- or overflow) matches the log form."""
     data = CountTensor.from_samples(np.array([[0, 1, -1], [1, 1, 0], [0, -1, 1], [1, 0, 0], [0, 1, 1]]),

@@ -309,19 +309,33 @@ def draw(spec: GibbsSpec, problem: GibbsProblem, key, state: GibbsState) -> Gibb
 
 
 class HostDraws:
-    """Θ ~ Dirichlet(α + S) and λ ~ Gamma(a + T, b + 1) of :func:`draw` with NumPy on the host.
+    """Θ ~ Dirichlet(α + S), λ ~ Gamma(a + T, b + 1) and log π(S) of :func:`draw` with NumPy on the host.
 
     The numba kernel keeps its states on the host; there NumPy's Gamma sampler is far faster than
-    JAX's rejection loops on a CPU, which otherwise dominate a run that keeps many samples. Chain c draws
-    from a Generator seeded by ``keys[c]``.
+    JAX's rejection loops on a CPU, which otherwise dominate a run that keeps many samples, and
+    no JAX program is compiled for a new shape of data. Chain c draws from a Generator seeded by
+    ``keys[c]``.
     """
 
     def __init__(self, spec: GibbsSpec, problem: GibbsProblem, keys):
-        self.concentration = np.asarray(problem.concentration, np.float64)[:spec.num_table_entries]
+        self.num_table_entries = spec.num_table_entries
+        self.all_concentration = np.asarray(problem.concentration, np.float64)
+        self.concentration = self.all_concentration[:spec.num_table_entries]
         self.column_of = np.asarray(problem.column_of)
         self.has_total_term = spec.has_total_term
         self.rate_shape, self.rate_rate = float(problem.rate_shape), float(problem.rate_rate)
+        self.log_joint_constant = float(problem.log_joint_constant)
+        self.token_group = np.asarray(problem.token_cell, np.int64) * spec.num_configs
         self.rngs = [numpy_generator(jnp.asarray(key, jnp.uint32)) for key in keys]
+
+    def log_joint(self, config: np.ndarray, counts: np.ndarray) -> float:
+        """log π(S) of :func:`log_joint` in float64: the Dirichlet terms less Σ ln n! over the
+        tokens' (observed cell, configuration) groups, each group's size n from a sort."""
+        shifted = np_gammaln(self.all_concentration + counts)
+        value = self.log_joint_constant + shifted[:self.num_table_entries].sum() - shifted[self.num_table_entries:].sum()
+        groups = np.sort(self.token_group + config)
+        starts = np.flatnonzero(np.concatenate([[True], groups[1:] != groups[:-1]]))
+        return float(value - np_gammaln(np.diff(np.append(starts, groups.size)) + 1.0).sum())
 
     def __call__(self, chain: int, counts: np.ndarray) -> tuple[np.ndarray, float]:
         """(Θ (F,) float32, λ) for chain ``chain`` at table counts ``counts`` (F,)."""
@@ -329,10 +343,6 @@ class HostDraws:
         theta = np.exp(dirichlet_log_draws(rng, self.concentration + counts, self.column_of))
         rate = rng.gamma(self.rate_shape) / self.rate_rate if self.has_total_term else 0.0
         return theta.astype(np.float32), rate
-
-
-def _log_joint_record(spec, problem, key, state):
-    return log_joint(spec, problem, state)
 
 
 # -- chains ----------------------------------------------------------------------------------------
@@ -452,11 +462,10 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
 
     The keys are split as in :func:`run`; each chain's initial allocation and sweeps draw from
     NumPy Generators seeded by its init and sweep keys. With the default ``record`` the Θ and
-    λ draws are made on the host (:class:`HostDraws`, a Generator per chain seeded by its draw
-    key) and log π(S) by :func:`log_joint`; another ``record`` records kept sample d of a chain
-    with fold_in(chain draw key, d). The same key gives the same result. Kept states are
-    recorded in blocks of a fixed size (about ``RECORD_BLOCK_BYTES``), so that one compiled
-    call serves many samples.
+    λ draws and log π(S) are made on the host (:class:`HostDraws`, a Generator per chain seeded
+    by its draw key); another ``record`` records kept sample d of a chain with fold_in(chain draw
+    key, d), in blocks of a fixed size (about ``RECORD_BLOCK_BYTES``), so that one compiled call
+    serves many samples. The same key gives the same result.
     """
     init_keys, sweep_keys, draw_keys = chain_keys(rng_key, num_chains, first_chain, parts=3)
     chains = gibbs_numba.NumbaChains(spec, problem, np.asarray(init_keys), np.asarray(sweep_keys), init_method,
@@ -477,7 +486,7 @@ def run_numba(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: in
     finally:
         chains.close()
     states = GibbsState(chains.config, chains.counts)
-    return states, jax.tree.map(lambda *xs: jnp.concatenate(xs), *kept.records)
+    return states, jax.tree.map(lambda *xs: np.concatenate(xs), *kept.records)
 
 
 class _KeptStates:
@@ -492,7 +501,7 @@ class _KeptStates:
         self.spec, self.problem, self.draw_keys = spec, jax.device_put(problem), draw_keys
         self.num_samples = num_samples
         self.host_draws = HostDraws(spec, problem, np.asarray(draw_keys)) if record is draw else None
-        self.record = record if self.host_draws is None else _log_joint_record
+        self.record = record
         state_bytes = chains.config.nbytes + chains.counts.nbytes
         self.block = int(np.clip(RECORD_BLOCK_BYTES // state_bytes, 1, num_samples))
         self.records = []
@@ -508,20 +517,21 @@ class _KeptStates:
         self.configs[d], self.counts[d] = chains.config, chains.counts
         if self.host_draws is not None:
             table_counts = self.counts[d, :, :self.spec.num_table_entries]
-            self.host.append([self.host_draws(c, table_counts[c]) for c in range(chains.num_chains)])
+            self.host.append([(*self.host_draws(c, table_counts[c]),
+                               self.host_draws.log_joint(self.configs[d, c], self.counts[d, c]))
+                              for c in range(chains.num_chains)])
         if d + 1 == self.block or draw_index + 1 == self.num_samples:
             self._record(draw_index - d, d + 1)
 
     def _record(self, first_draw: int, size: int) -> None:
+        if self.host_draws is not None:  # drawn as each state was kept
+            self.records.append(GibbsDraw(*(np.array([[drawn[i] for drawn in row] for row in self.host])
+                                            for i in range(3))))
+            return
         self.configs[size:], self.counts[size:] = self.configs[size - 1], self.counts[size - 1]
         recorded = _record_block(self.spec, self.problem, self.draw_keys, self.configs, self.counts, first_draw,
                                  self.record)
-        recorded = jax.tree.map(lambda x: x[:size], recorded)
-        if self.host_draws is not None:
-            theta = np.array([[theta for theta, _ in row] for row in self.host])
-            rate = np.array([[rate for _, rate in row] for row in self.host])
-            recorded = GibbsDraw(theta, rate, recorded)
-        self.records.append(recorded)
+        self.records.append(jax.tree.map(lambda x: x[:size], recorded))
 
 
 # -- registry adapter ------------------------------------------------------------------------------
