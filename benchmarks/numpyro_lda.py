@@ -106,13 +106,14 @@ def run_bam(model, data, sweeps):
 
 
 def first_call(args, sweeps, cache_dir):
-    """bam_ppl's first call in a fresh process whose numba cache is ``cache_dir``: (wall, CPU)."""
+    """bam_ppl's first call in a fresh process whose numba cache is ``cache_dir``: (wall, CPU,
+    of the wall seconds those that imported ArviZ, which bam_ppl imports on its first result)."""
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
     cmd = [sys.executable, __file__, "--first-call", str(sweeps)] + [
         f"--{k}={getattr(args, k)}" for k in ("docs", "words", "heldout", "vocab", "topics")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    return result["wall"], result["cpu"]
+    return result["wall"], result["cpu"], result["arviz_import"]
 
 
 def main():
@@ -133,8 +134,9 @@ def main():
     lda = make_lda(args.topics, args.vocab)
     if args.first_call is not None:  # a child process: bam_ppl's first call, timed alone
         model, data = bam.from_numpyro(lda, train)
+        _, arviz_wall, arviz_cpu = timed(lambda: __import__("arviz"))
         _, wall, cpu = timed(lambda: run_bam(model, data, args.first_call))
-        print(json.dumps({"wall": wall, "cpu": cpu}))
+        print(json.dumps({"wall": arviz_wall + wall, "cpu": arviz_cpu + cpu, "arviz_import": arviz_wall}))
         return
 
     print(f"LDA: {args.docs} documents × {args.words} words ({train.size} tokens), vocabulary "
@@ -170,6 +172,7 @@ def main():
             first = f"{cold[0]:>12.2f}{cold[1]:>11.2f}"
         print(f"{'bam_ppl gibbs':<34}{sweeps:>7}{first or '':>23}{wall:>15.2f}{cpu:>14.2f}{score:>15.3f}")
     print(f"{'bam_ppl gibbs, numba cache warm':<34}{at:>7}{cached[0]:>12.2f}{cached[1]:>11.2f}")
+    print(f"  of the first calls' wall seconds, importing ArviZ: {cold[2]:.2f} (cache empty), {cached[2]:.2f} (warm)")
     print(f"{'true θ, φ':<34}{'':>7}{'':>12}{'':>11}{'':>15}{'':>14}{heldout_loglik(theta, phi, test):>15.3f}")
     print("draws: NumPyro's warm-up = samples; bam_ppl's sweeps of warm-up = kept sweeps. first: a new "
           "process's first call (bam_ppl: an empty numba cache; 'numba cache warm': the next process).")
@@ -185,6 +188,7 @@ def main():
           f"{np_first_cpu / cold[1]:.0f}×")
     print(f"  first call against first call, numba cache warm:  {np_first_wall / cached[0]:6.0f}× / "
           f"{np_first_cpu / cached[1]:.0f}×")
+    print(f"  the same, ArviZ imported beforehand (as NumPyro is): {np_first_wall / (cached[0] - cached[2]):4.0f}×")
 
 
 if __name__ == "__main__":
