@@ -295,7 +295,9 @@ def _executor(args):
         except ImportError:
             raise UsageError("--scheduler needs dask.distributed: pip install 'dask[distributed]'") from None
         try:
-            client = Client(args.scheduler)
+            # Not the process's default client: one that fails to connect would stay behind as the
+            # default, and xarray would then lock every file it writes through it.
+            client = Client(args.scheduler, set_as_default=False)
         except (OSError, ValueError) as err:
             raise UsageError(f"--scheduler {args.scheduler}: cannot connect ({err})") from None
         with client:

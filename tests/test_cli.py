@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 
 from bam_ppl.cli import main
 
@@ -227,3 +228,16 @@ def test_unreachable_scheduler_is_a_usage_error(survey_csv, capsys):
               "--scheduler", "bogus://nowhere:1"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "cannot connect" in err and "Traceback" not in err
+
+
+def test_the_clis_dask_clients_leave_nothing_behind(survey_csv, tmp_path):
+    # A client left as the process's default (one that failed to connect, say) would make xarray
+    # lock every file it writes through it.
+    distributed = pytest.importorskip("distributed")
+    argv = ["evidence", str(survey_csv), "--count", "Freq", "--method", "exact", "--structure", "age -> vote; region"]
+    xr.Dataset({"a": ("x", [1, 2])}).to_netcdf(tmp_path / "before.nc")
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        assert main([*argv, "--scheduler", cluster.scheduler_address]) == 0
+    with pytest.raises(SystemExit):
+        main([*argv, "--scheduler", "bogus://nowhere:1"])
+    xr.Dataset({"a": ("x", [1, 2])}).to_netcdf(tmp_path / "a.nc")
