@@ -28,9 +28,7 @@ import numpy as np
 import pandas as pd
 
 import bam_ppl as bam
-from bam_ppl.data import CountTensor
 from bam_ppl.datasets import load_abalone
-from bam_ppl.infer.smc.tempered import run_tempered
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(os.environ.get("BAM_PPL_OUTPUT", "tutorials/_output"))
@@ -53,7 +51,7 @@ PROFILE_RANK = 3  # Fig. 13 of the paper
 
 # %%
 X8 = load_abalone(bins=5, include_age=True, num_records=NUM_RECORDS, rng_key=0)
-X = CountTensor(X8.indices[:, :7], X8.counts, X8.shape[:7], dims=X8.dims[:7],
+X = bam.CountTensor(X8.indices[:, :7], X8.counts, X8.shape[:7], dims=X8.dims[:7],
                 coords={d: X8.coords[d] for d in X8.dims[:7]})
 print(X)
 print(f"T = {X.total} animals in {X.nnz} of {5 ** 7} cells")
@@ -139,14 +137,15 @@ fig.savefig(OUTPUT / "abalone_evidence.png")
 # %% [markdown]
 # ## Inside the best allocation: p(age | r) (Fig. 13)
 #
-# `run_tempered` returns the allocation with the largest log p(X, S) that its particles visited:
-# `best_cells` (one row per group of tokens, columns in the bound model's node order) and
-# `best_counts`. Each animal of a cell is equally likely to be any of the cell's tokens, so
+# The tempered SMC's estimate keeps the allocation with the largest log p(X, S) that its particles
+# visited (its sure `lower_bound`): `details["best_cells"]` (one row per group of tokens, columns
+# in the bound model's node order) and `details["best_counts"]`. Each animal of a cell is equally
+# likely to be any of the cell's tokens, so
 # p(age | r) ∝ Σ_cells n(cell, r) · (fraction of the cell's animals with that age).
 
 # %%
 model = bam.models.cp(PROFILE_RANK, order=7, a=1.0)
-result = run_tempered(model, X, rng_key=7, **TEMPERED)
+result = bam.log_evidence(model, X, method="tempered", rng_key=7, **TEMPERED)
 nodes = model.bind(X).nodes
 r_col = nodes.index("r")
 vis_cols = [nodes.index(f"i{n + 1}") for n in range(7)]
@@ -159,7 +158,7 @@ for idx, count in zip(X8.indices, X8.counts):
     ages[cell_key[tuple(idx[:7])], idx[7]] += count
 ages /= ages.sum(axis=1, keepdims=True)
 joint = np.zeros((PROFILE_RANK, X8.shape[7]))
-for cell, count in zip(result.best_cells, result.best_counts):
+for cell, count in zip(result.details["best_cells"], result.details["best_counts"]):
     joint[cell[r_col]] += count * ages[cell_key[tuple(cell[vis_cols])]]
 size = joint.sum(axis=1)
 p_age = joint / np.maximum(size[:, None], 1e-300)

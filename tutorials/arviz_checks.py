@@ -8,6 +8,7 @@
 
 # %%
 import os
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -17,10 +18,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import bam_ppl as bam  # noqa: E402
-from bam_ppl.convert import group, import_arviz  # noqa: E402
 from bam_ppl.datasets import load_hair_eye_color  # noqa: E402
 
-az = import_arviz()
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning)
+import arviz as az  # noqa: E402
+
 AZ_MAJOR = int(az.__version__.split(".")[0])
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(os.environ.get("BAM_PPL_OUTPUT", "tutorials/_output"))
@@ -77,7 +79,7 @@ print(side.round(2).to_string())
 # %%
 best = "hair -> eye; sex"
 checked = bam.posterior_predictive(models[best], fits[best], rng_key=1)
-rep = group(checked, "posterior_predictive")["X"]
+rep = checked.posterior_predictive["X"]
 print("replicated totals:", float(rep.sum(dims).mean()), "observed:", int(X.total))
 if AZ_MAJOR >= 1:
     az.plot_ppc_dist(checked, backend="matplotlib")
@@ -103,9 +105,9 @@ blocks = rng.multinomial(900, np.einsum("ki,kj->ij", rows, cols).ravel() / 3).re
 nmf = bam.infer(bam.models.nmf(3), blocks, method="gibbs", rng_key=3, num_warmup=100, num_samples=n,
                 num_chains=4, progress_bar=False)
 names = ["theta_k", "theta_i", "theta_j"]
-before = az.rhat(group(nmf, "posterior")[names])
+before = az.rhat(nmf, var_names=names)
 aligned = bam.relabel(nmf)
-after = az.rhat(group(aligned, "posterior")[names])
+after = az.rhat(aligned, var_names=names)
 for name in names:
     print(f"{name:8s} max R-hat before {float(before[name].max()):.3f}  after {float(after[name].max()):.3f}")
 print(az.summary(aligned, var_names=["theta_k"], kind="diagnostics"))

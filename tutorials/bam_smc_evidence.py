@@ -23,7 +23,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import bam_ppl as bam
-from bam_ppl.infer.exact import exact_log_evidence
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(__file__).resolve().parent / "_output" if "__file__" in globals() else Path("_output")
@@ -33,7 +32,7 @@ OUTPUT.mkdir(exist_ok=True)
 # ## 1. Exact evidence against SMC (Cemgil et al. 2019 §5.1.1, Fig. 9)
 #
 # X⁽¹⁾ and X⁽²⁾ are the paper's toy matrices; the model is KL-NMF/LDA (`k -> i; k -> j`) with
-# a BDeu prior of equivalent sample size a. `exact_log_evidence` sums π(S) over every
+# a BDeu prior of equivalent sample size a. `method="exact"` sums π(S) over every
 # allocation tensor consistent with X.
 
 # %%
@@ -49,7 +48,7 @@ for name, X in [("X1", X1), ("X2", X2)]:
     for a in a_values:
         for K in ranks:
             model = bam.models.nmf(K, a=a)
-            exact = exact_log_evidence(model, X)
+            exact = bam.log_evidence(model, X, method="exact").value
             est = bam.log_evidence(model, X, method="smc", rng_key=0, num_particles=particles, num_chains=runs)
             rows.append((name, a, K, exact, est.value, est.stderr))
 print(f"{'X':3} {'a':>7} {'K':>2} {'exact':>9} {'SMC':>9} {'± se':>7}")
@@ -114,11 +113,10 @@ ax.figure.savefig(OUTPUT / "smc_parafac_rank.png")
 # each run's most probable allocation (the particle Cemgil et al. 2019 Fig. 13 inspects).
 
 # %%
-from bam_ppl.convert import group  # noqa: E402
 
 idata = bam.infer(bam.models.cp(true_rank, a=a), X, method="smc", rng_key=2,
                   num_particles=particles, num_chains=runs, progress_bar=False)
-stats = group(idata, "sample_stats")
+stats = idata.sample_stats
 print("per-run log evidence:", stats["log_marginal_likelihood"].values.round(2))
 print("fraction of tokens after which a run resampled:", float(stats["resampled"].mean()))
 print("tokens per component in the most probable allocation:", stats["best_particle_counts_r"].values[0])

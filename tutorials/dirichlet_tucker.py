@@ -20,9 +20,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 import bam_ppl as bam
-from bam_ppl.convert import group
 from bam_ppl.models import DirichletTuckerParams, dirichlet_tucker
-from bam_ppl.selection import plot_rank_selection
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(__file__).resolve().parent / "_output" if "__file__" in globals() else Path("_output")
@@ -51,7 +49,7 @@ print(X.shape, "face totals:", np.unique(X.sum(axis=(2, 3))))
 # %%
 model = dirichlet_tucker(RANKS)                      # α = 1.1, as in the paper
 idata = bam.infer(model, X, method="map", rng_key=0, num_iters=NUM_ITERS, num_chains=2)
-trace = group(idata, "sample_stats")["log_posterior"].values[0]
+trace = idata.sample_stats["log_posterior"].values[0]
 print(f"{len(trace) - 1} EM iterations, log posterior {trace[0]:.1f} -> {trace[-1]:.1f}")
 assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:]))
 
@@ -97,7 +95,7 @@ fig.savefig(OUTPUT / "dtucker_syllable_factors.png")
 # The fit also carries the reconstruction E[X] = C · G ×₁ Ψ ×₂ Φ ×₃ Θ ×₄ Λ.
 
 # %%
-reconstruction = group(idata, "posterior")["reconstruction"].values[0, 0]
+reconstruction = idata.posterior["reconstruction"].values[0, 0]
 print("correlation of X with its reconstruction:",
       round(float(np.corrcoef(X.reshape(-1), reconstruction.reshape(-1))[0, 1]), 3))
 
@@ -108,7 +106,7 @@ print("correlation of X with its reconstruction:",
 
 # %%
 sem = bam.infer(model, X, method="sem", rng_key=0, num_iters=2000 if SMALL else 5000, batch_size=32)
-print("SEM final log posterior:", round(float(group(sem, "sample_stats")["final_log_posterior"].values[0]), 1),
+print("SEM final log posterior:", round(float(sem.sample_stats["final_log_posterior"].values[0]), 1),
       " MAP-EM:", round(float(trace[-1]), 1))
 
 # %% [markdown]
@@ -125,7 +123,7 @@ table = bam.select_ranks(dirichlet_tucker, X, grid=grid, fixed=fixed, heldout_fr
                          num_iters=NUM_ITERS, num_chains=2)
 print(table)
 print("selected:", table.loc[table["selected"], list(grid)].to_dict("records")[0], "planted:", RANKS)
-fig = plot_rank_selection(table)
+fig = bam.plot_rank_selection(table)
 fig.savefig(OUTPUT / "dtucker_rank_selection.png")
 
 # %% [markdown]

@@ -24,7 +24,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import bam_ppl as bam
-from bam_ppl.convert import group
 from bam_ppl.models.nbmf import data_nll
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
@@ -50,7 +49,7 @@ gibbs_fit = bam.infer(model, parliament, method="gibbs", rng_key=0, num_chains=1
 
 for name, fit in [("CVB0", cvb_fit), ("Gibbs", gibbs_fit)]:
     nll = data_nll(parliament.X, model.expected_mean(fit))
-    active = np.ravel(group(fit, "sample_stats")["n_active"].values)[-1]
+    active = np.ravel(fit.sample_stats["n_active"].values)[-1]
     print(f"{name:6s} data-approximation NLL (eq. 66) = {nll:7.0f}, active components = {active}")
 baseline = np.full(parliament.X.shape, parliament.X.mean())
 print(f"constant-rate Bernoulli NLL = {data_nll(parliament.X, baseline):7.0f}")
@@ -66,7 +65,7 @@ print(f"constant-rate Bernoulli NLL = {data_nll(parliament.X, baseline):7.0f}")
 
 # %%
 def sorted_dictionary(fit, n_columns):
-    W = group(fit, "posterior")["W"].values[0].mean(0)  # chain 0: no label switching across chains
+    W = fit.posterior["W"].values[0].mean(0)  # chain 0: no label switching across chains
     order = np.argsort(-np.linalg.norm(W, axis=0))
     return W[:, order[:n_columns]]
 
@@ -113,7 +112,7 @@ print(f"{subset.X.shape[0]} countries × {n_votes} votes, "
 votes_model = bam.models.nbmf(30 if SMALL else 100, prior="beta-dir")
 votes_fit = bam.infer(votes_model, subset, method="cvb", rng_key=0, num_iters=30 if SMALL else 300,
                       progress_bar=not SMALL)
-print("active components:", int(group(votes_fit, "sample_stats")["n_active"].values[0]))
+print("active components:", int(votes_fit.sample_stats["n_active"].values[0]))
 
 # %% [markdown]
 # Which countries load on each of the seven strongest components? Listing the countries with the

@@ -27,7 +27,6 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS
 
 import bam_ppl as bam
-from bam_ppl.convert import group
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 
@@ -101,7 +100,7 @@ print(data)
 start = time.perf_counter()
 idata = bam.infer(model, data, method="gibbs", rng_key=0, num_samples=draws, num_warmup=draws, num_chains=1)
 bam_seconds = time.perf_counter() - start
-posterior = group(idata, "posterior")
+posterior = idata.posterior
 bam_score = heldout_loglik(posterior["theta_z"].values.mean((0, 1)), posterior["theta_w"].values.mean((0, 1)))
 
 print(f"{'':<24} {'seconds':>8} {'held-out log-lik / word':>24}")

@@ -17,7 +17,6 @@ import time
 import numpy as np
 
 import bam_ppl as bam
-from bam_ppl.convert import attrs_of, group
 from bam_ppl.datasets import load_movielens_ratings
 from bam_ppl.models.pmf import (
     hide_one_entry,
@@ -50,14 +49,14 @@ model = bam.models.pmf_tensor(23)
 start = time.perf_counter()
 idata = bam.infer(model, samples, method="vb", rng_key=0, num_categories=num_categories,
                   progress_bar=False)
-print(f"VB-PMF: detected rank {attrs_of(idata)['detected_rank']} (true {true_rank}) "
-      f"after {attrs_of(idata)['num_iterations']} sweeps, {time.perf_counter() - start:.1f} s")
+print(f"VB-PMF: detected rank {idata.attrs['detected_rank']} (true {true_rank}) "
+      f"after {idata.attrs['num_iterations']} sweeps, {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
 # The ELBO rises at every sweep; the expected weights of the kept components are printed below.
 
 # %%
-elbo = np.asarray(group(idata, "sample_stats")["elbo"]).ravel()
+elbo = np.asarray(idata.sample_stats["elbo"]).ravel()
 print("ELBO never decreases:", bool(np.all(np.diff(elbo) >= -1e-9 * np.abs(elbo[1:]))))
 est_weights, est_factors, _ = point_estimate(idata)
 print("estimated λ:", np.round(np.sort(est_weights)[::-1], 3))
@@ -84,7 +83,7 @@ fig.savefig("tutorials/_output/pmf_elbo.png")
 start = time.perf_counter()
 em = bam.infer(model, samples, method="em_bic", ranks=range(1, 5 if SMALL else 9),
                num_categories=num_categories)
-print(f"EM + BIC: rank {attrs_of(em)['detected_rank']}, {time.perf_counter() - start:.1f} s")
+print(f"EM + BIC: rank {em.attrs['detected_rank']}, {time.perf_counter() - start:.1f} s")
 
 # %% [markdown]
 # ## 2. MovieLens: predicting a hidden rating
@@ -121,7 +120,7 @@ for name, options in fits.items():
     fit = bam.infer(movie_model, train, rng_key=0, num_categories=10, **options)
     seconds = time.perf_counter() - start
     predicted = resolved.predict_mean(fit, masked, target, values=stars)
-    print(f"{name:9s} rank {attrs_of(fit)['detected_rank']:3d}  RMSE {rmse(predicted, stars[truth]):.3f}  "
+    print(f"{name:9s} rank {fit.attrs['detected_rank']:3d}  RMSE {rmse(predicted, stars[truth]):.3f}  "
           f"MAE {mae(predicted, stars[truth]):.3f}  test NLL {resolved.mean_nll(fit, test):.2f}  "
           f"{seconds:.1f} s")
 

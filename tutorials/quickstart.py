@@ -8,14 +8,16 @@
 
 # %%
 import os
+import warnings
 
 import numpy as np
 
 import bam_ppl as bam
-from bam_ppl.convert import import_arviz
 from bam_ppl.datasets import load_hair_eye_color
 
-az = import_arviz()
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning)
+import arviz as az  # noqa: E402
+
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 
 # %% [markdown]

@@ -24,7 +24,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import bam_ppl as bam
-from bam_ppl.convert import attrs_of, group
 
 SMALL = os.environ.get("BAM_PPL_SMALL") == "1"
 OUTPUT = Path(__file__).resolve().parent / "_output"
@@ -78,8 +77,8 @@ fits = {
 
 # %%
 def topic_words(idata, top=8):
-    theta_w = group(idata, "posterior")["theta_w"].isel(chain=0).mean("draw").values  # (k, w)
-    weights = group(idata, "posterior")["theta_k"].isel(chain=0).mean("draw").values.sum(0)
+    theta_w = idata.posterior["theta_w"].isel(chain=0).mean("draw").values  # (k, w)
+    weights = idata.posterior["theta_k"].isel(chain=0).mean("draw").values.sum(0)
     order = np.argsort(-weights)
     return [" ".join(vocab_used[np.argsort(-theta_w[k])[:top]]) for k in order]
 
@@ -96,7 +95,7 @@ for method, idata in fits.items():
 
 # %%
 def gibbs_log_likelihood(idata):
-    post = group(idata, "posterior")
+    post = idata.posterior
     theta_k = post["theta_k"].isel(chain=0).mean("draw").values  # (d, k)
     theta_w = post["theta_w"].isel(chain=0).mean("draw").values  # (k, w)
     rows, cols = np.nonzero(X)
@@ -104,8 +103,8 @@ def gibbs_log_likelihood(idata):
 
 
 loglik = {
-    method: float(group(fits[method], "sample_stats")["final_training_log_likelihood"].values[
-        attrs_of(fits[method])["best_restart"]])
+    method: float(fits[method].sample_stats["final_training_log_likelihood"].values[
+        fits[method].attrs["best_restart"]])
     for method in ("vb", "cvb")
 }
 loglik["gibbs"] = gibbs_log_likelihood(fits["gibbs"])
@@ -115,12 +114,12 @@ for method, value in loglik.items():
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 for method in ("vb", "cvb"):
-    stats = group(fits[method], "sample_stats")
-    best = attrs_of(fits[method])["best_restart"]
+    stats = fits[method].sample_stats
+    best = fits[method].attrs["best_restart"]
     axes[0].plot(stats["elbo"].values[best], label=method)
 axes[0].set(xlabel="iteration", ylabel="ELBO (eq. D.1)", title="bound at each iteration")
 axes[0].legend()
-cvb_trace = group(fits["cvb"], "sample_stats")["training_log_likelihood"].values
+cvb_trace = fits["cvb"].sample_stats["training_log_likelihood"].values
 axes[1].plot(cvb_trace.T, color="C1", alpha=0.7)
 axes[1].set(xlabel="sweep", ylabel="training log-likelihood", title="CVB0 restarts")
 fig.tight_layout()
