@@ -108,3 +108,24 @@ def test_cli_methods_lists_backends():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "nuts" in result.stdout and "svi" in result.stdout
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_tutorials_use_only_the_public_api(path):
+    """A tutorial imports bam_ppl itself, a module it exports (``bam_ppl.__all__``) or a model
+    family's module (``bam_ppl.models.pmf``: its evaluation helpers), nothing deeper."""
+    import ast
+
+    import bam_ppl
+
+    allowed = {"bam_ppl", *(f"bam_ppl.{name}" for name in bam_ppl.__all__)}
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+        for name in names:
+            if name.split(".")[0] == "bam_ppl":
+                family = name.rsplit(".", 1)[0] == "bam_ppl.models"
+                assert name in allowed or family, f"{path.name} imports {name}, outside the public API"
+            if isinstance(node, ast.ImportFrom) and name in allowed:
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{path.name} imports the private names {private} from {name}"
