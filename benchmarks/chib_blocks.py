@@ -31,7 +31,7 @@ from real_data_evidence import experiment_model
 from scipy.special import logsumexp
 
 import bam_ppl as bam
-from bam_ppl.infer.gibbs import chib
+from bam_ppl.infer.gibbs import chib, chib_numba
 from bam_ppl.infer.prepare import prepare
 
 
@@ -41,10 +41,10 @@ def block_factor(problem, shifted, config, star, lo: int, hi: int, relabellings)
     terms = []
     partial = np.zeros(config.size + 1)
     for relabel in relabellings:
-        chib._advance(shifted, config, star, relabel, partial, np.int64(lo), -np.inf, problem.structure,
+        chib_numba._advance(shifted, config, star, relabel, partial, np.int64(lo), -np.inf, problem.structure,
                       problem.fast)
         terms.append(partial[hi] - partial[lo])
-        chib._retreat(shifted, config, star, relabel, np.int64(lo), np.int64(config.size), problem.structure)
+        chib_numba._retreat(shifted, config, star, relabel, np.int64(lo), np.int64(config.size), problem.structure)
     return float(logsumexp(terms) - math.log(len(terms)))
 
 
@@ -58,11 +58,11 @@ def blocked_log_posterior(problem, star, blocks: int, warmup: int, steps: int, r
         shifted, config = star_shifted.copy(), star.copy()
         free = np.arange(edges[b], star.size, dtype=np.int64)
         for _ in range(warmup):
-            chib._pass(rng, chib.DRAW, 1.0, shifted, config, free, problem.structure, problem.fast)
+            chib_numba._pass(rng, chib_numba.DRAW, 1.0, shifted, config, free, problem.structure, problem.fast)
         relabellings = problem.relabellings if b == 0 else identity
         factors = []
         for _ in range(steps):
-            chib._pass(rng, chib.DRAW, 1.0, shifted, config, free, problem.structure, problem.fast)
+            chib_numba._pass(rng, chib_numba.DRAW, 1.0, shifted, config, free, problem.structure, problem.fast)
             factors.append(block_factor(problem, shifted, config, star, edges[b], edges[b + 1],
                                         relabellings))
         total += float(logsumexp(factors) - math.log(steps))

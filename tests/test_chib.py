@@ -14,7 +14,7 @@ from scipy.special import gammaln, logsumexp
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
-from bam_ppl.infer.gibbs import chib
+from bam_ppl.infer.gibbs import chib, chib_numba
 from bam_ppl.infer.gibbs import collapsed as gibbs
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.types import numpy_generator
@@ -114,7 +114,7 @@ def test_transition_probabilities_form_a_stationary_kernel(name):
         shifted, config = state_of(problem, z)
         before = shifted.copy()
         for j, target in enumerate(labellings):
-            kernel[i, j] = np.exp(chib._log_transition(shifted, config, target, identity, -np.inf,
+            kernel[i, j] = np.exp(chib_numba._log_transition(shifted, config, target, identity, -np.inf,
                                                            problem.structure, problem.fast)[0])
         np.testing.assert_allclose(shifted, before, atol=1e-9)  # the state is restored
     np.testing.assert_allclose(kernel.sum(axis=1), 1.0, atol=1e-12)  # a distribution over z*
@@ -136,12 +136,12 @@ def test_relabelling_average_resumes_shared_prefixes_exactly(model):
         star[: num_tokens // 2] = star[0]  # a large class, as a searched z* has
         z = rng.integers(0, problem.num_configs, num_tokens).astype(np.int32)
         shifted, config = state_of(problem, z)
-        one_by_one = [chib._log_transition(shifted, config, star, relabel, -np.inf, problem.structure,
+        one_by_one = [chib_numba._log_transition(shifted, config, star, relabel, -np.inf, problem.structure,
                                            problem.fast)[0] for relabel in problem.relabellings]
         expected = logsumexp(one_by_one) - np.log(len(one_by_one))
         before = shifted.copy()
         ordered = chib._ordered_relabellings(problem.relabellings, star)
-        value, best = chib._transition_into_star(shifted, config, star, *ordered, -np.inf, problem.structure,
+        value, best = chib_numba._transition_into_star(shifted, config, star, *ordered, -np.inf, problem.structure,
                                                  problem.fast)
         assert value == pytest.approx(expected, abs=1e-9)
         assert best == pytest.approx(max(one_by_one), abs=1e-9)

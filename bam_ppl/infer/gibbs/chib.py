@@ -46,7 +46,8 @@ found by checking that relabellings permute the count entries while preserving t
 concentrations (the whole symmetric group of a latent node when its transposition and cycle
 pass); terms more than ABANDON_NATS below the largest so far are dropped, which changes the
 log estimate by less than S·|G|·e^(−ABANDON_NATS); the sweeps into the relabelled z*'s resume
-from the longest prefix of tokens that the one before moved alike (:func:`_transition_into_star`);
+from the longest prefix of tokens that the one before moved alike (``_transition_into_star`` in
+``bam_ppl.infer.gibbs.chib_numba``);
 the cost of the average is in benchmarks/README.md ("Cost of Chib's average over the label
 symmetries"). Tokens are scanned in their own order: a scan grouped by class in z* would share
 longer prefixes but widens the spread of p̂(z* | X), which lowers the log estimate. Groups
@@ -72,7 +73,8 @@ details. Single-token Gibbs moves get trapped easily: the search needs of the or
 or two per token, hence the default of two sweeps per token; a z* from a poor mode makes the
 estimate too low, with runs that agree.
 
-The sweeps and the transition probabilities are computed by a numba CPU kernel on the problem
+The sweeps and the transition probabilities are computed by numba CPU kernels
+(``bam_ppl.infer.gibbs.chib_numba``) on the problem
 arrays of the collapsed Gibbs sampler (same urn conditional, ties and missing entries), in
 float64 (in log space when products of the conditional's factors could leave its range).
 """
@@ -97,9 +99,10 @@ from ...progress import make_bar, resolve_progress
 from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int, renamed_options
 from ..info import ChibInfo
-from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
+from ..kernels import HAVE_NUMBA
 from ..prepare import prepare
 from ..registry import register_evidence
+from .chib_numba import anneal, chib_steps, icm_modes, urn_start
 from .collapsed import build_problem
 from .collapsed_numba import token_entries, urn_rows
 
@@ -110,357 +113,7 @@ DEFAULT_SWEEPS_PER_TOKEN = 2  # search sweeps by default: two per token, within 
 DEFAULT_NUM_WARMUP = 2000
 MAX_DEFAULT_NUM_WARMUP = 10_000
 DEFAULT_NUM_STEPS = 1000
-MAX_ICM_PASSES = 100
 MAX_RELABELLINGS = 40_320  # label symmetries averaged over at most (8!)
-
-# What one pass of the kernel does with each token. NumPy integers, not Python ones: numba
-# compiles a function once for each Python integer constant it is called with (a literal type),
-# and _pass is slow to compile.
-DRAW = np.int64(0)  # remove the token, redraw it from its conditional, add it back
-PLACE = np.int64(1)  # add the (not yet placed) token, drawn from the urn given those placed so far
-ICM = np.int64(2)  # remove the token, add it back at the mode of its conditional (ties keep the old value)
-FIRST_TOKEN = np.int64(0)  # where the sweeps into z* start (an int64 for the same reason)
-# Transition probabilities into a relabelled z* below (best so far) − ABANDON_NATS are dropped:
-# each is < e^-ABANDON_NATS of the sum, far below any error that matters.
-ABANDON_NATS = 30.0
-
-
-def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                 tie_rows, tie_earlier, valid, cell, has_valid, logs, beta):
-    """The urn conditional of one token (eq. 4.1) over the free configurations.
-
-    ``weight`` gets the unnormalised conditional (its log when ``logs``, for products that could
-    leave the float64 range), ``prob`` the normalised conditional raised to the power ``beta``.
-    """
-    num_configs = weight.shape[0]
-    total = 0.0
-    if logs:
-        log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                        tie_rows, tie_earlier)
-        if has_valid:
-            for c in range(num_configs):
-                if not valid[cell, c]:
-                    weight[c] = -np.inf
-        largest = weight.max()
-        for c in range(num_configs):
-            prob[c] = math.exp(beta * (weight[c] - largest))
-            total += prob[c]
-    else:
-        for c in range(num_configs):
-            weight[c] = 1.0
-        for r in numerator_rows:
-            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] *= values[c]
-        for r in denominator_rows:
-            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] /= values[c]
-        if has_valid:
-            for c in range(num_configs):
-                if not valid[cell, c]:
-                    weight[c] = 0.0
-        for c in range(num_configs):
-            prob[c] = weight[c] if beta == 1.0 else weight[c] ** beta
-            total += prob[c]
-    for c in range(num_configs):
-        prob[c] /= total
-
-
-def _scratch(num_rows, num_configs):
-    """Work arrays of one token's conditional: row bases, one row's values, weights, probabilities."""
-    return np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs)
-
-
-def _log_ratio(weight, new, old, logs):
-    """log of the unnormalised conditional at ``new`` over that at ``old``."""
-    if logs:
-        return weight[new] - weight[old]
-    return math.log(weight[new] / weight[old])
-
-
-def _fast_shift(shifted, fast, token, c, step):
-    """Add ``step`` to the entries of configuration ``c`` in every row of ``token`` (:class:`TokenRows`)."""
-    for r in range(fast.numerators.shape[1]):
-        shifted[fast.numerators[token, r, c]] += step
-    for r in range(fast.denominators.shape[1]):
-        shifted[fast.denominators[token, r, c]] += step
-
-
-def _fast_conditional(weight, prob, shifted, fast, token, beta):
-    """:func:`_conditional` read from the token's own entries (:class:`TokenRows`), in linear space."""
-    num_configs = weight.shape[0]
-    total = 0.0
-    for c in range(num_configs):
-        w = 1.0
-        for r in range(fast.numerators.shape[1]):
-            w *= shifted[fast.numerators[token, r, c]]
-        for r in range(fast.denominators.shape[1]):
-            w /= shifted[fast.denominators[token, r, c]]
-        weight[c] = w
-        prob[c] = w if beta == 1.0 else w ** beta
-        total += prob[c]
-    for c in range(num_configs):
-        prob[c] /= total
-
-
-def _pass(rng, mode, beta, shifted, config, order, rows, fast):
-    """One pass over the tokens in ``order``, in place, with ``shifted`` = concentration + counts.
-
-    DRAW draws from the conditional raised to the power ``beta`` (1: the Gibbs sweep; below 1:
-    a sweep of the annealed target p(X, z)^beta). DRAW and ICM return the change of log p(X, z)
-    (zero for ICM when no token moved); PLACE returns the log probability of the placed
-    configurations. ``fast``: (usable, FactorisedRows) of :class:`_Problem`; where usable the
-    rows are read as the collapsed-Gibbs backend's fast sweep reads them, with the same results.
-    """
-    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-     logs, has_valid) = rows
-    num_rows, num_configs = row_base.shape[0], row_offset.shape[1]
-    base, values, weight, prob = _scratch(num_rows, num_configs)
-    result = 0.0
-    for position in range(order.shape[0]):
-        token = order[position]
-        cell = token_cell[token]
-        old = config[token]
-        if fast.usable:
-            if mode != PLACE:
-                _fast_shift(shifted, fast, token, old, -1.0)
-            _fast_conditional(weight, prob, shifted, fast, token, beta)
-        else:
-            for r in range(num_rows):
-                base[r] = row_base[r, cell]
-            if mode != PLACE:
-                for m in moved:
-                    shifted[base[m] + row_offset[m, old]] -= 1.0
-            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                         tie_rows, tie_earlier, valid, cell, has_valid, logs, beta)
-        if mode == ICM:
-            new = old
-            for c in range(num_configs):
-                if prob[c] > prob[new]:
-                    new = c
-        else:
-            u = rng.random()
-            cumulative = 0.0
-            new = -1
-            for c in range(num_configs):
-                cumulative += prob[c]
-                if u < cumulative:
-                    new = c
-                    break
-            if new < 0:  # rounding left u above the total: the last configuration allowed
-                new = num_configs - 1
-                while new > 0 and prob[new] == 0.0:
-                    new -= 1
-        if mode == PLACE:
-            result += math.log(prob[new])
-        elif new != old:
-            result += _log_ratio(weight, new, old, logs)
-        if fast.usable:
-            _fast_shift(shifted, fast, token, new, 1.0)
-        else:
-            for m in moved:
-                shifted[base[m] + row_offset[m, new]] += 1.0
-        config[token] = new
-    return result
-
-
-def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fast):
-    """Move the tokens from ``position`` on (in token order) to their targets relabel(z*), summing
-    each one's log conditional probability of its target given the earlier tokens at their
-    targets and the later ones at z: ``partial[t]`` is the sum over the first t tokens (``partial``
-    up to ``position`` must hold already). Returns (log T, T) after the last token, or (−inf, t)
-    when the partial sum over the first t tokens falls below ``cutoff``; the tokens before the
-    returned position stay at their targets (:func:`_retreat` moves them back)."""
-    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-     logs, has_valid) = rows
-    num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
-    base, values, weight, prob = _scratch(num_rows, num_configs)
-    for token in range(position, num_tokens):
-        old = config[token]
-        new = relabel[star[token]]
-        if fast.usable:
-            _fast_shift(shifted, fast, token, old, -1.0)
-            _fast_conditional(weight, prob, shifted, fast, token, 1.0)
-            _fast_shift(shifted, fast, token, new, 1.0)
-        else:
-            cell = token_cell[token]
-            for r in range(num_rows):
-                base[r] = row_base[r, cell]
-            for m in moved:
-                shifted[base[m] + row_offset[m, old]] -= 1.0
-            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                         tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
-            for m in moved:
-                shifted[base[m] + row_offset[m, new]] += 1.0
-        partial[token + 1] = partial[token] + math.log(prob[new])
-        if partial[token + 1] < cutoff:
-            return -np.inf, token + 1
-    return partial[num_tokens], num_tokens
-
-
-def _retreat(shifted, config, star, relabel, start, stop, rows):
-    """Move the tokens ``start``..``stop`` − 1 from their targets relabel(z*) back to z (undoes
-    :func:`_advance`)."""
-    token_cell, row_base, row_offset, moved = rows[0], rows[1], rows[2], rows[8]
-    for token in range(start, stop):
-        cell = token_cell[token]
-        for m in moved:
-            shifted[row_base[m, cell] + row_offset[m, relabel[star[token]]]] -= 1.0
-            shifted[row_base[m, cell] + row_offset[m, config[token]]] += 1.0
-
-
-def _log_transition(shifted, config, star, relabel, cutoff, rows, fast):
-    """log T(z → relabel(z*)): the log probability that one sweep in token order from the state
-    (``shifted``, ``config``) lands on z* with its configurations relabelled by ``relabel``
-    (:func:`_advance` from the first token). Returns the value and the number of
-    tokens visited: (−inf, t) when the partial sum over the first t tokens falls below
-    ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
-    """
-    partial = np.zeros(config.shape[0] + 1)
-    result, done = _advance(shifted, config, star, relabel, partial, FIRST_TOKEN, cutoff, rows, fast)
-    _retreat(shifted, config, star, relabel, FIRST_TOKEN, done, rows)
-    return result, done
-
-
-def _table_log_joint(shifted, concentration, num_entries):
-    """Σ_entries [lnΓ(α + S) − lnΓ(α)] − Σ_columns [lnΓ(α_col + S_col) − lnΓ(α_col)]."""
-    value = 0.0
-    for i in range(num_entries):
-        value += math.lgamma(shifted[i]) - math.lgamma(concentration[i])
-    for i in range(num_entries, shifted.shape[0]):
-        value -= math.lgamma(shifted[i]) - math.lgamma(concentration[i])
-    return value
-
-
-def _start(rng, shifted, config, concentration, num_entries, structure, fast):
-    """A Pólya-urn allocation of every token (random order), in place; returns its table part of
-    log p(X, z) (see :func:`_table_log_joint`)."""
-    order = np.arange(config.shape[0])
-    shuffle(rng, order)
-    _pass(rng, PLACE, 1.0, shifted, config, order, structure, fast)
-    return _table_log_joint(shifted, concentration, num_entries)
-
-
-def _anneal(rng, betas, shifted, config, current, best_shifted, best_config, best, structure, fast):
-    """Random-order sweeps of p(X, z)^β for β in ``betas``, in place, from a state whose table
-    part of log p(X, z) is ``current``; the best end-of-sweep state goes to ``best_shifted`` /
-    ``best_config`` when it beats ``best``. Returns (current, best)."""
-    order = np.arange(config.shape[0])
-    for beta in betas:
-        shuffle(rng, order)
-        current += _pass(rng, DRAW, beta, shifted, config, order, structure, fast)
-        if current > best:
-            best = current
-            best_config[:] = config
-            best_shifted[:] = shifted
-    return current, best
-
-
-def _modes(rng, shifted, config, structure, fast):
-    """Iterated conditional modes in token order, in place, until no token moves; returns the
-    number of passes."""
-    fixed = np.arange(config.shape[0])
-    passes = 0
-    while passes < MAX_ICM_PASSES:
-        passes += 1
-        if _pass(rng, ICM, 1.0, shifted, config, fixed, structure, fast) <= 1e-12:
-            break
-    return passes
-
-
-def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best,
-                          structure, fast):
-    """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g; returns (value, new best).
-
-    The relabellings come grouped by their action on z* (:func:`_ordered_relabellings`): the
-    identity's group first, the others in the order of a trie of their images, each weighted by
-    its group size exp(``log_sizes``). Two groups whose images agree on z*'s first d
-    configurations move the first ``shared_tokens[d]`` tokens alike, so each
-    sweep resumes from the longest prefix it shares with the one before, whose tokens stay at
-    their targets, with its partial sum. Terms below ``best`` − ABANDON_NATS are dropped; when one
-    is dropped after t tokens, the following groups that map the ``distinct[t − 1]``
-    configurations of z*'s first t tokens alike share that partial sum and are dropped without
-    evaluation.
-    """
-    num_relabellings, width = images.shape
-    terms = np.full(num_relabellings, -np.inf)
-    partial = np.zeros(config.shape[0] + 1)
-    position = FIRST_TOKEN  # the first `position` tokens sit at the targets of group `previous`
-    previous = 0
-    g = 0
-    while g < num_relabellings:
-        if g > 0:
-            same = 0
-            while same < width and images[g, same] == images[previous, same]:
-                same += 1
-            keep = min(shared_tokens[same], position)
-            _retreat(shifted, config, star, relabellings[previous], keep, position, structure)
-            position = keep
-        cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g], position = _advance(shifted, config, star, relabellings[g], partial, position, cutoff, structure,
-                                      fast)
-        previous = g
-        if terms[g] > best:
-            best = terms[g]
-        following = g + 1
-        if g > 0 and terms[g] == -np.inf:
-            prefix = distinct[position - 1]
-            while following < num_relabellings:
-                same = True
-                for i in range(prefix):
-                    if images[following, i] != images[g, i]:
-                        same = False
-                        break
-                if not same:
-                    break
-                following += 1
-        g = following
-    _retreat(shifted, config, star, relabellings[previous], FIRST_TOKEN, position, structure)
-    group_order = 0.0
-    for g in range(num_relabellings):
-        terms[g] += log_sizes[g]
-        group_order += math.exp(log_sizes[g])
-    largest = terms.max()
-    total = 0.0
-    for g in range(num_relabellings):
-        total += math.exp(terms[g] - largest)
-    return largest + math.log(total) - math.log(group_order), best
-
-
-def _chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, shared_tokens,
-                structure, fast):
-    """log T'(z^(j) → z*) for j = 1..S around z* (held in ``shifted``/``config``), chain started
-    at step s: z^(s) ~ T̃(z* → ·), T forward from it, T̃ backward. T' averages T over the label
-    symmetries (``relabellings``)."""
-    num_tokens = config.shape[0]
-    forward = np.arange(num_tokens)
-    backward = forward[::-1].copy()
-    star = config.copy()
-    log_transition = np.empty(num_steps)
-    _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
-    mid_shifted = shifted.copy()
-    mid_config = config.copy()
-    best = -np.inf
-    for j in range(s, num_steps + 1):
-        if j > s:
-            _pass(rng, DRAW, 1.0, shifted, config, forward, structure, fast)
-        log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
-    shifted[:] = mid_shifted
-    config[:] = mid_config
-    for j in range(s - 1, 0, -1):
-        _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
-        log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
-    return log_transition
-
-
-
-if HAVE_NUMBA:
-    compile_numba(globals(), inline=("_conditional", "_scratch", "_log_ratio", "_fast_shift", "_fast_conditional"),
-                  nogil=("_pass", "_advance", "_retreat", "_log_transition", "_transition_into_star",
-                         "_table_log_joint", "_start", "_anneal", "_modes", "_chib_steps"))
 
 
 def _resolve_kernel(kernel) -> str:
@@ -710,12 +363,12 @@ class _Searcher:
         self.problem, self.rng = problem, rng
         self.shifted = problem.concentration + problem.fixed_counts
         self.config = np.zeros(problem.num_tokens, np.int32)
-        self.current = _start(rng, self.shifted, self.config, problem.concentration, problem.num_entries,
+        self.current = urn_start(rng, self.shifted, self.config, problem.concentration, problem.num_entries,
                               problem.structure, problem.fast)
         self.best, self.best_shifted, self.best_config = self.current, self.shifted.copy(), self.config.copy()
 
     def anneal(self, betas) -> None:
-        self.current, self.best = _anneal(self.rng, betas, self.shifted, self.config, self.current,
+        self.current, self.best = anneal(self.rng, betas, self.shifted, self.config, self.current,
                                           self.best_shifted, self.best_config, self.best,
                                           self.problem.structure, self.problem.fast)
 
@@ -750,7 +403,7 @@ def _search(problem: _Problem, rngs, num_warmup: int, pool) -> list[dict]:
 def _refine(problem: _Problem, rng: np.random.Generator, shifted, config) -> dict:
     """A searched state refined by iterated conditional modes (in place): its configuration,
     shifted counts, log p(X, z) and log π(S(z))."""
-    passes = _modes(rng, shifted, config, problem.structure, problem.fast)
+    passes = icm_modes(rng, shifted, config, problem.structure, problem.fast)
     shifted = np.rint(shifted - problem.concentration) + problem.concentration
     return dict(config=config, shifted=shifted, log_joint=problem.log_joint(shifted),
                 log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
@@ -791,7 +444,7 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
     """log p̂(z* | X) of one chain of ``num_steps`` sweeps around z*."""
     s = int(rng.integers(1, num_steps + 1))
     ordered = _ordered_relabellings(problem.relabellings, star["config"])
-    log_transition = _chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), *ordered,
+    log_transition = chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), *ordered,
                                  problem.structure, problem.fast)
     return float(logsumexp(log_transition) - math.log(num_steps))
 
