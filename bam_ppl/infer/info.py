@@ -63,20 +63,25 @@ class TemperedInfo(NamedTuple):
     kernel: str
     #: The Dirichlet concentration the tempering started from, or None for the model's own.
     start_a: float | None
-    #: Moves of whole cells, pairs of configurations and nodes per sweep.
+    #: Passes of cell moves per temperature.
     cell_moves: int
+    #: Pair moves per temperature.
     pair_moves: int
+    #: Node (split–merge) moves per temperature.
     node_moves: int
     #: Whether the runs started from a reference distribution rather than the prior urn.
     referenced: bool
     #: Sweeps of the chains that built the references (None without one).
     reference_sweeps: object
-    #: Acceptance rates of the cell, pair and node moves.
+    #: Accepted share of the cell moves (nan where none ran).
     cell_move_acceptance: float
+    #: Accepted share of the pair moves.
     pair_move_acceptance: float
+    #: Accepted share of the node moves.
     node_move_acceptance: float
-    #: The best allocation each run visited, as (cells, counts).
+    #: The cells of the best allocation each run visited (as ``best_cells``).
     run_best_cells: list
+    #: Their counts (as ``best_counts``).
     run_best_counts: list
 
 
@@ -85,8 +90,9 @@ class ChibInfo(NamedTuple):
 
     #: log p(X, z*) of each run's z*.
     log_joint_star: list
-    #: log p(X, z) of the allocations each search ended at, and of the given starts.
+    #: log p(X, z) of the allocation each search ended at.
     search_log_joint: list
+    #: log p(X, z) of each given start allocation.
     start_log_joint: list
     #: The estimate of log p(z* | X) of each run.
     log_posterior_star: list
@@ -94,10 +100,13 @@ class ChibInfo(NamedTuple):
     icm_passes: list
     #: Label permutations averaged over (the model's label symmetries).
     num_relabellings: int
-    #: Gibbs sweeps per run, search sweeps before them, runs and searches.
+    #: Gibbs sweeps of each run (``num_samples``).
     num_steps: int
+    #: Search sweeps of each search chain (``num_search_sweeps``).
     num_warmup: int
+    #: Independent runs (``num_chains``).
     num_runs: int
+    #: Search chains (``num_searches``).
     num_searches: int
     #: The kernel the sweeps ran on.
     kernel: str
@@ -131,9 +140,11 @@ class MixtureInfo(NamedTuple):
     scout_log_evidence: list
     #: Sweeps of each run's reference chains.
     chain_sweeps: list
-    #: Particles per run, scouts per run, runs.
+    #: Particles per run.
     num_particles: int
+    #: Scouts per run.
     num_scouts: int
+    #: Independent runs.
     num_runs: int
     #: The cost knob the call ran at.
     effort: float
@@ -146,8 +157,9 @@ class UpperBoundInfo(NamedTuple):
 
     #: Each run's stochastic upper bound log Z_0 − log w_r.
     run_upper_bound: list
-    #: The temperatures, from β = 1 down.
+    #: The temperatures, from 0 to 1; the runs take them from β = 1 down.
     schedule: list
+    #: Steps between them.
     num_temperatures: int
     #: Gibbs sweeps per temperature.
     num_sweeps: int
