@@ -453,24 +453,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
         cell_moves = pair_moves = node_moves = 0
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
-    references = None
-    if reference is None:
-        start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
-        tp = build_tempered_problem(bound, data, layout, start_scale)
-    else:
-        tp = build_tempered_problem(bound, data, layout)
-        references = _references_per_run(reference, num_runs)
-        if references is not None:
-            built = sorted({ref.num_sweeps for ref in references})
-            if reference_sweeps is not None and built != [reference_sweeps]:
-                raise ValueError(f"reference_sweeps: the references were built with {built} sweeps; "
-                                 "leave reference_sweeps out, or pass an allocation as reference")
-            run_tps = [with_reference(tp, _checked_reference(tp, ref)) for ref in references]
-            reference_sweeps = built[-1]
-        else:
-            reference_config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
-            if reference_sweeps is None:
-                reference_sweeps = default_reference_sweeps(data.total)
+    tp, run_tps, reference_config, reference_sweeps = _run_problems(bound, data, layout, start_a, reference,
+                                                                    reference_sweeps, num_runs)
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
     runs = []
@@ -485,7 +469,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
             if reference is not None:
                 symmetry = label_symmetries_of(bound, data, layout)
-            if references is None and reference is not None:  # every run its own q, so that their spread includes q's
+            if reference_config is not None:  # every run its own q, so that their spread includes q's
                 run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
                 run_tps = [with_reference(tp, log_q) for log_q in
                            chain_references(tp, [reference_config] * num_runs, reference_sweeps, run_keys, pool)]
@@ -503,6 +487,32 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
         bar.close()
         if pool is not None:
             pool.shutdown()
+    _warn_of_degenerate_starts(runs)
+    return _result(runs, symmetry, bound, data, layout, tp, time.perf_counter() - start,
+                   reference_sweeps if reference is not None else None)
+
+
+def _run_problems(bound, data, layout, start_a, reference, reference_sweeps, num_runs):
+    """The tempered problem and what the runs start from: (problem, each run's problem where the
+    references are given, the configuration that each run's own reference chain starts from where
+    an allocation is, the reference chains' sweeps)."""
+    if reference is None:
+        start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
+        return build_tempered_problem(bound, data, layout, start_scale), None, None, reference_sweeps
+    tp = build_tempered_problem(bound, data, layout)
+    references = _references_per_run(reference, num_runs)
+    if references is None:  # an allocation
+        config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
+        sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
+        return tp, None, config, sweeps
+    built = sorted({ref.num_sweeps for ref in references})
+    if reference_sweeps is not None and built != [reference_sweeps]:
+        raise ValueError(f"reference_sweeps: the references were built with {built} sweeps; "
+                         "leave reference_sweeps out, or pass an allocation as reference")
+    return tp, [with_reference(tp, _checked_reference(tp, ref)) for ref in references], None, built[-1]
+
+
+def _warn_of_degenerate_starts(runs) -> None:
     if any(r.degenerate_start for r in runs):
         warnings.warn(
             "tempered SMC: most particles drawn from the start distribution have the same "
@@ -511,7 +521,11 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
             "find them slowly: the estimate can be too low and its runs spread. Start from a "
             "flatter urn (start_a=1 or larger), raise the effort (rho=0.99, num_sweeps=5, more "
             "particles) until the estimate stops rising, or use method='smc' or 'exact'.",
-            EvidenceWarning, stacklevel=2)
+            EvidenceWarning, stacklevel=3)
+
+
+def _result(runs, symmetry, bound, data, layout, tp, seconds: float, reference_sweeps) -> TemperedResult:
+    """The runs pooled, with each run's and the best allocation visited."""
     values = np.array([r.log_evidence for r in runs]) + relabelled_terms(runs, symmetry)
     value, stderr = pooled(values)
     best = max(runs, key=lambda r: r.lower_bound)
@@ -526,8 +540,8 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
         run_lower_bound=np.array([r.lower_bound for r in runs]), lower_bound=float(lower_bound),
         best_config=best.best_config, best_cells=cells, best_counts=counts,
         run_best_cells=[c for c, _ in run_best], run_best_counts=[n for _, n in run_best],
-        block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=time.perf_counter() - start,
-        reference_sweeps=reference_sweeps if reference is not None else None,
+        block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=seconds,
+        reference_sweeps=reference_sweeps,
     )
 
 
