@@ -544,16 +544,11 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
     -------
     EvidenceEstimate
         ``kind="estimate"``; stderr from the spread of the runs (:func:`bam_ppl.evidence.pool_runs`;
-        nan for one run). ``details``: ``run_log_evidence`` (each chain's log estimate),
-        ``lower_bound`` (max over the searches and starts of log π(S), eq. 3.11 with its multinomial
-        coefficient: a sure lower bound on log p(X)), ``best_cells`` (n, nodes) and ``best_counts``
-        (n,) the allocation that attains it, ``log_joint_star`` (each run's log p(X, z*),
-        token-labelled), ``search_log_joint`` (log p(X, z) of each search's result),
-        ``start_log_joint`` (log p(X, z) of each ``start`` after refinement),
-        ``log_posterior_star`` (each chain's log p̂(z* | X)), ``num_relabellings`` (|G|),
-        ``icm_passes``, and the settings under their former names: ``num_steps`` (= num_samples),
-        ``num_warmup`` (= num_search_sweeps), ``num_runs`` (= num_chains), ``num_searches``,
-        ``kernel`` (= engine).
+        nan for one run). ``lower_bound``: the largest log π(S) of the searched and started
+        states (eq. 3.11 with its multinomial coefficient), a sure lower bound on log p(X), whose
+        allocation is ``details["best_cells"]`` (n, nodes) and ``details["best_counts"]`` (n,).
+        ``info``: a :class:`~bam_ppl.infer.info.ChibInfo` (each run's log p(X, z*) and
+        log p̂(z* | X), the searches' results, |G|, the settings).
     """
     began = time.perf_counter()
     num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
@@ -565,29 +560,11 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
         num_warmup = int(np.clip(per_token, DEFAULT_NUM_WARMUP, MAX_DEFAULT_NUM_WARMUP))
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
     start_configs = [problem.configs_of_allocation(bound, data, layout, one) for one in as_allocations(start)]
-    search_key, chain_key = jax.random.split(key)
-    search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
-    chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
-    groups = np.array_split(np.arange(num_searches), min(num_runs, num_searches))
     bar = make_bar(num_searches + num_runs, "chib", resolve_progress(progress_bar, long_run=data.total > 2000),
                    unit="chain")
-
-    def tick(out):
-        bar.update(1)
-        return out
-
     try:
-        threads = max(1, min(max(num_runs, num_searches), os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            searches = [_search(problem, [search_rngs[i] for i in group], num_warmup, pool) for group in groups]
-            # ICM is deterministic: the Generator is not drawn from.
-            starts = [_refine(problem, np.random.default_rng(0), problem.shifted_counts(config), config)
-                      for config in start_configs]
-            bar.update(num_searches)
-            stars = [max(searches[r % len(groups)] + ([starts[r % len(starts)]] if starts else []),
-                         key=lambda found: found["log_joint"]) for r in range(num_runs)]
-            log_posterior = list(pool.map(lambda r: tick(_chain(problem, chain_rngs[r], stars[r], num_steps)),
-                                          range(num_runs)))
+        searches, starts, stars, log_posterior = _runs(problem, key, start_configs, num_runs, num_searches,
+                                                       num_warmup, num_steps, bar)
     finally:
         bar.close()
     values = np.array([star["log_joint"] for star in stars]) - np.array(log_posterior)
@@ -611,3 +588,29 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
             num_relabellings=int(problem.relabellings.shape[0]),
             num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches, kernel=kernel),
     )
+
+
+def _runs(problem: _Problem, key, start_configs, num_runs: int, num_searches: int, num_warmup: int,
+          num_steps: int, bar):
+    """The searches (a list per group), the refined starts, each run's z* (the best of its group's
+    searches and its start) and each run's log p̂(z* | X), searches and chains in threads."""
+    search_key, chain_key = jax.random.split(key)
+    search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
+    chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
+    groups = np.array_split(np.arange(num_searches), min(num_runs, num_searches))
+
+    def chain(r):
+        log_posterior = _chain(problem, chain_rngs[r], stars[r], num_steps)
+        bar.update(1)
+        return log_posterior
+
+    threads = max(1, min(max(num_runs, num_searches), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        searches = [_search(problem, [search_rngs[i] for i in group], num_warmup, pool) for group in groups]
+        # ICM is deterministic: the Generator is not drawn from.
+        starts = [_refine(problem, np.random.default_rng(0), problem.shifted_counts(config), config)
+                  for config in start_configs]
+        bar.update(num_searches)
+        stars = [max(searches[r % len(groups)] + ([starts[r % len(starts)]] if starts else []),
+                     key=lambda found: found["log_joint"]) for r in range(num_runs)]
+        return searches, starts, stars, list(pool.map(chain, range(num_runs)))
