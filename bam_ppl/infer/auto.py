@@ -247,14 +247,11 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     it is long, at most 64 from AUTO_REFERENCE_CARRIES_TOKENS tokens on
     (:func:`tempered_stage_options`), unless ``num_particles`` is given.
 
-    ``details`` are those of the reported estimate (pooled: ``run_log_evidence`` of the pooled
-    parts), with ``parts`` (each part's method, value, stderr, lower bound, runs and own details,
-    by name: ``"tempered"``, ``"chib"``, ``"reference"``), ``lower_bound`` the largest of their
-    and the pilot's sure lower bounds (``best_cells``, ``best_counts``: its allocation), ``vb_bound`` the VB lower bound (the best ELBO of its restarts and of its
-    runs from the parts' best allocations),
-    ``kept`` and ``cross_check`` (when one part is kept) its name and the next highest part's
-    value, stderr and lower bound, and ``tempered_stage`` the tempered SMC's particles and the
-    pilot's number of temperatures.
+    ``lower_bound`` is the largest of the parts' and the pilot's sure lower bounds (its allocation:
+    ``details["best_cells"]``, ``details["best_counts"]``). ``info`` is an
+    :class:`~bam_ppl.infer.info.AutoInfo`: the parts by name (``"tempered"``, ``"chib"``,
+    ``"reference"``: method, value, stderr, lower bound, runs, details), the VB bound, the stages,
+    and where one part is kept its name, its own info and the next highest part (``cross_check``).
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
     key = as_key(rng_key)

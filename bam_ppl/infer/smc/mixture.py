@@ -315,9 +315,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     reference_sweeps : int, optional
         Posterior sweeps of each reference's chain before it is first checked for a climb.
 
-    ``details``: ``run_log_evidence``, the sure ``lower_bound`` (largest log π(S) visited) and its
-    allocation (``best_cells``, ``best_counts``), ``num_temperatures``, ``scout_log_evidence`` and ``chain_sweeps`` of
-    every run, ``num_particles``, ``num_scouts``, ``effort``.
+    The sure ``lower_bound`` is the largest log π(S) visited, its allocation ``details["best_cells"]``,
+    ``details["best_counts"]``; ``info`` (a :class:`~bam_ppl.infer.info.MixtureInfo`) holds every
+    run's temperatures, scouts' values and chain sweeps, and the settings.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     options = _options(effort, num_particles, num_scouts, rho, reference_sweeps)

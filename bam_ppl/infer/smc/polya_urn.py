@@ -663,9 +663,9 @@ def smc_log_evidence(model, data, *, rng_key=0, num_particles: int = 1000, num_c
     """Unbiased Pólya-urn SMC estimate of L_X pooled over ``num_chains`` independent runs.
 
     The value is the log-mean-exp of the runs' estimates; its standard error comes from their
-    spread (:func:`bam_ppl.evidence.pool_runs`). ``details`` holds ``run_log_evidence``,
-    ``lower_bound`` (log p(X, z) of the most probable final particle over all runs: a sure lower
-    bound on log L_X), ``min_ess`` and the resampling rate. The token-by-token filter can
+    spread (:func:`bam_ppl.evidence.pool_runs`). ``lower_bound`` is log p(X, z) of the
+    most probable final particle over all runs, a sure lower bound on log L_X; ``info`` (a
+    :class:`~bam_ppl.infer.info.PolyaUrnInfo`) holds ``min_ess`` and the resampling rate. The token-by-token filter can
     collapse onto a few allocation histories when T is large (thousands of tokens); then its
     runs disagree or fall below the lower bound and an EvidenceWarning says so.
     """

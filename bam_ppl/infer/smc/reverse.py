@@ -290,11 +290,10 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     -------
     EvidenceEstimate
         ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` from the runs' spread
-        (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up of each run); ``run_values`` (and
-        ``details["run_upper_bound"]``) each run's log Z_0 − log w_r, itself a stochastic upper
-        bound; ``lower_bound`` log p(X, S) of the generating allocation, a sure lower bound on
-        log p(X); ``details`` also ``schedule``, ``num_temperatures``, ``num_sweeps``,
-        ``kernel`` (the engine that ran), ``referenced``.
+        (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up of each run); ``run_values`` each run's
+        log Z_0 − log w_r, itself a stochastic upper bound; ``lower_bound`` log p(X, S) of the
+        generating allocation, a sure lower bound on log p(X); ``info`` a
+        :class:`~bam_ppl.infer.info.UpperBoundInfo` (the schedule, the sweeps, the engine that ran).
 
     Warns
     -----

@@ -562,10 +562,11 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
     Doucet & Jasra 2006; Neal 2001; Zhou, Johansen & Aston 2016) and collapsed-Gibbs moves;
-    ``details`` holds the runs' values, the sure lower bound (largest log π(S) visited) and the
-    allocation that attains it (``best_cells`` (n, nodes), ``best_counts`` (n,): its nonzero
-    cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound) and every run's
-    best allocation (``run_best_cells``, ``run_best_counts``), the schedules and diagnostics.
+    ``details`` holds the runs' values and the allocation that attains the sure lower bound
+    (largest log π(S) visited: ``best_cells`` (n, nodes), ``best_counts`` (n,), its nonzero
+    cells, so that ``bound.log_prob_cells(best_cells, best_counts)`` is the bound); ``info`` (a
+    :class:`~bam_ppl.infer.info.TemperedInfo`) every run's best allocation, the schedules and
+    diagnostics.
     """
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_chains=num_chains, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, engine=engine, progress_bar=progress_bar,

@@ -666,10 +666,10 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     rarely reach on real data. The value is the best over restarts and starts.
 
     ``stderr`` is nan: the bound is deterministic given ``rng_key``, not a noisy estimate of the
-    evidence. ``details`` holds every restart's final ELBO (``elbo_per_restart``), the best
-    restart's index, the runs from ``start`` (``start_elbo``, and ``best_start`` where one of
-    them is the best, else None) and the best run's expected table counts ``expected_counts``
-    (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
+    evidence. ``info`` (a :class:`~bam_ppl.infer.info.VBInfo`) holds every restart's final ELBO,
+    the best restart's index, the runs from ``start`` (``start_elbo``, and ``best_start`` where
+    one of them is the best, else None) and the best run's expected table counts
+    ``expected_counts`` (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
     """
     began = time.perf_counter()
     bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_chains, init, progress_bar,
