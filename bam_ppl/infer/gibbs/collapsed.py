@@ -511,20 +511,22 @@ class _KeptStates:
         """Keep the chains' current states as kept sample ``draw_index``."""
         d = draw_index % self.block
         if d == 0:  # fresh buffers: a recorded block may still be reading the last ones
-            self.configs = np.empty((self.block, *chains.config.shape), chains.config.dtype)
-            self.counts = np.empty((self.block, *chains.counts.shape), chains.counts.dtype)
             self.host = []
-        self.configs[d], self.counts[d] = chains.config, chains.counts
-        if self.host_draws is not None:
-            table_counts = self.counts[d, :, :self.spec.num_table_entries]
-            self.host.append([(*self.host_draws(c, table_counts[c]),
-                               self.host_draws.log_joint(self.configs[d, c], self.counts[d, c]))
+            if self.host_draws is None:
+                self.configs = np.empty((self.block, *chains.config.shape), chains.config.dtype)
+                self.counts = np.empty((self.block, *chains.counts.shape), chains.counts.dtype)
+        if self.host_draws is None:
+            self.configs[d], self.counts[d] = chains.config, chains.counts
+        else:  # drawn now, from the chains' own states: nothing to buffer
+            F = self.spec.num_table_entries
+            self.host.append([(*self.host_draws(c, chains.counts[c, :F]),
+                               self.host_draws.log_joint(chains.config[c], chains.counts[c]))
                               for c in range(chains.num_chains)])
         if d + 1 == self.block or draw_index + 1 == self.num_samples:
             self._record(draw_index - d, d + 1)
 
     def _record(self, first_draw: int, size: int) -> None:
-        if self.host_draws is not None:  # drawn as each state was kept
+        if self.host_draws is not None:
             self.records.append(GibbsDraw(*(np.array([[drawn[i] for drawn in row] for row in self.host])
                                             for i in range(3))))
             return
