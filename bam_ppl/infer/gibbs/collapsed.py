@@ -362,16 +362,18 @@ def _init_chains(spec, problem, keys, method):
     return jax.vmap(lambda k: init(spec, problem, k, method))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "num_sweeps", "chain_method"))
+@functools.partial(jax.jit, static_argnames=("spec", "chain_method"))
 def _advance(spec, problem, keys, states, first_sweep, num_sweeps, chain_method="vectorized"):
-    """``num_sweeps`` sweeps of every chain; sweep s of a chain uses fold_in(chain key, s)."""
+    """``num_sweeps`` sweeps of every chain; sweep s of a chain uses fold_in(chain key, s).
 
-    def body(states, s):
+    The number of sweeps is an argument, not part of the program: a warmup of any length and
+    the progress bar's chunks run one compiled program."""
+
+    def body(s, states):
         sweep_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, s)
-        return _over_chains(lambda k, st: sweep(spec, problem, k, st), chain_method, sweep_keys, states), None
+        return _over_chains(lambda k, st: sweep(spec, problem, k, st), chain_method, sweep_keys, states)
 
-    states, _ = jax.lax.scan(body, states, first_sweep + jnp.arange(num_sweeps))
-    return states
+    return jax.lax.fori_loop(first_sweep, first_sweep + num_sweeps, body, states)
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "num_draws", "thinning", "record", "chain_method"))
