@@ -376,17 +376,29 @@ def _advance(spec, problem, keys, states, first_sweep, num_sweeps, chain_method=
     return jax.lax.fori_loop(first_sweep, first_sweep + num_sweeps, body, states)
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "num_draws", "thinning", "record", "chain_method"))
-def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, thinning, record,
+@functools.partial(jax.jit, static_argnames=("spec", "capacity", "thinning", "record", "chain_method"))
+def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, capacity, thinning, record,
             chain_method="vectorized"):
-    """``num_draws`` kept samples, each after ``thinning`` sweeps, recorded by ``record``."""
+    """``num_draws`` kept samples, each after ``thinning`` sweeps, recorded by ``record``.
+
+    The program holds ``capacity`` samples whatever ``num_draws`` (at most ``capacity``), so that
+    the progress bar's short first and last chunks run the same program; the samples past
+    ``num_draws`` run no sweep and their records are to be dropped."""
 
     def body(states, d):
-        states = _advance(spec, problem, keys, states, first_sweep + d * thinning, thinning, chain_method)
+        sweeps = jnp.where(d < num_draws, thinning, 0)
+        states = _advance(spec, problem, keys, states, first_sweep + d * thinning, sweeps, chain_method)
         record_keys = jax.vmap(jax.random.fold_in, (0, None))(draw_keys, first_draw + d)
         return states, jax.vmap(lambda k, st: record(spec, problem, k, st))(record_keys, states)
 
-    return jax.lax.scan(body, states, jnp.arange(num_draws))
+    return jax.lax.scan(body, states, jnp.arange(capacity))
+
+
+def _chunk_size(num_warmup: int, num_samples: int, progress_bar: bool) -> int:
+    """Sweeps per call between two updates of the progress bar: about ``PROGRESS_UPDATES`` chunks
+    with a bar, one chunk without."""
+    total = num_warmup + num_samples
+    return max(math.ceil(total / PROGRESS_UPDATES) if progress_bar else total, 1)
 
 
 def _warmup_then_samples(warm_up, keep, carry, *, num_warmup: int, num_samples: int, progress_bar: bool):
@@ -402,10 +414,8 @@ def _warmup_then_samples(warm_up, keep, carry, *, num_warmup: int, num_samples: 
             carry = keep(carry, first_draw, stop - num_warmup - first_draw)
         return carry
 
-    total = num_warmup + num_samples
-    chunk = math.ceil(total / PROGRESS_UPDATES) if progress_bar else total
-    return run_in_chunks(advance, carry, total, chunk=max(chunk, 1), show=progress_bar, description="gibbs",
-                         unit="draw")
+    return run_in_chunks(advance, carry, num_warmup + num_samples, chunk=_chunk_size(num_warmup, num_samples, progress_bar),
+                         show=progress_bar, description="gibbs", unit="draw")
 
 
 def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4, num_warmup: int = 500,
@@ -424,6 +434,7 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     if chain_method == "vectorized":  # chains split across jax.devices()
         states, sweep_keys, draw_keys = shard_axis((states, sweep_keys, draw_keys), num_chains, 0, "chains")
     records = []
+    capacity = min(_chunk_size(num_warmup, num_samples, progress_bar), num_samples)
 
     def warm_up(states, first_sweep, num_sweeps):
         return _advance(spec, problem, sweep_keys, states, first_sweep, num_sweeps, chain_method)
@@ -431,8 +442,8 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     def keep(states, first_draw, num_draws):
         first_sweep = num_warmup + first_draw * thinning
         states, block = _sample(spec, problem, sweep_keys, draw_keys, states, first_sweep, first_draw, num_draws,
-                                thinning, record, chain_method)
-        records.append(block)
+                                capacity, thinning, record, chain_method)
+        records.append(block if num_draws == capacity else jax.tree.map(lambda x: np.asarray(x)[:num_draws], block))
         return states
 
     states = _warmup_then_samples(warm_up, keep, states, num_warmup=num_warmup, num_samples=num_samples,
