@@ -1,0 +1,93 @@
+"""Where the test suite's time goes: the XLA compilations of each test, module and program.
+
+Runs pytest (the arguments after ``--``, default the suite as ``make test`` runs it) with a plugin
+that turns on ``jax_log_compiles`` in every worker and writes each compilation, under the test that
+triggered it, to a log per worker; then sums the seconds XLA reports ("Finished XLA compilation of
+jit(f) in s sec"). Tracing and lowering are not counted, nor programs compiled in subprocesses.
+Compare the total with pytest's test-seconds (``--junitxml``, summed by the ``--durations`` list).
+
+Usage: ``python benchmarks/suite_compile_time.py [--top 25] [-- pytest arguments]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LOG_DIR = "BAM_PPL_COMPILE_LOG_DIR"
+FINISHED = re.compile(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec")
+
+
+# -- the pytest plugin (imported by every worker as ``-p suite_compile_time``) ---------------------
+_handler = None
+
+
+def pytest_configure(config):
+    global _handler
+    import logging
+
+    import jax
+
+    jax.config.update("jax_log_compiles", True)
+    _handler = logging.FileHandler(Path(os.environ[LOG_DIR]) / f"{os.getpid()}.log")
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger("jax._src.dispatch").addHandler(_handler)  # "Finished XLA compilation ..."
+    for name in ("jax._src.dispatch", "jax._src.interpreters.pxla"):
+        logging.getLogger(name).propagate = False  # tests that read log records (caplog) see none of JAX's
+
+
+def pytest_runtest_setup(item):
+    if _handler is not None:
+        _handler.stream.write(f"@@TEST {item.nodeid}\n")
+        _handler.flush()
+
+
+# -- the summary -----------------------------------------------------------------------------------
+def summarise(log_dir: Path, top: int) -> None:
+    by_test, count, by_program = collections.Counter(), collections.Counter(), collections.Counter()
+    for path in log_dir.glob("*.log"):
+        test = "(before the first test)"
+        for line in path.read_text().splitlines():
+            if line.startswith("@@TEST "):
+                test = line.split(maxsplit=1)[1]
+                continue
+            match = FINISHED.match(line)
+            if match:
+                seconds = float(match.group(2))
+                by_test[test] += seconds
+                count[test] += 1
+                by_program[match.group(1)] += seconds
+    by_module = collections.Counter()
+    for test, seconds in by_test.items():
+        by_module[test.split("::")[0]] += seconds
+    print(f"XLA compilation: {sum(by_test.values()):.0f} s in {sum(count.values())} programs")
+    for title, table in (("module", by_module), ("test", by_test), ("program", by_program)):
+        print(f"\n| {title} | compile s |\n|---|---|")
+        for name, seconds in table.most_common(top):
+            print(f"| {name} | {seconds:.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
+    parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
+    args = parser.parse_args()
+    pytest_args = args.pytest_args or ["-q", "-n", "auto", "--maxprocesses=4", "--dist", "loadgroup"]
+    here = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory(prefix="bam-ppl-compile-log-") as log_dir:
+        env = {**os.environ, LOG_DIR: log_dir,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")]))}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_compile_time", *pytest_args],
+                             cwd=here.parent, env=env)
+        summarise(Path(log_dir), args.top)
+    sys.exit(run.returncode)
+
+
+if __name__ == "__main__":
+    main()
