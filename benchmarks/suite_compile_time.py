@@ -25,27 +25,33 @@ FINISHED = re.compile(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec")
 
 
 # -- the pytest plugin (imported by every worker as ``-p suite_compile_time``) ---------------------
-_handler = None
+_log = None
+
+
+class _ToFile:
+    """A filter on JAX's compile loggers: writes each message to this worker's log and stops it there,
+    so that no handler (pytest's caplog included) sees it."""
+
+    def filter(self, record):
+        _log.write(record.getMessage() + "\n")
+        return False
 
 
 def pytest_configure(config):
-    global _handler
+    global _log
     import logging
 
     import jax
 
+    _log = open(Path(os.environ[LOG_DIR]) / f"{os.getpid()}.log", "a", buffering=1)
+    for name in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax._src.compiler"):
+        logging.getLogger(name).addFilter(_ToFile())
     jax.config.update("jax_log_compiles", True)
-    _handler = logging.FileHandler(Path(os.environ[LOG_DIR]) / f"{os.getpid()}.log")
-    _handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger("jax._src.dispatch").addHandler(_handler)  # "Finished XLA compilation ..."
-    for name in ("jax._src.dispatch", "jax._src.interpreters.pxla"):
-        logging.getLogger(name).propagate = False  # tests that read log records (caplog) see none of JAX's
 
 
 def pytest_runtest_setup(item):
-    if _handler is not None:
-        _handler.stream.write(f"@@TEST {item.nodeid}\n")
-        _handler.flush()
+    if _log is not None:
+        _log.write(f"@@TEST {item.nodeid}\n")
 
 
 # -- the summary -----------------------------------------------------------------------------------
