@@ -219,19 +219,20 @@ def test_progress_bar_does_not_change_draws():
     np.testing.assert_array_equal(a, b)
 
 
-def test_progress_bar_chunks_share_one_program_and_change_no_draw():
-    """On the JAX kernel, a bar whose chunks straddle the end of the warmup (short first and last
-    chunks of kept samples) draws what one chunk draws, and compiles one sampling program."""
+def test_progress_bar_chunks_share_one_program_and_change_no_draw(nmf_runs):
+    """On the JAX kernel, a bar whose chunks straddle the end of the warmup (85 sweeps each: a chunk
+    of 30 warmup sweeps and 55 kept samples) draws what one chunk draws, and compiles one sampling
+    program of 85 samples and no other program."""
     from bam_ppl.infer.gibbs import collapsed
 
-    model = bam.models.nmf(2, a=1.0)
-    kwargs = dict(method="gibbs", rng_key=3, num_warmup=7, num_samples=31, thinning=2, num_chains=2, engine="jax")
-    plain = group(bam.infer(model, X1, progress_bar=False, **kwargs), "posterior")["theta_i"].values
-    compiled = collapsed._advance._cache_size(), collapsed._sample._cache_size()
-    barred = group(bam.infer(model, X1, progress_bar=True, **kwargs), "posterior")["theta_i"].values
-    np.testing.assert_array_equal(barred, plain)
-    # one more sampling program (chunks of 2 draws instead of one of 31), the same advance program
-    assert (collapsed._advance._cache_size(), collapsed._sample._cache_size()) == (compiled[0], compiled[1] + 1)
+    model, idata = nmf_runs["jax"]
+    compiled = collapsed._init_chains._cache_size(), collapsed._advance._cache_size(), collapsed._sample._cache_size()
+    barred = bam.infer(model, X1, method="gibbs", rng_key=0, num_warmup=200, num_samples=NUM_SAMPLES,
+                       num_chains=NUM_CHAINS, engine="jax", progress_bar=True)
+    np.testing.assert_array_equal(group(barred, "posterior")["theta_i"].values,
+                                  group(idata, "posterior")["theta_i"].values)
+    now = collapsed._init_chains._cache_size(), collapsed._advance._cache_size(), collapsed._sample._cache_size()
+    assert now == (compiled[0], compiled[1], compiled[2] + 1)
 
 
 @pytest.mark.parametrize("num_warmup, num_samples, progress_bar", [(13, 11, True), (0, 5, True), (7, 3, False)])
