@@ -52,7 +52,7 @@ from ..registry import register_evidence
 from .references import settled_reference, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, TemperedRun, _one_run, pooled
-from .tempered_numba import NumbaParticles, _structure, numba
+from .tempered_numba import NumbaParticles, kernel_tables, numba
 from .tempered_problem import TemperedProblem, best_allocation, build_tempered_problem
 
 
@@ -103,7 +103,7 @@ class MixtureParticles(NumbaParticles):
         self.start = MixtureStart(start.log_q[kept], weights - _log_sum_exp(weights))
         self.sizes = sizes[kept]
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
-        self.structures = [_structure(with_reference(tp, log_q), True) for log_q in self.start.log_q]
+        self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
 
     def segments(self, first: int, stop: int) -> list:
         edges = np.searchsorted(self.component[first:stop], np.arange(self.sizes.size + 1)) + first

@@ -18,7 +18,7 @@ from ...validation import check_int
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.chib import configs_of_allocation
 from ..prepare import prepare
-from .tempered_numba import _cell_probabilities, _structure
+from .tempered_numba import _cell_probabilities, kernel_tables, token_layout
 from .tempered_problem import (
     TemperedProblem,
     best_allocation,
@@ -103,7 +103,7 @@ class _Chain(NamedTuple):
     def start(cls, tp: TemperedProblem, config: np.ndarray, seed) -> _Chain:
         rows = tp.gibbs_rows
         return cls(rows, gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0]),
-                   _structure(tp, False), np.random.default_rng(np.asarray(seed, np.uint32)),
+                   kernel_tables(tp, False), np.random.default_rng(np.asarray(seed, np.uint32)),
                    tp.concentration + counts_of_configs(tp, config), np.array(config, np.int32),
                    np.arange(len(config), dtype=np.int32), np.empty((tp.cell_start.shape[0] - 1, tp.num_configs)))
 
@@ -113,7 +113,7 @@ class _Chain(NamedTuple):
         return num_sweeps
 
     def conditionals(self, tp: TemperedProblem) -> np.ndarray:
-        _cell_probabilities(self.shifted, self.structure, tp.factorised, tp.cell_start, self.out)
+        _cell_probabilities(self.shifted, self.structure, token_layout(tp), self.out)
         return self.out
 
 
@@ -189,8 +189,8 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
     conditional given those counts, by largest remainders."""
     num_cells = tp.cell_start.shape[0] - 1
     probability = np.empty((num_cells, tp.num_configs))
-    _cell_probabilities(np.asarray(tp.concentration + counts_kernel, np.float64), _structure(tp, False), tp.factorised,
-                        tp.cell_start, probability)
+    _cell_probabilities(np.asarray(tp.concentration + counts_kernel, np.float64), kernel_tables(tp, False),
+                        token_layout(tp), probability)
     sizes = np.diff(tp.cell_start)
     share = probability * sizes[:, None]
     whole = np.floor(share).astype(np.int64)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,51 +27,120 @@ except ImportError:  # pragma: no cover
 _SWEEP = 0
 _URN = 1
 
-def _structure(tp: TemperedProblem, tilted: bool) -> tuple:
-    """The arrays the numba kernel reads, in its order (``tilted`` False: weights of π₀ L^β)."""
+
+class KernelTables(NamedTuple):
+    """The rows of the tempered weights as the kernel reads them (fields of
+    :class:`~bam_ppl.infer.smc.tempered_problem.TemperedProblem`, kernel numbering)."""
+
+    row_base: np.ndarray
+    row_offset: np.ndarray
+    valid: np.ndarray
+    has_valid: bool
+    latent_numerators: np.ndarray
+    latent_denominators: np.ndarray
+    visible_numerators: np.ndarray
+    visible_denominators: np.ndarray
+    tied: np.ndarray  # (rows,) whether a row is tied to an earlier member of the same token
+    tie_rows: np.ndarray
+    tie_earlier: np.ndarray
+    moved: np.ndarray
+    log_space: bool
+    shift: np.ndarray
+    tilted: bool  # weights of start^(1−β) (π₀ L)^β; False: of π₀ L^β
+    log_reference: np.ndarray
+    referenced: bool  # the start is the product reference ``log_reference``
+
+
+class TokenLayout(NamedTuple):
+    """Where the tokens are: each token's cell, the cells' token ranges, the node moves' tables
+    (:func:`_node_tokens`) and the factorised rows (:func:`_sweeps_factorised`)."""
+
+    token_cell: np.ndarray
+    cell_start: np.ndarray
+    node_swap: np.ndarray
+    node_size: np.ndarray
+    node_child: np.ndarray
+    factorised: tuple
+
+
+class Scratch(NamedTuple):
+    """Work arrays of :func:`_token_weights`: row bases, latent, visible and start factors, weights."""
+
+    base: np.ndarray
+    lat: np.ndarray
+    vis: np.ndarray
+    start: np.ndarray
+    weight: np.ndarray
+
+
+class Moves(NamedTuple):
+    """What a _SWEEP pass does to each particle: Gibbs sweeps, then cell, pair and node block moves."""
+
+    num_sweeps: int
+    num_cell_moves: int
+    num_pair_moves: int
+    num_node_moves: int
+
+
+class ParticleArrays(NamedTuple):
+    """The particles the kernel moves in place (leading axis: particle)."""
+
+    shifted: np.ndarray  # α + counts (kernel numbering)
+    config: np.ndarray  # every token's configuration
+    log_prior: np.ndarray
+    log_like: np.ndarray
+    log_start: np.ndarray
+    accepted: np.ndarray  # (P, 3) accepted cell, pair and node moves
+
+
+def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
+    """The tables the kernel reads (``tilted`` False: weights of π₀ L^β)."""
     tied = np.zeros(tp.row_base.shape[0], np.bool_)
     tied[tp.tie_rows] = True
-    return (tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators, tp.latent_denominators,
-            tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows, tp.tie_earlier, tp.moved,
-            tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference, tp.referenced and tilted)
+    return KernelTables(tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators,
+                        tp.latent_denominators, tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows,
+                        tp.tie_earlier, tp.moved, tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference,
+                        tp.referenced and tilted)
 
 
-def _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier):
-    """(α + S)[index of row r at configuration c] (plus ``shift`` there when ``use_shift``), plus
+def token_layout(tp: TemperedProblem) -> TokenLayout:
+    return TokenLayout(tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size, tp.node_child, tp.factorised)
+
+
+def _row_value(shifted, st, use_shift, base, r, c):
+    """(α + S)[index of row r at configuration c] (plus ``st.shift`` there when ``use_shift``), plus
     one where a tied earlier member of the same token has its increment at the same index."""
-    index = base[r] + row_offset[r, c]
+    index = base[r] + st.row_offset[r, c]
     v = shifted[index]
     if use_shift:
-        v += shift[index]
-    if tied[r]:
-        for tie in range(tie_rows.shape[0]):
-            if tie_rows[tie] == r:
-                e = tie_earlier[tie]
-                if base[e] + row_offset[e, c] == index:
+        v += st.shift[index]
+    if st.tied[r]:
+        for tie in range(st.tie_rows.shape[0]):
+            if st.tie_rows[tie] == r:
+                e = st.tie_earlier[tie]
+                if base[e] + st.row_offset[e, c] == index:
                     v += 1.0
     return v
 
 
-def _group_factor(shifted, shift, use_shift, base, row_offset, numerators, denominators, tied, tie_rows,
-                  tie_earlier, out, log_space):
-    """out[c] = ∏ numerator rows / ∏ denominator rows at configuration c (its log if ``log_space``)."""
+def _group_factor(shifted, st, use_shift, base, numerators, denominators, out):
+    """out[c] = ∏ numerator rows / ∏ denominator rows at configuration c (its log if ``st.log_space``)."""
     num_configs = out.shape[0]
-    if log_space:
+    row_offset, tied = st.row_offset, st.tied
+    if st.log_space:
         out[:] = 0.0
         for r in numerators:
             for c in range(num_configs):
-                out[c] += math.log(_row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows,
-                                              tie_earlier))
+                out[c] += math.log(_row_value(shifted, st, use_shift, base, r, c))
         for r in denominators:
             for c in range(num_configs):
-                out[c] -= math.log(_row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows,
-                                              tie_earlier))
+                out[c] -= math.log(_row_value(shifted, st, use_shift, base, r, c))
         return
     out[:] = 1.0
     for r in numerators:
         if tied[r] or use_shift:
             for c in range(num_configs):
-                out[c] *= _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier)
+                out[c] *= _row_value(shifted, st, use_shift, base, r, c)
         else:
             b = base[r]
             for c in range(num_configs):
@@ -78,14 +148,14 @@ def _group_factor(shifted, shift, use_shift, base, row_offset, numerators, denom
     for r in denominators:
         if tied[r] or use_shift:
             for c in range(num_configs):
-                out[c] /= _row_value(shifted, shift, use_shift, base, row_offset, r, c, tied, tie_rows, tie_earlier)
+                out[c] /= _row_value(shifted, st, use_shift, base, r, c)
         else:
             b = base[r]
             for c in range(num_configs):
                 out[c] /= shifted[b + row_offset[r, c]]
 
 
-def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
+def _token_weights(counts, cell, beta, scratch, st):
     """The tempered conditional of one token at ``cell`` over its configurations (the token not in
     ``counts``): fills lat, vis with the products of its latent-table and visible-table factors
     (their logs when ``log_space``), start with the log of its start factor (the reference's log q,
@@ -99,20 +169,17 @@ def _token_weights(counts, base, cell, beta, lat, vis, start, weight, st):
     sequence probabilities, so the product of the weights along any order of placing tokens is the
     ratio of π_β after and before placing them (what the cell moves rely on).
     """
-    (row_base, row_offset, valid, has_valid, lat_num, lat_den, vis_num, vis_den, tied, tie_rows, tie_earlier,
-     moved, log_space, shift, tilted, log_reference, referenced) = st
+    base, lat, vis, start, weight = scratch
+    valid, has_valid, log_space, tilted = st.valid, st.has_valid, st.log_space, st.tilted
     num_configs = weight.shape[0]
-    _set_base(base, row_base, cell)
-    _group_factor(counts, shift, False, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, lat,
-                  log_space)
-    _group_factor(counts, shift, False, base, row_offset, vis_num, vis_den, tied, tie_rows, tie_earlier, vis,
-                  log_space)
-    if referenced:
+    _set_base(base, st.row_base, cell)
+    _group_factor(counts, st, False, base, st.latent_numerators, st.latent_denominators, lat)
+    _group_factor(counts, st, False, base, st.visible_numerators, st.visible_denominators, vis)
+    if st.referenced:
         for c in range(num_configs):
-            start[c] = log_reference[cell, c]
+            start[c] = st.log_reference[cell, c]
     elif tilted:
-        _group_factor(counts, shift, True, base, row_offset, lat_num, lat_den, tied, tie_rows, tie_earlier, start,
-                      log_space)
+        _group_factor(counts, st, True, base, st.latent_numerators, st.latent_denominators, start)
         if not log_space:
             for c in range(num_configs):
                 start[c] = math.log(start[c])
@@ -151,9 +218,9 @@ def _linear_weight(lat, vis, start, c, beta, tilted):
 
 
 def _weight_scratch(num_rows, num_configs):
-    """Work arrays of :func:`_token_weights`: row bases, latent, visible and start factors, weights."""
-    return (np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.zeros(num_configs),
-            np.empty(num_configs))
+    """:class:`Scratch` for ``num_rows`` rows and ``num_configs`` configurations."""
+    return Scratch(np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.zeros(num_configs),
+                   np.empty(num_configs))
 
 
 def _log_total(weight, scale, pair):
@@ -202,7 +269,7 @@ def _shift_token(counts, base, row_offset, moved, c, step):
         counts[base[m] + row_offset[m, c]] += step
 
 
-def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis, start, weight, logs, token_cell, st):
+def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, scratch, logs, token_cell, st):
     """One Metropolis–Hastings move of a block of tokens: the tokens ``tokens`` are removed and
     re-placed in that order, each drawn from its tempered conditional given the tokens placed before
     it — restricted to the two configurations ``pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
@@ -219,7 +286,8 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis
     while removing the old tokens in reverse order. ``logs`` (3,) gets the change of (log π₀, log L,
     log start); returns whether the proposal was accepted.
     """
-    row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
+    row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
+    base, lat, vis, start, weight = scratch
     log_old, log_new = 0.0, 0.0
     old_prior, old_like, old_start, new_prior, new_like, new_start = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     for i in range(tokens.shape[0] - 1, -1, -1):
@@ -227,14 +295,14 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, base, lat, vis
         old = conf[token]
         _set_base(base, row_base, token_cell[token])
         _shift_token(counts, base, row_offset, moved, old, -1.0)
-        scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
+        scale = _token_weights(counts, token_cell[token], beta, scratch, st)
         log_old += _log_total(weight, scale, pairs[i])
         old_prior += _log_factor(lat, old, log_space)
         old_like += _log_factor(vis, old, log_space)
         old_start += start[old]
     for i in range(tokens.shape[0]):
         token = tokens[i]
-        scale = _token_weights(counts, base, token_cell[token], beta, lat, vis, start, weight, st)
+        scale = _token_weights(counts, token_cell[token], beta, scratch, st)
         log_new += _log_total(weight, scale, pairs[i])
         _restrict(weight, pairs[i])
         new = _draw(rng, weight)
@@ -276,15 +344,17 @@ def _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
     return n
 
 
-def _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start, token_cell):
+def _node_tokens(rng, conf, layout, members, pairs, cell_order):
     """Draw a latent node and two of its values v ≠ w, and gather every token whose configuration
     gives the node v or w into ``members``, cell by cell in random cell order; ``pairs`` gets each
     token's configuration with the node at v and at w, its other nodes kept (``node_swap[n, c, v]``:
     configuration c with node n set to v). A split–merge of two of the node's classes: the whole of
     classes v and w is re-divided between them, which single-token moves can only do through
-    allocations of low probability (Jain & Neal 2004). Returns the number of tokens."""
+    allocations of low probability (Jain & Neal 2004). ``layout``: a :class:`TokenLayout`.
+    Returns the number of tokens."""
+    node_swap, node_child, cell_start, token_cell = layout.node_swap, layout.node_child, layout.cell_start, layout.token_cell
     node = int(rng.random() * node_swap.shape[0])
-    size = node_size[node]
+    size = layout.node_size[node]
     v = int(rng.random() * size)
     w = int(rng.random() * (size - 1))
     if w >= v:
@@ -314,41 +384,40 @@ def _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, ce
     return n
 
 
-def _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted,
-                 token_cell, cell_start, node_swap, node_size, node_child, st):
+def _block_moves(rng, beta, moves, counts, conf, logs, accepted, layout, st):
     """Metropolis–Hastings block moves of one state targeting π_β (:func:`_block_move`), in place:
-    ``num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
+    ``moves.num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
     tokens re-placed; ``num_pair_moves`` pair moves (the tokens of two random configurations
     re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
     classes of a latent node re-divided between them: :func:`_node_tokens`). ``logs`` (3,) gets the
     change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
-    num_configs = st[1].shape[1]
+    token_cell, cell_start = layout.token_cell, layout.cell_start
+    num_configs = st.row_offset.shape[1]
     num_tokens = token_cell.shape[0]
-    base, lat, vis, start, weight = _weight_scratch(st[0].shape[0], num_configs)
+    scratch = _weight_scratch(st.row_base.shape[0], num_configs)
     proposal = np.empty(num_tokens, np.int32)
     members = np.empty(num_tokens, np.int64)
     pairs = np.full((num_tokens, 2), -1, np.int64)
     cells = np.flatnonzero(np.diff(cell_start) >= 2)
     cell_order = np.arange(cell_start.shape[0] - 1)
     all_tokens = np.arange(num_tokens)
-    for _ in range(num_cell_moves):
+    for _ in range(moves.num_cell_moves):
         shuffle(rng, cells)
         for cell in cells:
             first, stop = cell_start[cell], cell_start[cell + 1]
-            if _block_move(rng, all_tokens[first:stop], pairs[:stop - first], beta, counts, conf, proposal, base, lat,
-                           vis, start, weight, logs, token_cell, st):
+            if _block_move(rng, all_tokens[first:stop], pairs[:stop - first], beta, counts, conf, proposal, scratch,
+                           logs, token_cell, st):
                 accepted[0] += 1
     if num_configs < 2:
         return
-    for kind, num_moves in ((1, num_pair_moves), (2, num_node_moves if node_swap.shape[0] else 0)):
+    for kind, num_moves in ((1, moves.num_pair_moves), (2, moves.num_node_moves if layout.node_swap.shape[0] else 0)):
         for _ in range(num_moves):
             if kind == 1:
                 n = _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
             else:
-                n = _node_tokens(rng, conf, node_swap, node_size, node_child, members, pairs, cell_order, cell_start,
-                                 token_cell)
-            if n > 0 and _block_move(rng, members[:n], pairs[:n], beta, counts, conf, proposal, base, lat, vis,
-                                     start, weight, logs, token_cell, st):
+                n = _node_tokens(rng, conf, layout, members, pairs, cell_order)
+            if n > 0 and _block_move(rng, members[:n], pairs[:n], beta, counts, conf, proposal, scratch, logs,
+                                     token_cell, st):
                 accepted[kind] += 1
 
 
@@ -394,15 +463,16 @@ def _factorised_factors(counts, token_index, varying_ends, token, constant_lat, 
                 vis[c] /= counts[token_index[token, v, c]]
 
 
-def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, referenced,
-                       log_reference, lat, vis, start, weight):
+def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, layout, st, scratch):
     """``num_sweeps`` Gibbs sweeps of one particle targeting π_β, as the _SWEEP pass of
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
     leaves and joins, and each token reads only its varying rows (NMF(4): two of five) through
-    indices of its own. ``lat``, ``vis``, ``start``, ``weight``: work arrays (L,)."""
-    _, token_index, varying_ends, constant_index, constant_ends = factorised
+    indices of its own."""
+    _, token_index, varying_ends, constant_index, constant_ends = layout.factorised
+    token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
+    _, lat, vis, start, weight = scratch
     num_configs = weight.shape[0]
     num_tokens = order.shape[0]
     constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
@@ -431,33 +501,33 @@ def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_c
                 logs[2] += start[new] - start[old]
 
 
-def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, shifted,
-                    config, log_prior, log_like, log_start, accepted, token_cell, cell_start, node_swap, node_size,
-                    node_child, st, factorised):
-    """Particles ``first..stop`` of one block, drawing from the block's Generator ``rng``.
+def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
+    """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
+    block's Generator ``rng``.
 
     ``mode`` _URN adds every token (random order) drawn from the start distribution's urn
-    conditional (β = 0); _SWEEP does ``num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
-    order per sweep), then the block moves of :func:`_block_moves`; ``accepted`` (P, 3) counts each
-    particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
+    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
+    order per sweep), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
+    counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
     configuration minus those of the old one.
     """
-    row_base, row_offset, moved, log_space = st[0], st[1], st[11], st[12]
+    row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
+    token_cell = layout.token_cell
     num_configs = row_offset.shape[1]
     num_tokens = token_cell.shape[0]
-    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
+    scratch = _weight_scratch(row_base.shape[0], num_configs)
+    base, lat, vis, start, weight = scratch
     logs = np.zeros(3)
     order = np.arange(num_tokens)
-    passes = 1 if mode == _URN else num_sweeps
-    fast = mode == _SWEEP and factorised[0] and (st[16] or not st[14])  # a reference or π₀ as the start
-    for p in range(first, stop):
-        counts = shifted[p]
-        conf = config[p]
+    passes = 1 if mode == _URN else moves.num_sweeps
+    fast = mode == _SWEEP and layout.factorised[0] and (st.referenced or not st.tilted)  # a reference or π₀ as the start
+    for p in range(block[0], block[1]):
+        counts = particles.shifted[p]
+        conf = particles.config[p]
         logs[:] = 0.0
         if fast:
-            _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, token_cell, factorised, st[16],
-                               st[15], lat, vis, start, weight)
+            _sweeps_factorised(rng, moves.num_sweeps, beta, counts, conf, order, logs, layout, st, scratch)
         for _ in range(0 if fast else passes):
             shuffle(rng, order)
             for position in range(num_tokens):
@@ -468,7 +538,7 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
                     for r in range(row_base.shape[0]):
                         base[r] = row_base[r, cell]
                     _shift_token(counts, base, row_offset, moved, old, -1.0)
-                _token_weights(counts, base, cell, beta, lat, vis, start, weight, st)
+                _token_weights(counts, cell, beta, scratch, st)
                 new = _draw(rng, weight)
                 _shift_token(counts, base, row_offset, moved, new, 1.0)
                 conf[token] = new
@@ -480,12 +550,11 @@ def _tempered_block(rng, first, stop, mode, beta, num_sweeps, num_cell_moves, nu
                     logs[0] += _log_change(lat, new, old, log_space)
                     logs[1] += _log_change(vis, new, old, log_space)
                     logs[2] += start[new] - start[old]
-        if mode == _SWEEP and num_cell_moves + num_pair_moves + num_node_moves > 0:
-            _block_moves(rng, beta, num_cell_moves, num_pair_moves, num_node_moves, counts, conf, logs, accepted[p],
-                         token_cell, cell_start, node_swap, node_size, node_child, st)
-        log_prior[p] += logs[0]
-        log_like[p] += logs[1]
-        log_start[p] += logs[2]
+        if mode == _SWEEP and moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
+            _block_moves(rng, beta, moves, counts, conf, logs, particles.accepted[p], layout, st)
+        particles.log_prior[p] += logs[0]
+        particles.log_like[p] += logs[1]
+        particles.log_start[p] += logs[2]
 
 
 def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_configs, log_int, out):
@@ -503,16 +572,17 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
         out[p] = total
 
 
-def _cell_probabilities(shifted, st, factorised, cell_start, out):
+def _cell_probabilities(shifted, st, layout, out):
     """out[u, c] = the urn conditional (β = 1) of a token of cell u at configuration c, given the
     counts ``shifted`` (concentration + counts, kernel numbering); 0 where not allowed. Read as
     :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable, so that these averages
     stay a small part of a reference chain's time."""
-    row_base, row_offset = st[0], st[1]
-    num_configs = row_offset.shape[1]
-    base, lat, vis, start, weight = _weight_scratch(row_base.shape[0], num_configs)
+    num_configs = st.row_offset.shape[1]
+    scratch = _weight_scratch(st.row_base.shape[0], num_configs)
+    _, lat, vis, _, weight = scratch
+    cell_start = layout.cell_start
     # Factorised: the constant rows once, each cell's varying rows through its first token's indices.
-    usable, token_index, varying_ends, constant_index, constant_ends = factorised
+    usable, token_index, varying_ends, constant_index, constant_ends = layout.factorised
     constant_lat, constant_vis = np.ones(num_configs), np.ones(num_configs)
     for c in range(num_configs if usable else 0):
         _set_constant(shifted, constant_index, constant_ends, c, constant_lat, constant_vis)
@@ -522,7 +592,7 @@ def _cell_probabilities(shifted, st, factorised, cell_start, out):
             for c in range(num_configs):
                 weight[c] = lat[c] * vis[c]
         else:  # the cell as int32, as the moves pass it: one compilation of _token_weights
-            _token_weights(shifted, base, np.int32(cell), 1.0, lat, vis, start, weight, st)
+            _token_weights(shifted, np.int32(cell), 1.0, scratch, st)
         total = 0.0
         for c in range(num_configs):
             total += weight[c]
@@ -555,8 +625,8 @@ def posterior_block_moves(tp: TemperedProblem, rng: np.random.Generator, shifted
     untilted target) at counts ``shifted`` and configurations ``config``, in place; returns the
     numbers (3,) of cell, pair and node moves accepted."""
     accepted = np.zeros(3, np.int64)
-    _block_moves(rng, 1.0, 0, 0, num_node_moves, shifted, config, np.zeros(3), accepted, tp.token_cell,
-                 tp.cell_start, tp.node_swap, tp.node_size, tp.node_child, _structure(tp, False))
+    _block_moves(rng, 1.0, Moves(0, 0, 0, num_node_moves), shifted, config, np.zeros(3), accepted, token_layout(tp),
+                 kernel_tables(tp, False))
     return accepted
 
 
@@ -579,7 +649,8 @@ class NumbaParticles:
         self.blocks = [(b, int(edges[b]), int(edges[b + 1])) for b in range(len(keys)) if edges[b + 1] > edges[b]]
         self.rngs = [np.random.default_rng(np.asarray(k, np.uint32)) for k in keys]
         self.pool = pool
-        self.structure = _structure(tp, True)
+        self.structure = kernel_tables(tp, True)
+        self.layout = token_layout(tp)
         self.accepted = np.zeros((num_particles, 3), np.int64)
         self.block_moves = np.zeros((3, 2), np.int64)  # (cell, pair, node) moves: proposed, accepted
 
@@ -587,13 +658,15 @@ class NumbaParticles:
         self.accepted[:] = 0
         tp = self.tp
 
+        moves = Moves(num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
+                                   self.accepted)
+
         def one(block):
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
-                _tempered_block(self.rngs[b], begin, end, mode, float(beta), num_sweeps, num_cell_moves,
-                                num_pair_moves, num_node_moves, self.shifted, self.config, self.log_prior,
-                                self.log_like, self.log_start, self.accepted, tp.token_cell, tp.cell_start,
-                                tp.node_swap, tp.node_size, tp.node_child, structure, tp.factorised)
+                _tempered_block(self.rngs[b], (begin, end), mode, float(beta), moves, particles, self.layout,
+                                structure)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(
