@@ -232,8 +232,8 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     probabilities = []
     for problem in (tp, general):
         out = np.empty((data.nnz, tp.num_configs))
-        tempered_numba._cell_probabilities(fast.shifted[0], tempered_numba._structure(problem, False), problem.factorised,
-                                     problem.cell_start, out)
+        tempered_numba._cell_probabilities(fast.shifted[0], tempered_numba.kernel_tables(problem, False),
+                                           tempered_numba.token_layout(problem), out)
         probabilities.append(out)
     np.testing.assert_allclose(*probabilities, rtol=1e-12)
     np.testing.assert_allclose(probabilities[0].sum(1), 1.0)
