@@ -141,7 +141,7 @@ def test_relabelling_average_resumes_shared_prefixes_exactly(model):
         expected = logsumexp(one_by_one) - np.log(len(one_by_one))
         before = shifted.copy()
         ordered = chib._ordered_relabellings(problem.relabellings, star)
-        value, best = chib_numba._transition_into_star(shifted, config, star, *ordered, -np.inf, problem.structure,
+        value, best = chib_numba._transition_into_star(shifted, config, star, ordered, -np.inf, problem.structure,
                                                  problem.fast)
         assert value == pytest.approx(expected, abs=1e-9)
         assert best == pytest.approx(max(one_by_one), abs=1e-9)

@@ -102,7 +102,7 @@ from ..info import ChibInfo
 from ..kernels import HAVE_NUMBA
 from ..prepare import prepare
 from ..registry import register_evidence
-from .chib_numba import anneal, chib_steps, icm_modes, urn_start
+from .chib_numba import OrderedRelabellings, anneal, chib_steps, icm_modes, urn_start
 from .collapsed import build_problem
 from .collapsed_numba import token_entries, urn_rows
 
@@ -409,8 +409,8 @@ def _refine(problem: _Problem, rng: np.random.Generator, shifted, config) -> dic
                 log_prob=problem.log_prob_allocation(shifted, config), icm_passes=int(passes))
 
 
-def _ordered_relabellings(relabellings, star):
-    """The distinct actions of the relabellings on z*, for :func:`_transition_into_star`.
+def _ordered_relabellings(relabellings, star) -> OrderedRelabellings:
+    """The distinct actions of the relabellings on z*, for the kernel's ``_transition_into_star``.
 
     T(z → g(z*)) depends on g only through its images of the configurations z* uses, so the
     relabellings are grouped by those images (``images``, (U, D), in order of first appearance
@@ -436,16 +436,17 @@ def _ordered_relabellings(relabellings, star):
     new[first] = 1
     distinct = np.cumsum(new)
     shared_tokens = np.searchsorted(distinct, np.arange(first.size + 1), side="right")
-    return (np.ascontiguousarray(relabellings[representative[trie]]), np.ascontiguousarray(groups[trie]),
-            np.log(sizes[trie].astype(np.float64)), distinct, shared_tokens)
+    return OrderedRelabellings(np.ascontiguousarray(relabellings[representative[trie]]),
+                               np.ascontiguousarray(groups[trie]), np.log(sizes[trie].astype(np.float64)), distinct,
+                               shared_tokens)
 
 
 def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: int) -> float:
     """log p̂(z* | X) of one chain of ``num_steps`` sweeps around z*."""
     s = int(rng.integers(1, num_steps + 1))
     ordered = _ordered_relabellings(problem.relabellings, star["config"])
-    log_transition = chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), *ordered,
-                                 problem.structure, problem.fast)
+    log_transition = chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), ordered,
+                                problem.structure, problem.fast)
     return float(logsumexp(log_transition) - math.log(num_steps))
 
 

@@ -10,6 +10,7 @@ leave its range.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,17 +29,42 @@ FIRST_TOKEN = np.int64(0)  # where the sweeps into z* start (an int64 for the sa
 ABANDON_NATS = 30.0
 
 
-def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                 tie_rows, tie_earlier, valid, cell, has_valid, logs, beta):
-    """The urn conditional of one token (eq. 4.1) over the free configurations.
+class Scratch(NamedTuple):
+    """Work arrays of one token's conditional."""
 
-    ``weight`` gets the unnormalised conditional (its log when ``logs``, for products that could
-    leave the float64 range), ``prob`` the normalised conditional raised to the power ``beta``.
+    base: np.ndarray  # (rows,) each row's first entry at the token's cell
+    values: np.ndarray  # (L,) one row's values
+    weight: np.ndarray  # (L,) the unnormalised conditional (its log in log space)
+    prob: np.ndarray  # (L,) the normalised conditional, raised to the power β
+
+
+class OrderedRelabellings(NamedTuple):
+    """The distinct actions of the label symmetries on z*, in the order the kernel visits them
+    (built by :func:`bam_ppl.infer.gibbs.chib._ordered_relabellings`)."""
+
+    relabellings: np.ndarray  # (groups, L) one representative per group
+    images: np.ndarray  # (groups, D) its images of the configurations z* uses
+    log_sizes: np.ndarray  # (groups,) log of the group sizes
+    distinct: np.ndarray  # (T,) distinct configurations among z*'s first t + 1 tokens
+    shared_tokens: np.ndarray  # (D + 1,) leading tokens whose configurations are among the first d
+
+
+def _conditional(scratch, shifted, rows, cell, beta):
+    """The urn conditional of one token at ``cell`` (eq. 4.1) over the free configurations, with
+    ``scratch.base`` set to the cell's row bases; ``rows`` an
+    :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`.
+
+    ``scratch.weight`` gets the unnormalised conditional (its log when ``rows.log_space``, for
+    products that could leave the float64 range), ``scratch.prob`` the normalised conditional
+    raised to the power ``beta``.
     """
+    base, values, weight, prob = scratch
+    row_offset, tie_rows, tie_earlier, valid, has_valid = (rows.row_offset, rows.tie_rows, rows.tie_earlier,
+                                                           rows.valid, rows.has_valid)
     num_configs = weight.shape[0]
     total = 0.0
-    if logs:
-        log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
+    if rows.log_space:
+        log_urn_weights(weight, values, shifted, base, row_offset, rows.numerator_rows, rows.denominator_rows,
                         tie_rows, tie_earlier)
         if has_valid:
             for c in range(num_configs):
@@ -51,11 +77,11 @@ def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows
     else:
         for c in range(num_configs):
             weight[c] = 1.0
-        for r in numerator_rows:
+        for r in rows.numerator_rows:
             row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
             for c in range(num_configs):
                 weight[c] *= values[c]
-        for r in denominator_rows:
+        for r in rows.denominator_rows:
             row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
             for c in range(num_configs):
                 weight[c] /= values[c]
@@ -71,8 +97,8 @@ def _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows
 
 
 def _scratch(num_rows, num_configs):
-    """Work arrays of one token's conditional: row bases, one row's values, weights, probabilities."""
-    return np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs)
+    """:class:`Scratch` for ``num_rows`` rows and ``num_configs`` configurations."""
+    return Scratch(np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs))
 
 
 def _log_ratio(weight, new, old, logs):
@@ -113,13 +139,14 @@ def _pass(rng, mode, beta, shifted, config, order, rows, fast):
     DRAW draws from the conditional raised to the power ``beta`` (1: the Gibbs sweep; below 1:
     a sweep of the annealed target p(X, z)^beta). DRAW and ICM return the change of log p(X, z)
     (zero for ICM when no token moved); PLACE returns the log probability of the placed
-    configurations. ``fast``: (usable, FactorisedRows) of :class:`_Problem`; where usable the
-    rows are read as the collapsed-Gibbs backend's fast sweep reads them, with the same results.
+    configurations. ``rows``: the :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`;
+    ``fast``: their :class:`~bam_ppl.infer.gibbs.chib.TokenRows`, where usable read as the
+    collapsed-Gibbs backend's fast sweep reads them, with the same results.
     """
-    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-     logs, has_valid) = rows
+    token_cell, row_base, row_offset, moved, logs = rows.token_cell, rows.row_base, rows.row_offset, rows.moved, rows.log_space
     num_rows, num_configs = row_base.shape[0], row_offset.shape[1]
-    base, values, weight, prob = _scratch(num_rows, num_configs)
+    scratch = _scratch(num_rows, num_configs)
+    base, _, weight, prob = scratch
     result = 0.0
     for position in range(order.shape[0]):
         token = order[position]
@@ -135,8 +162,7 @@ def _pass(rng, mode, beta, shifted, config, order, rows, fast):
             if mode != PLACE:
                 for m in moved:
                     shifted[base[m] + row_offset[m, old]] -= 1.0
-            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                         tie_rows, tie_earlier, valid, cell, has_valid, logs, beta)
+            _conditional(scratch, shifted, rows, cell, beta)
         if mode == ICM:
             new = old
             for c in range(num_configs):
@@ -175,10 +201,10 @@ def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fa
     up to ``position`` must hold already). Returns (log T, T) after the last token, or (−inf, t)
     when the partial sum over the first t tokens falls below ``cutoff``; the tokens before the
     returned position stay at their targets (:func:`_retreat` moves them back)."""
-    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-     logs, has_valid) = rows
+    token_cell, row_base, row_offset, moved = rows.token_cell, rows.row_base, rows.row_offset, rows.moved
     num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
-    base, values, weight, prob = _scratch(num_rows, num_configs)
+    scratch = _scratch(num_rows, num_configs)
+    base, _, weight, prob = scratch
     for token in range(position, num_tokens):
         old = config[token]
         new = relabel[star[token]]
@@ -192,8 +218,7 @@ def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fa
                 base[r] = row_base[r, cell]
             for m in moved:
                 shifted[base[m] + row_offset[m, old]] -= 1.0
-            _conditional(weight, prob, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                         tie_rows, tie_earlier, valid, cell, has_valid, logs, 1.0)
+            _conditional(scratch, shifted, rows, cell, 1.0)
             for m in moved:
                 shifted[base[m] + row_offset[m, new]] += 1.0
         partial[token + 1] = partial[token] + math.log(prob[new])
@@ -205,7 +230,7 @@ def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fa
 def _retreat(shifted, config, star, relabel, start, stop, rows):
     """Move the tokens ``start``..``stop`` − 1 from their targets relabel(z*) back to z (undoes
     :func:`_advance`)."""
-    token_cell, row_base, row_offset, moved = rows[0], rows[1], rows[2], rows[8]
+    token_cell, row_base, row_offset, moved = rows.token_cell, rows.row_base, rows.row_offset, rows.moved
     for token in range(start, stop):
         cell = token_cell[token]
         for m in moved:
@@ -272,11 +297,10 @@ def icm_modes(rng, shifted, config, structure, fast):
     return passes
 
 
-def _transition_into_star(shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best,
-                          structure, fast):
+def _transition_into_star(shifted, config, star, ordered, best, structure, fast):
     """log (1/G) Σ_g T(z → g(z*)) over the label symmetries g; returns (value, new best).
 
-    The relabellings come grouped by their action on z* (:func:`_ordered_relabellings`): the
+    The relabellings come grouped by their action on z* (:class:`OrderedRelabellings`): the
     identity's group first, the others in the order of a trie of their images, each weighted by
     its group size exp(``log_sizes``). Two groups whose images agree on z*'s first d
     configurations move the first ``shared_tokens[d]`` tokens alike, so each
@@ -286,6 +310,7 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     configurations of z*'s first t tokens alike share that partial sum and are dropped without
     evaluation.
     """
+    relabellings, images, log_sizes, distinct, shared_tokens = ordered
     num_relabellings, width = images.shape
     terms = np.full(num_relabellings, -np.inf)
     partial = np.zeros(config.shape[0] + 1)
@@ -331,11 +356,10 @@ def _transition_into_star(shifted, config, star, relabellings, images, log_sizes
     return largest + math.log(total) - math.log(group_order), best
 
 
-def chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_sizes, distinct, shared_tokens,
-                structure, fast):
+def chib_steps(rng, s, num_steps, shifted, config, ordered, structure, fast):
     """log T'(z^(j) → z*) for j = 1..S around z* (held in ``shifted``/``config``), chain started
     at step s: z^(s) ~ T̃(z* → ·), T forward from it, T̃ backward. T' averages T over the label
-    symmetries (``relabellings``)."""
+    symmetries (``ordered``, :class:`OrderedRelabellings`)."""
     num_tokens = config.shape[0]
     forward = np.arange(num_tokens)
     backward = forward[::-1].copy()
@@ -348,14 +372,12 @@ def chib_steps(rng, s, num_steps, shifted, config, relabellings, images, log_siz
     for j in range(s, num_steps + 1):
         if j > s:
             _pass(rng, DRAW, 1.0, shifted, config, forward, structure, fast)
-        log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
+        log_transition[j - 1], best = _transition_into_star(shifted, config, star, ordered, best, structure, fast)
     shifted[:] = mid_shifted
     config[:] = mid_config
     for j in range(s - 1, 0, -1):
         _pass(rng, DRAW, 1.0, shifted, config, backward, structure, fast)
-        log_transition[j - 1], best = _transition_into_star(
-            shifted, config, star, relabellings, images, log_sizes, distinct, shared_tokens, best, structure, fast)
+        log_transition[j - 1], best = _transition_into_star(shifted, config, star, ordered, best, structure, fast)
     return log_transition
 
 
