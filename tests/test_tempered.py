@@ -846,3 +846,39 @@ def test_allocation_near_expected_counts_adds_up_to_the_data():
     assert bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
     result = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=2, reference=(cells, counts))
     assert np.isfinite(result.run_log_evidence).all()
+
+
+class _FixedParticles:
+    """Particles whose log-likelihoods stay as given: moves do nothing, resampling reorders them."""
+
+    def __init__(self, log_like):
+        self.log_like = np.asarray(log_like, np.float64)
+        self.moved_at = []
+
+    def resample(self, ancestors):
+        self.log_like = self.log_like[ancestors]
+
+    def move(self, beta):
+        self.moved_at.append(beta)
+
+
+def test_step_reweights_resamples_and_moves_as_a_tempered_smc_step():
+    """One step from β to β' adds log Σ W L^(β'−β) to log Ẑ, resamples below half the ESS, then moves at β'."""
+    log_like = np.array([0.0, -1.0, -30.0, -2.0])
+    particles = _FixedParticles(log_like)
+    solve = tempered.scheduled_temperature(np.array([0.25, 1.0]))
+    state = tempered.TemperedState(np.full(4, -np.log(4)), 0.0, 0.0)
+    ratio = lambda ps: ps.log_like  # noqa: E731
+    rng = np.random.default_rng(0)
+    state, info = tempered.step(rng, state, particles, ratio, solve, _FixedParticles.move)
+    assert state.beta == info.beta == 0.25 and state.log_z == pytest.approx(logsumexp(0.25 * log_like) - np.log(4))
+    assert not info.resampled and info.ess == pytest.approx(np.exp(2 * logsumexp(0.25 * log_like) - logsumexp(0.5 * log_like)))
+    before = state
+    state, info = tempered.step(rng, state, particles, ratio, solve, _FixedParticles.move)
+    assert state.beta == 1.0 and particles.moved_at == [0.25, 1.0]
+    assert state.log_z == pytest.approx(before.log_z + logsumexp(before.log_w + 0.75 * log_like))
+    assert info.resampled and np.allclose(state.log_w, -np.log(4))  # the ESS fell to 1.95 of 4
+    # the adaptive solver picks the largest β' whose conditional ESS fraction stays at rho
+    adaptive = tempered.adaptive_temperature(0.9)(tempered.TemperedState(np.full(4, -np.log(4)), 0.0, 0.0), log_like)
+    assert 0.0 < adaptive < 1.0
+    assert tempered.conditional_ess(np.full(4, -np.log(4)), log_like, adaptive) == pytest.approx(0.9, abs=1e-6)

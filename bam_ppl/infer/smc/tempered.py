@@ -155,6 +155,64 @@ def systematic_resample(rng: np.random.Generator, log_w_normalised: np.ndarray) 
     return np.minimum(np.searchsorted(cdf, positions, side="right"), num - 1)
 
 
+class TemperedState(NamedTuple):
+    """A tempered SMC run between two temperatures (the shape of BlackJAX's tempered SMC state):
+    the particles' normalised log weights, the temperature β and log Ẑ_β, the estimate so far of
+    the log normalising constant of π_β (the particles themselves are moved in place)."""
+
+    log_w: np.ndarray
+    beta: float
+    log_z: float
+
+
+class TemperedStepInfo(NamedTuple):
+    """One step: its temperature, the ESS after the reweighting, whether it resampled."""
+
+    beta: float
+    ess: float
+    resampled: bool
+
+
+def log_target_ratio(particles, tp: TemperedProblem) -> np.ndarray:
+    """Per particle, log of π₀ L over the start distribution (log L when the start is π₀): the
+    log incremental weight per unit of β."""
+    if tp.tilted:
+        return np.asarray(particles.log_prior) + np.asarray(particles.log_like) - np.asarray(particles.log_start)
+    return np.asarray(particles.log_like)
+
+
+def adaptive_temperature(rho: float):
+    """The temperature solver that keeps the conditional ESS fraction at ``rho`` (:func:`next_temperature`)."""
+    return lambda state, ratio: next_temperature(state.beta, state.log_w, ratio, rho)
+
+
+def scheduled_temperature(schedule: np.ndarray):
+    """The temperature solver of a fixed ``schedule`` (strictly increasing, ending at 1): the
+    first temperature above the current one."""
+    return lambda state, ratio: float(schedule[np.searchsorted(schedule, state.beta, side="right")])
+
+
+def step(rng: np.random.Generator, state: TemperedState, particles, log_ratio, solve_temperature, move,
+         resample=systematic_resample) -> tuple[TemperedState, TemperedStepInfo]:
+    """One step of the tempered SMC: the next temperature ``solve_temperature(state, ratio)``, the
+    reweighting by L^(β' − β) (``ratio = log_ratio(particles)``, the log weight per unit of β),
+    resampling (``resample(rng, log_w)``, ancestors) when the ESS falls below ``RESAMPLE_ESS`` of the
+    particles, then ``move(particles, β')``, a π_β'-invariant kernel, in place."""
+    num = state.log_w.size
+    ratio = log_ratio(particles)
+    beta = solve_temperature(state, ratio)
+    increment = (beta - state.beta) * ratio
+    log_z = state.log_z + _log_sum_exp(state.log_w + increment)
+    log_w = _normalise(state.log_w + increment)
+    ess = float(1.0 / np.exp(_log_sum_exp(2.0 * log_w)))
+    resampled = ess < RESAMPLE_ESS * num
+    if resampled:
+        particles.resample(resample(rng, log_w))
+        log_w = np.full(num, -np.log(num))
+    move(particles, beta)
+    return TemperedState(log_w, beta, log_z), TemperedStepInfo(beta, ess, resampled)
+
+
 class TemperedRun(NamedTuple):
     """One run: log evidence, schedule and diagnostics, the best allocation it visited."""
 
@@ -219,11 +277,6 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
                           exact_like - float(np.asarray(particles.log_like)[0]),
                           exact_start - float(np.asarray(particles.log_start)[0]) if tp.tilted else 0.0)
 
-    def log_ratio():
-        """log of π₀ L over the start distribution (log L when the start is π₀)."""
-        if tp.tilted:
-            return np.asarray(particles.log_prior) + np.asarray(particles.log_like) - np.asarray(particles.log_start)
-        return np.asarray(particles.log_like)
     best_value, best_config = -np.inf, None
 
     def visit():
@@ -237,35 +290,25 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
     visit()
     # Most draws from π₀ sharing one likelihood value (tiny concentrations put every token in one
     # configuration) means the posterior's allocations are rare under π₀: warned about below.
-    like = log_ratio()
+    like = log_target_ratio(particles, tp)
     _, repeats = np.unique(np.round(like / max(1.0, float(np.abs(like).max())), 9), return_counts=True)
     degenerate = bool(tp.visible_numerators.size + tp.visible_denominators.size) and num > 1 and \
         repeats.max() > DEGENERATE_SHARE * num
     log_w = np.full(num, -np.log(num)) if initial_log_w is None else np.asarray(initial_log_w, np.float64)
-    log_z = tp.constant + tp.log_z0
-    beta, betas, resamplings, min_ess = 0.0, [], 0, float(num)
-    while beta < 1.0:
-        ratio = log_ratio()
-        if schedule is None:
-            new_beta = next_temperature(beta, log_w, ratio, rho)
-        else:
-            new_beta = float(schedule[len(betas)])
-        increment = (new_beta - beta) * ratio
-        log_z += _log_sum_exp(log_w + increment)
-        log_w = _normalise(log_w + increment)
-        beta = new_beta
-        betas.append(beta)
-        ess = float(1.0 / np.exp(_log_sum_exp(2.0 * log_w)))
-        min_ess = min(min_ess, ess)
-        if ess < RESAMPLE_ESS * num:
-            particles.resample(systematic_resample(rng, log_w))
-            log_w = np.full(num, -np.log(num))
-            resamplings += 1
-        particles.move(beta, num_sweeps, *block_moves)
+    state = TemperedState(log_w, 0.0, tp.constant + tp.log_z0)
+    solve = adaptive_temperature(rho) if schedule is None else scheduled_temperature(schedule)
+    betas, resamplings, min_ess = [], 0, float(num)
+    while state.beta < 1.0:
+        state, info = step(rng, state, particles, lambda ps: log_target_ratio(ps, tp), solve,
+                           lambda ps, beta: ps.move(beta, num_sweeps, *block_moves))
+        betas.append(info.beta)
+        min_ess = min(min_ess, info.ess)
+        resamplings += info.resampled
         visit()
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
+    log_w, log_z = state.log_w, state.log_z
     log_relabelled = 0.0
     if final_log_weights is not None:
         weights = final_log_weights(particles)
