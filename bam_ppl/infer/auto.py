@@ -102,17 +102,13 @@ AUTO_SCOUT_CLOSE = 4
 AUTO_VB_RESTARTS = 100
 AUTO_VB_SCREEN = dict(screen_iters=200, screen_keep=10)
 AUTO_VB_REFERENCES = 2
-# The VB bound (details["vb_bound"]) is the best of those restarts and of VB runs from the best
-# allocation of every part (vb's ``start``): coordinate ascent from a sampled allocation climbs to
-# the optimum of its basin, far above what random restarts reach, which makes "an estimate below
-# the VB bound is wrong" a check that bites.
-# A search whose best basin at most AUTO_FRAGILE_STARTS independent starts reached (the samplers'
-# best allocation, the VB fit, each scout: ``basin_starts``) is one that another key may end in
-# another basin, and the runs of one call, which share its search, cannot show that: bam.log_evidence
-# then pools AUTO_FRAGILE_CALLS calls with keys of their own (details["advised_calls"]), whose
-# spread the stated error includes (bam_ppl.estimate.pool_calls); ICEWS under Tucker(4, 4, 1) in
-# benchmarks/README.md. Also where the scout batches ran out while their rule still asked for more
-# (the best basin a scout's, fewer than AUTO_SCOUT_CLOSE references near it). Not from
+# The VB bound (details["vb_bound"]) is the best of those restarts and of VB runs from every part's
+# best allocation (vb's ``start``), which climb to their basin's optimum: a bound that bites.
+
+# A search whose best basin at most AUTO_FRAGILE_STARTS independent starts reached (``basin_starts``),
+# or whose scout batches ran out while their rule still asked for more, may end in another basin under
+# another key, which the runs of one call cannot show: bam.log_evidence then pools AUTO_FRAGILE_CALLS
+# calls with keys of their own (details["advised_calls"], bam_ppl.estimate.pool_calls). Not from
 # AUTO_SAMPLERS_MAX_TOKENS tokens on, where the samplers' start is reliable and calls are long.
 AUTO_FRAGILE_STARTS = 2
 AUTO_FRAGILE_CALLS = 3
