@@ -9,6 +9,17 @@ SMC from a reference around the best allocation found (:func:`tempered_then_chib
 the benchmarks in benchmarks/README.md; the estimate's ``method`` is ``"auto"``, its ``pipeline``
 names the estimators whose runs make the value (``"exact"``, ``"tempered+chib"``, ``"reference"``,
 …) and ``details["reason"]`` says why they were chosen.
+
+Why several estimators. Each is a stochastic lower bound of log p(X) — exp of each is an unbiased
+(the tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
+log p(X) + b with probability at most e^(−b) — and each fails low in its own way: the tempered SMC
+from the prior when its single-token moves lag behind the tempered targets (on sparse CP tensors,
+for instance), Chib when its z* lies in a poorer mode than the posterior's bulk or its transition
+probabilities spread over many orders of magnitude (large T), the reference-started SMC when the
+posterior has modes away from its reference. The highest of k exceeds log p(X) + b with
+probability at most k e^(−b), so keeping it costs at most log k of that guarantee and gains the
+best estimator's accuracy. Runs of estimators that agree with the highest are pooled: a mean of
+unbiased estimates, with the guarantee e^(−b).
 """
 
 from __future__ import annotations
@@ -213,41 +224,18 @@ def advised_calls(est: EvidenceEstimate, num_tokens: int) -> tuple[int, str | No
 
 
 def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
-    """The tempered SMC, then the Chib-style estimator with tempered run r's best allocation as
-    a candidate for the z* of Chib run r (so that the Chib runs stay independent and their
-    spread honest), then from AUTO_REFERENCE_MIN_TOKENS tokens on the tempered SMC from a
-    reference built by posterior chains from the best allocation either found and from poor
-    starts (:func:`reference_stage`); the highest estimate is reported, or the runs of those that
-    agree with it pooled. From AUTO_SAMPLERS_MAX_TOKENS tokens on only the last runs, from the best
-    allocation of the pilot run that sizes the tempered SMC.
+    """The tempered SMC and Chib from its best allocations (:func:`_samplers_stage`), then from
+    AUTO_REFERENCE_MIN_TOKENS tokens on the tempered SMC from references (:func:`reference_stage`);
+    the highest estimate is reported, or the runs of those within AGREE_STDERRS combined standard
+    errors of it pooled where that lowers the error (why several: the module docstring). From
+    AUTO_SAMPLERS_MAX_TOKENS tokens on only the reference part runs.
 
-    Why several. Each is a stochastic lower bound of log p(X) — exp of each is an unbiased (the
-    tempered SMC: nearly, with its adaptive schedule) estimate of p(X), so its log exceeds
-    log p(X) + b with probability at most e^(−b) — and each fails low in its own way: the
-    tempered SMC from the prior when its single-token moves lag behind the tempered targets
-    (on sparse CP tensors, for instance), Chib when its z*
-    lies in a poorer mode than the posterior's bulk or its transition probabilities spread over
-    many orders of magnitude (large T), the reference-started SMC when the posterior has modes
-    away from its reference. The highest of k exceeds log p(X) + b with probability at most
-    k e^(−b), so keeping it costs at most log k of that guarantee and gains the best estimator's
-    accuracy. The tempered SMC's best allocation is often better than what Chib's own search
-    finds, hence the order. When others agree with the highest (within AGREE_STDERRS combined
-    standard errors) and pooling lowers the error, the runs of all of them are pooled (pipeline
-    ``"tempered+chib"``, ``"chib+reference"``, …): a mean of unbiased estimates, with the
-    guarantee e^(−b). The estimate's ``method`` is ``"auto"`` and its ``pipeline`` names the parts
-    kept or pooled. ``options`` go to the estimator that takes them (``max_configs`` to all,
-    ``engine`` to the tempered SMC only: Chib runs on the numba CPU kernel; the rest by name;
-    the reference-started SMC runs with AUTO_REFERENCE_OPTIONS).
-
-    The tempered SMC runs with 256 particles where a pilot run's schedule is short and 16 where
-    it is long, at most 64 from AUTO_REFERENCE_CARRIES_TOKENS tokens on
-    (:func:`tempered_stage_options`), unless ``num_particles`` is given.
-
-    ``lower_bound`` is the largest of the parts' and the pilot's sure lower bounds (its allocation:
-    ``details["best_cells"]``, ``details["best_counts"]``). ``info`` is an
-    :class:`~bam_ppl.infer.info.AutoInfo`: the parts by name (``"tempered"``, ``"chib"``,
-    ``"reference"``: method, value, stderr, lower bound, runs, details), the VB bound, the stages,
-    and where one part is kept its name, its own info and the next highest part (``cross_check``).
+    ``options`` go to the estimator that takes them (``max_configs`` to all, ``engine`` to the
+    tempered SMC only: Chib runs on the numba CPU kernel); the tempered SMC's particles follow a
+    pilot run (:func:`tempered_stage_options`) unless ``num_particles`` is given. The estimate's
+    ``method`` is ``"auto"``, its ``pipeline`` names the parts kept or pooled, ``lower_bound`` is
+    the largest of the parts' and the pilot's sure lower bounds, and ``info`` an
+    :class:`~bam_ppl.infer.info.AutoInfo` (the parts, the VB bound, the stages, the part kept).
     """
     tempered_fn, chib_fn = find_evidence("tempered", model), find_evidence("chib", model)
     key = as_key(rng_key)
@@ -259,17 +247,9 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
     tempered_options, stage, pilot = tempered_stage_options(model, data, pilot_key, mine(tempered_fn))
     parts, chib_warnings = {}, []
     if tokens < AUTO_SAMPLERS_MAX_TOKENS:
-        logger.info("auto evidence: tempered SMC, %d particles (the pilot's schedule: %d temperatures)",
-                    stage["num_particles"], stage["pilot_temperatures"])
-        parts["tempered"] = tempered = tempered_fn(model, data, rng_key=tempered_key, **tempered_options)
-        logger.info("auto evidence: tempered SMC %.2f ± %.2f", tempered.value, tempered.stderr)
-        start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
         chib_options = {k: v for k, v in mine(chib_fn).items() if k != "engine"}  # Chib runs on the CPU (numba)
-        logger.info("auto evidence: Chib-style estimate from the tempered SMC's best allocations")
-        with warnings.catch_warnings(record=True) as chib_warnings:  # passed on below, if they concern the result
-            warnings.simplefilter("always")
-            parts["chib"] = chib_fn(model, data, rng_key=chib_key, **chib_options, start=start)
-        logger.info("auto evidence: Chib %.2f ± %.2f", parts["chib"].value, parts["chib"].stderr)
+        parts, chib_warnings = _samplers_stage(model, data, (tempered_key, chib_key), stage, tempered_options,
+                                               chib_options)
     # A further, deterministic yardstick at little cost: an estimate below the VB bound is wrong, and
     # EvidenceWarning says so. VB runs from the best allocation of every part too (see AUTO_VB_REFERENCES).
     vb_fn = find_evidence("vb", model)
@@ -299,6 +279,25 @@ def tempered_then_chib(model, data, rng_key, options) -> EvidenceEstimate:
         if "chib" in est.pipeline.split("+") or NO_SYMMETRIES not in str(caught.message):
             warnings.warn(caught.message, caught.category, stacklevel=3)
     return est
+
+
+def _samplers_stage(model, data, keys, stage, tempered_options, chib_options):
+    """The tempered SMC, then Chib with tempered run r's best allocation as a candidate for the z*
+    of Chib run r (so that the Chib runs stay independent and their spread honest); returns the
+    two estimates by name and Chib's warnings (:func:`tempered_then_chib` passes on those that
+    concern its result)."""
+    tempered_key, chib_key = keys
+    logger.info("auto evidence: tempered SMC, %d particles (the pilot's schedule: %d temperatures)",
+                stage["num_particles"], stage["pilot_temperatures"])
+    tempered = find_evidence("tempered", model)(model, data, rng_key=tempered_key, **tempered_options)
+    logger.info("auto evidence: tempered SMC %.2f ± %.2f", tempered.value, tempered.stderr)
+    start = list(zip(tempered.details["run_best_cells"], tempered.details["run_best_counts"]))
+    logger.info("auto evidence: Chib-style estimate from the tempered SMC's best allocations")
+    with warnings.catch_warnings(record=True) as chib_warnings:
+        warnings.simplefilter("always")
+        chib = find_evidence("chib", model)(model, data, rng_key=chib_key, **chib_options, start=start)
+    logger.info("auto evidence: Chib %.2f ± %.2f", chib.value, chib.stderr)
+    return {"tempered": tempered, "chib": chib}, list(chib_warnings)
 
 
 def reference_stage(model, data, key, found, vb, tempered_options):
