@@ -306,19 +306,17 @@ def reference_stage(model, data, key, found, vb, tempered_options):
 
     The start allocations: the one of ``found`` (the estimate whose sure lower bound is highest);
     the VB fit's expected counts rounded (AUTO_VB_REFERENCES references; half of
-    AUTO_REFERENCE_CANDIDATES when the VB bound lies above the log π(S) of ``found``: NMF(4) at
-    T = 64 000, where VB's mode was far better than any the samplers found); and the best
-    allocations of AUTO_SCOUTS cheap runs of the tempered SMC from the prior, whose chains find
-    basins the good starts' chains do not reach (see AUTO_SCOUTS and AUTO_VB_RESTARTS).
-    References are built from the good starts and one from each scout
-    by independent chains (:func:`bam_ppl.infer.smc.references.references_from_allocations`), each
-    is tried by a pilot run (AUTO_REFERENCE_PILOT); while the best pilot is a scout's and fewer
-    than AUTO_SCOUT_CLOSE pilots lie near it, another batch of scouts is sent
-    (AUTO_SCOUT_BATCHES, :func:`more_scouts`); and the main estimate
+    AUTO_REFERENCE_CANDIDATES when the VB bound lies above the log π(S) of ``found``: the samplers
+    never reached VB's region); and the best allocations of AUTO_SCOUTS cheap runs of the tempered
+    SMC from the prior, whose chains find basins the good starts' chains do not reach.
+    References are built from the good starts and one from each scout by independent chains
+    (:func:`bam_ppl.infer.smc.references.references_from_allocations`), each tried by a pilot run
+    (AUTO_REFERENCE_PILOT); while the best pilot is a scout's and fewer than AUTO_SCOUT_CLOSE pilots
+    lie near it, another batch of scouts is sent (:func:`more_scouts`). The main estimate
     (AUTO_REFERENCE_OPTIONS) runs from the candidates whose pilots lie within
-    AUTO_REFERENCE_PILOT_MARGIN nats of the best, best first, in turn (:func:`runs_from_pilots`): the runs replicate the choice among the references the
-    pilots cannot tell apart, so that their spread, the stated error, includes how much it
-    varies. The pilots and scouts have keys of their own, so the main runs stay unbiased.
+    AUTO_REFERENCE_PILOT_MARGIN nats of the best, in turn (:func:`runs_from_pilots`), so that the
+    runs' spread, the stated error, includes how the choice varies. The pilots and scouts have keys
+    of their own, so the main runs stay unbiased.
     """
     tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("engine", "max_configs")}
