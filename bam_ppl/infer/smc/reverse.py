@@ -40,7 +40,7 @@ from ..info import UpperBoundInfo
 from ..prepare import prepare
 from .references import Reference, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
-from .tempered import NUM_BLOCKS
+from .tempered import NUM_BLOCKS, log_target_ratio
 from .tempered_jax import JaxParticles
 from .tempered_numba import NumbaParticles
 from .tempered_problem import build_tempered_problem
@@ -68,14 +68,6 @@ class ReverseRuns(NamedTuple):
 def fixed_schedule(num_temperatures: int) -> np.ndarray:
     """(K + 1,) temperatures β_k = 1 − (1 − k / K)^SCHEDULE_POWER, k = 0..K, from 0 to 1."""
     return 1.0 - (1.0 - np.arange(num_temperatures + 1) / num_temperatures) ** SCHEDULE_POWER
-
-
-def _log_ratio(particles, tp) -> np.ndarray:
-    """log of π₀ L over the start distribution at every particle (log L when the start is π₀):
-    log f_β = log start + β × this, as in the forward sampler."""
-    if tp.tilted:
-        return np.asarray(particles.log_prior) + np.asarray(particles.log_like) - np.asarray(particles.log_start)
-    return np.asarray(particles.log_like)
 
 
 def relabel_move(particles, tp, relabellings: np.ndarray, beta: float, rng: np.random.Generator) -> None:
@@ -119,7 +111,7 @@ def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabel
     log_weights = np.zeros(particles.num_particles)
     every = max(1, (schedule.size - 1) // RELABEL_MOVES)
     for step, (upper, lower) in enumerate(zip(schedule[:0:-1], schedule[-2::-1]), start=1):
-        log_weights += (lower - upper) * _log_ratio(particles, tp)
+        log_weights += (lower - upper) * log_target_ratio(particles, tp)
         if lower > 0.0:
             particles.move(float(lower), num_sweeps)
             if relabellings is not None and step % every == 0:
