@@ -72,7 +72,7 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
             particles = mixture.MixtureParticles(tp, num_particles, keys[:-1].astype(np.uint32), pool, start)
             run = tempered._one_run(
                 particles, references.with_reference(tp, start.log_q[0]), np.random.default_rng(keys[-1].astype(np.uint32)),
-                0.9, 1, schedule, initial_log_w=particles.initial_log_weights(),
+                tempered.PathOptions(0.9, 1, schedule), initial_log_w=particles.initial_log_weights(),
                 final_log_weights=lambda ps: mixture.mixture_log_weights(tp, ps.start, symmetry, np.asarray(ps.config),
                                                                          ps.component))
             assert np.all(np.diff(particles.component) >= 0)  # components stay contiguous through resampling

@@ -487,69 +487,41 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
                       label_symmetry: bool = True, engine: str = "auto",
                       max_configs: int = DEFAULT_MAX_CONFIGS, progress_bar: bool | None = None,
                       start=None) -> EvidenceEstimate:
-    """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009).
+    """Chib-style estimate of log p(X) from collapsed Gibbs (Murray & Salakhutdinov 2009), a
+    method of another kind than the SMC estimators, as a cross-check of them.
 
-    log p(X) = log p(X, z*) − log p(z* | X) for a token labelling z* of high probability, with
-    p(z* | X) estimated by averaging the exact transition probabilities T(z^(s) → z*) of a
-    systematic-scan Gibbs chain of ``num_samples`` sweeps run backwards and forwards from z*:
-    Murray & Salakhutdinov (2009, "Evaluating probabilities under high-dimensional latent
-    variable models"); Wallach, Murray, Salakhutdinov & Mimno (2009, "Evaluation methods for
-    topic models"); after Chib (1995, "Marginal likelihood from the Gibbs output"). A method of
-    another kind than the SMC estimators, as a cross-check of them.
-
-    Each run's p(X, z*) / p̂(z* | X) is an unbiased estimate of p(X), so its log is a stochastic
-    lower bound of log p(X): low in expectation (Jensen), and above log p(X) + b with
-    probability at most e^(−b). Runs are pooled by log-mean-exp. The estimate relies on the
-    search finding z* in the dominant mode: a z* in a poor local mode (too few
-    ``num_search_sweeps``) gives a value far too low although its runs agree; it shows as a ``lower_bound``
-    (log π of the searched states) below other estimators' sure bounds, or as calls with other
-    keys that disagree. See the module documentation for z*, the label symmetries and the bias.
+    log p(X) = log p(X, z*) − log p̂(z* | X) for a searched token labelling z*, with p(z* | X)
+    the average of the exact transition probabilities T(z^(s) → z*) of a Gibbs chain of
+    ``num_samples`` sweeps run backwards and forwards from z* (Chib 1995; Wallach et al. 2009).
+    Each run is an unbiased estimate of p(X); runs are pooled by log-mean-exp. A z* in a poor mode
+    gives a value far too low although the runs agree: it shows as a ``lower_bound`` below other
+    estimators' sure bounds (module documentation: z*, the label symmetries, the bias).
 
     Parameters
     ----------
-    model : AllocationModel
-    data : array-like or CountTensor
-    rng_key : int or JAX key
-    num_chains : int
-        Independent runs (formerly ``num_runs``), each a search group's z* and one chain around
-        it (threads); their spread gives the standard error.
-    num_searches : int
-        Search chains for z* (threads), split into min(num_chains, num_searches) groups.
+    num_chains, num_searches : int
+        Independent runs (formerly ``num_runs``), each a search group's z* and one chain around it;
+        search chains for z*, split into min(num_chains, num_searches) groups (all in threads).
     num_search_sweeps : int, optional
-        Annealed random-order Gibbs sweeps of each search chain for z* (>= 0; formerly
-        ``num_warmup``). Default: two per token, at least 2000 and at most 10 000; the cost is
-        O(num_searches × T × num_search_sweeps). With a ``start``, 2000: the search then only
-        has to beat a good allocation.
+        Annealed Gibbs sweeps of each search chain (formerly ``num_warmup``); default two per token,
+        within [2000, 10 000], and 2000 with a ``start``.
     num_samples : int
-        Sweeps S of each chain around z*, every one entering the estimate of p(z* | X) (>= 1;
-        formerly ``num_steps``).
+        Sweeps of each chain around z* (formerly ``num_steps``).
     label_symmetry : bool
-        Average the transition probabilities over the relabellings of latent nodes that leave
-        p(X, z) unchanged (up to MAX_RELABELLINGS = 8! of them); without it the estimate is low
-        by up to the log of their number when the chain does not switch labels.
+        Average the transition probabilities over the relabellings that leave p(X, z) unchanged
+        (up to 8! of them); without it the estimate is low by up to log of their number.
     engine : {"auto", "numba"}
-        Only the numba CPU kernel exists (formerly ``kernel``); ``"jax"`` raises a ValueError.
-    max_configs : int
-        Largest number of joint free-node configurations enumerated per token.
-    progress_bar : bool or None
-        A tqdm bar over the searches and chains; ``None``: for more than 2000 tokens (:mod:`bam_ppl.progress`).
+        Only the numba CPU kernel exists (formerly ``kernel``).
+    max_configs, progress_bar
+        Largest number of free-node configurations enumerated per token; a tqdm bar (None: over 2000 tokens).
     start : (cells, counts) or list of them, optional
-        Allocations to consider for z* besides the searched ones, each as full cells (n, nodes)
-        and their counts (n,) adding up to X: e.g. the best allocation of every tempered SMC run
-        (``details["run_best_cells"]``, ``details["run_best_counts"]`` of ``method="tempered"``).
-        Each is refined by iterated conditional modes and competes with the search results of
-        run r (start r modulo their number). Chosen independently of the chains, they keep each
-        run unbiased; runs are independent when their starts are.
+        Allocations that compete with run r's searched z* (start r modulo their number) after
+        iterated conditional modes, e.g. a tempered run's ``details["run_best_cells"]``,
+        ``details["run_best_counts"]``; chosen independently of the chains, they keep runs unbiased.
 
-    Returns
-    -------
-    EvidenceEstimate
-        ``kind="estimate"``; stderr from the spread of the runs (:func:`bam_ppl.evidence.pool_runs`;
-        nan for one run). ``lower_bound``: the largest log π(S) of the searched and started
-        states (eq. 3.11 with its multinomial coefficient), a sure lower bound on log p(X), whose
-        allocation is ``details["best_cells"]`` (n, nodes) and ``details["best_counts"]`` (n,).
-        ``info``: a :class:`~bam_ppl.infer.info.ChibInfo` (each run's log p(X, z*) and
-        log p̂(z* | X), the searches' results, |G|, the settings).
+    Returns an :class:`~bam_ppl.estimate.EvidenceEstimate`: ``lower_bound`` the largest log π(S) of the
+    searched and started states (a sure bound), its allocation ``details["best_cells"]``,
+    ``details["best_counts"]``; ``info`` a :class:`~bam_ppl.infer.info.ChibInfo`.
     """
     began = time.perf_counter()
     num_runs, num_searches, num_warmup, num_steps, kernel = _check_options(
@@ -561,17 +533,33 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
         num_warmup = int(np.clip(per_token, DEFAULT_NUM_WARMUP, MAX_DEFAULT_NUM_WARMUP))
     problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
     start_configs = [problem.configs_of_allocation(bound, data, layout, one) for one in as_allocations(start)]
-    bar = make_bar(num_searches + num_runs, "chib", resolve_progress(progress_bar, long_run=data.total > 2000),
-                   unit="chain")
+    show = resolve_progress(progress_bar, long_run=data.total > 2000)
+    bar = make_bar(num_searches + num_runs, "chib", show, unit="chain")
     try:
-        searches, starts, stars, log_posterior = _runs(problem, key, start_configs, num_runs, num_searches,
-                                                       num_warmup, num_steps, bar)
+        runs = _runs(problem, key, start_configs, num_runs, num_searches, num_warmup, num_steps, bar)
     finally:
         bar.close()
-    values = np.array([star["log_joint"] for star in stars]) - np.array(log_posterior)
+    settings = dict(num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches)
+    return _estimate(problem, (bound, data, layout), runs, dict(settings, kernel=kernel), began)
+
+
+class ChibRuns(NamedTuple):
+    """What :func:`_runs` found: the searches (a list per group), the refined starts, each run's z*
+    and each run's log p̂(z* | X)."""
+
+    searches: list
+    starts: list
+    stars: list
+    log_posterior: list
+
+
+def _estimate(problem: _Problem, prepared, runs: ChibRuns, settings: dict, began: float) -> EvidenceEstimate:
+    """The :class:`~bam_ppl.estimate.EvidenceEstimate` of the runs, built at the boundary."""
+    bound, data, layout = prepared
+    values = np.array([star["log_joint"] for star in runs.stars]) - np.array(runs.log_posterior)
     value, stderr = pool_runs(values)
-    searched = [found for group in searches for found in group]
-    best = max(searched + starts, key=lambda found: found["log_prob"])
+    searched = [found for group in runs.searches for found in group]
+    best = max(searched + runs.starts, key=lambda found: found["log_prob"])
     keys, best_counts = np.unique(problem.structure.token_cell * problem.num_configs + best["config"],
                                   return_counts=True)
     best_cells = bound.full_cells(data, layout)[keys // problem.num_configs, keys % problem.num_configs]
@@ -581,20 +569,19 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
         details=dict(run_log_evidence=values.tolist(), lower_bound=best["log_prob"], best_cells=best_cells,
                      best_counts=best_counts),
         info=ChibInfo(
-            log_joint_star=[float(star["log_joint"]) for star in stars],
+            log_joint_star=[float(star["log_joint"]) for star in runs.stars],
             search_log_joint=[found["log_joint"] for found in searched],
-            start_log_joint=[found["log_joint"] for found in starts],
-            log_posterior_star=log_posterior,
-            icm_passes=[found["icm_passes"] for found in searched + starts],
-            num_relabellings=int(problem.relabellings.shape[0]),
-            num_steps=num_steps, num_warmup=num_warmup, num_runs=num_runs, num_searches=num_searches, kernel=kernel),
+            start_log_joint=[found["log_joint"] for found in runs.starts],
+            log_posterior_star=runs.log_posterior,
+            icm_passes=[found["icm_passes"] for found in searched + runs.starts],
+            num_relabellings=int(problem.relabellings.shape[0]), **settings),
     )
 
 
 def _runs(problem: _Problem, key, start_configs, num_runs: int, num_searches: int, num_warmup: int,
-          num_steps: int, bar):
-    """The searches (a list per group), the refined starts, each run's z* (the best of its group's
-    searches and its start) and each run's log p̂(z* | X), searches and chains in threads."""
+          num_steps: int, bar) -> ChibRuns:
+    """The searches, the refined starts, each run's z* (the best of its group's searches and its
+    start) and each run's log p̂(z* | X) (:class:`ChibRuns`), searches and chains in threads."""
     search_key, chain_key = jax.random.split(key)
     search_rngs = [numpy_generator(k) for k in jax.random.split(search_key, num_searches)]
     chain_rngs = [numpy_generator(k) for k in jax.random.split(chain_key, num_runs)]
@@ -614,4 +601,4 @@ def _runs(problem: _Problem, key, start_configs, num_runs: int, num_searches: in
         bar.update(num_searches)
         stars = [max(searches[r % len(groups)] + ([starts[r % len(starts)]] if starts else []),
                      key=lambda found: found["log_joint"]) for r in range(num_runs)]
-        return searches, starts, stars, list(pool.map(chain, range(num_runs)))
+        return ChibRuns(searches, starts, stars, list(pool.map(chain, range(num_runs))))

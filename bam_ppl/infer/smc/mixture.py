@@ -52,7 +52,7 @@ from ..registry import register_evidence
 from ..variational.vb import _fit as _vb_fit
 from .references import configs_from_counts, kernel_counts, settled_reference, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
-from .tempered import NUM_BLOCKS, TemperedRun, _one_run, pooled
+from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, kernel_tables, numba
 from .tempered_problem import TemperedProblem, best_allocation, build_tempered_problem
 
@@ -205,7 +205,7 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
     scout_tp = problem.scout_tp
     particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
     if annealed:
-        result = _one_run(particles, scout_tp, np.random.default_rng(seeds[1]), options.rho, 1, None)
+        result = _one_run(particles, scout_tp, np.random.default_rng(seeds[1]), PathOptions(options.rho))
         config, value = result.best_config, result.log_evidence
     else:
         particles.initialise()
@@ -258,7 +258,8 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
 
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
-                   options.rho, 1, None, initial_log_w=particles.initial_log_weights(), final_log_weights=last_weights)
+                   PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
+                   final_log_weights=last_weights)
     return MixtureRun(run.log_evidence + run.log_relabelled, run, [f.config for f in found],
                       [f.log_evidence for f in found], [f.sweeps for f in found])
 

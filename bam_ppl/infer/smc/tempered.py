@@ -262,12 +262,22 @@ class TemperedResult(NamedTuple):
     reference_sweeps: int | None = None
 
 
-def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_sweeps, schedule,
-             block_moves=(0, 0, 0), symmetry=None, initial_log_w=None, final_log_weights=None):
-    """One tempered SMC run over ``particles`` (already allocated); see :func:`run_tempered`
-    (``block_moves``: cell, pair and node moves per temperature). ``initial_log_w`` (P,) the
-    normalised start weights (default equal); ``final_log_weights`` a function of the particles
-    returning the log weights of the last reweighting (default: the label symmetries')"""
+class PathOptions(NamedTuple):
+    """How a run travels from β = 0 to 1 (:func:`run_tempered`): the adaptive schedule's ``rho``
+    or a fixed ``schedule``, and per temperature ``num_sweeps`` Gibbs sweeps and ``block_moves``
+    (cell, pair and node moves)."""
+
+    rho: float = 0.9
+    num_sweeps: int = 1
+    schedule: np.ndarray | None = None
+    block_moves: tuple = (0, 0, 0)
+
+
+def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: PathOptions, symmetry=None,
+             initial_log_w=None, final_log_weights=None):
+    """One tempered SMC run over ``particles`` (already allocated) along ``path``. ``initial_log_w``
+    (P,) the normalised start weights (default equal); ``final_log_weights`` a function of the
+    particles returning the log weights of the last reweighting (default: the label symmetries')."""
     num = particles.num_particles
     particles.initialise()
     # Constant factors the rows leave out (equal for every allocation): fixed from one particle.
@@ -296,17 +306,17 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, rho, num_
         repeats.max() > DEGENERATE_SHARE * num
     log_w = np.full(num, -np.log(num)) if initial_log_w is None else np.asarray(initial_log_w, np.float64)
     state = TemperedState(log_w, 0.0, tp.constant + tp.log_z0)
-    solve = adaptive_temperature(rho) if schedule is None else scheduled_temperature(schedule)
+    solve = adaptive_temperature(path.rho) if path.schedule is None else scheduled_temperature(path.schedule)
     betas, resamplings, min_ess = [], 0, float(num)
     while state.beta < 1.0:
         state, info = step(rng, state, particles, lambda ps: log_target_ratio(ps, tp), solve,
-                           lambda ps, beta: ps.move(beta, num_sweeps, *block_moves))
+                           lambda ps, beta: ps.move(beta, path.num_sweeps, *path.block_moves))
         betas.append(info.beta)
         min_ess = min(min_ess, info.ess)
         resamplings += info.resampled
         visit()
         if len(betas) >= MAX_TEMPERATURES:
-            raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={rho}); lower rho, or use "
+            raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={path.rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
     log_w, log_z = state.log_w, state.log_z
     log_relabelled = 0.0
@@ -354,28 +364,30 @@ def _check_schedule(schedule):
     return values
 
 
-def _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar, max_configs,
-                   start_a=None, cell_moves=0, pair_moves=0, reference_sweeps=0, node_moves=0):
-    check_int(num_particles, "num_particles", minimum=2)
-    check_int(num_runs, "num_runs", minimum=1)
+def _path_options(rho, num_sweeps, schedule, cell_moves=0, pair_moves=0, node_moves=0) -> PathOptions:
+    """The :class:`PathOptions` of the options given, checked before any work."""
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
-    check_int(num_sweeps, "num_sweeps", minimum=1)
-    schedule = _check_schedule(schedule)
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
-    check_choice(kernel, "kernel", KERNELS)
+    moves = tuple(check_int(value, name, minimum=0) for value, name in
+                  ((cell_moves, "cell_moves"), (pair_moves, "pair_moves"), (node_moves, "node_moves")))
+    return PathOptions(float(rho), check_int(num_sweeps, "num_sweeps", minimum=1), _check_schedule(schedule), moves)
+
+
+def _check_options(num_particles, num_runs, engine, progress_bar, max_configs, start_a=None, reference_sweeps=0) -> str:
+    """Check the sizes and settings of a call before any work; the kernel ``engine`` names."""
+    check_int(num_particles, "num_particles", minimum=2)
+    check_int(num_runs, "num_chains", minimum=1)
+    if not isinstance(engine, str):
+        raise TypeError(f"engine must be a string, got {type(engine).__name__}")
+    check_choice(engine, "engine", KERNELS)
     resolve_progress(progress_bar)  # validates
     check_int(max_configs, "max_configs", minimum=1)
     if start_a is not None:
         check_positive(start_a, "start_a")
-    check_int(cell_moves, "cell_moves", minimum=0)
-    check_int(pair_moves, "pair_moves", minimum=0)
-    check_int(node_moves, "node_moves", minimum=0)
     if reference_sweeps is not None:
         check_int(reference_sweeps, "reference_sweeps", minimum=0)
-    return schedule
+    return resolve_kernel(engine)
 
 
 def pooled(run_log_evidence) -> tuple[float, float]:
@@ -396,111 +408,67 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
     Parameters
     ----------
     model, data, rng_key
-        The AllocationModel, its counts (array-like or CountTensor, missing entries allowed:
-        ``CountTensor.from_samples``) and an int or JAX key.
-    num_particles : int
-        Particles per run (P ≥ 2).
-    num_chains : int
-        Independent runs (formerly ``num_runs``); their estimates are pooled (log-mean-exp) and
-        their spread gives the standard error.
+        The AllocationModel, its counts (array-like or CountTensor, missing entries allowed) and an int or JAX key.
+    num_particles, num_chains : int
+        Particles per run (≥ 2); independent runs (formerly ``num_runs``), pooled by log-mean-exp,
+        whose spread gives the standard error.
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (adaptive schedule, Zhou,
         Johansen & Aston 2016): higher means more temperatures.
     num_sweeps : int
         Collapsed-Gibbs sweeps over all tokens per temperature.
     schedule : array, optional
-        Fixed increasing temperatures in (0, 1] ending at 1 (e.g. a pilot run's
-        ``schedules[0]``); the estimator is then unbiased on the natural scale. ``rho`` is ignored.
+        Fixed increasing temperatures in (0, 1] ending at 1 (e.g. a pilot run's ``schedules[0]``):
+        the estimator is then unbiased on the natural scale; ``rho`` is ignored.
     engine : {"auto", "numba", "jax"}
-        (Formerly ``kernel``.) numba CPU kernel (threads over blocks of particles) or the JAX kernel (vmap over
-        particles; any device). "auto": numba on a CPU when installed.
+        (Formerly ``kernel``.) The numba CPU kernel (threads over blocks of particles) or the JAX
+        kernel (vmap over particles; any device); "auto": numba on a CPU when installed.
     progress_bar : bool or None
         A tqdm bar over runs (None: only when there are several runs and many tokens).
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
     start_a : float, optional
-        Start from the latent tables' urn with concentrations scaled by max(1, start_a / a) (as
-        if the model's equivalent sample size were ``start_a``) instead of the latent prior π₀,
-        on the geometric path start^(1−β) · (π₀ L)^β. With small concentrations π₀ puts nearly
-        every token in one configuration; a flatter start spreads the particles, and Gibbs moves
-        merge tokens far more easily than they split them. Default 1: models with a ≥ 1 start
-        from π₀, models with small a from the flatter urn. None: always start from π₀.
-    cell_moves : int
-        Passes of cell moves per temperature, after the sweeps: every cell with two tokens or more
-        in turn has all its tokens removed and re-placed one by one from their tempered urn
-        conditionals, a Metropolis–Hastings proposal accepted with probability
-        min(1, Π W(new) / Π W(old)) (W: the sums of the conditional weights along the way;
-        sequential allocation as in Dahl 2005 and Jain & Neal 2004). A cell's tokens reinforce each
-        other through the urn, so single-token moves rarely move a large cell as a whole. numba
-        kernel only.
-    pair_moves : int
-        Pair moves per temperature: two configurations drawn at random, and every token in either
-        re-placed between them, cell by cell in random cell order, by the same sequential proposal.
-        numba kernel only.
-    node_moves : int
-        Node moves per temperature (split–merge moves, Jain & Neal 2004): a latent node and two of
-        its values drawn at random, and every token whose configuration gives the node either
-        value re-placed between the two, its other nodes kept, by the same sequential proposal.
-        It re-divides two classes of a node as a whole (two topics of NMF, two sender groups of
-        a Tucker model), which single-token moves can do only through allocations of low
-        probability. numba kernel only.
-    reference : (cells, counts), optional
-        An allocation (full cells (n, nodes) and counts (n,) adding up to X, e.g. the
-        ``best_cells``, ``best_counts`` of an earlier run) around which to build the start: the
-        product q(z) = Π_τ q(cell of τ, z_τ) of every cell's urn conditional averaged over
-        ``reference_sweeps`` Gibbs sweeps of the posterior by a chain from it
-        (:func:`~bam_ppl.infer.smc.references.reference_from_chain`; each run its own chain, so that the spread of the runs
-        includes that of q), on the geometric path q^(1−β) (π₀ L)^β (``start_a`` is then
-        unused). Or a :class:`~bam_ppl.infer.smc.references.Reference` from :func:`~bam_ppl.infer.smc.references.build_references`, shared by every run, or
-        a list of ``num_chains`` of them, one per run (so that the runs' spread includes the
-        references').
-        Such a q approximates the posterior's marginals in one copy of its bulk, so the path is
-        short whatever the number of tokens, where the path from π₀ grows with it. The
-        relabellings of the latent values that leave p(X, z) unchanged make copies of every mode
-        that a reference in one of them never visits; the last step reweights the particles by
-        |G| w(z) (:func:`~bam_ppl.infer.smc.symmetry.symmetric_log_weights`), which counts them. Modes of other shapes away
-        from the reference are found only as far as the moves reach them: on tiny data the
-        estimate can fall a little low where the prior-started sampler is exact, and references
-        from different chains can give values far apart (``method="auto"`` uses it from 1000 tokens on, from the best of several references).
+        Start from the latent urn with concentrations scaled by max(1, start_a / a) instead of π₀
+        (default 1: a flatter start for models with small a, whose π₀ puts nearly every token in
+        one configuration); None: always from π₀.
+    cell_moves, pair_moves, node_moves : int
+        Block moves per temperature (numba kernel only), each a sequential-allocation
+        Metropolis–Hastings proposal (Dahl 2005; Jain & Neal 2004): all tokens of a cell re-placed,
+        every token of two configurations re-placed between them, or two values of a latent node
+        re-divided (split–merge), which single-token moves do only through improbable allocations.
+    reference : (cells, counts) or Reference or list of Reference, optional
+        Start from a product q(z) = Π_τ q(cell of τ, z_τ) near the posterior's bulk, on the path
+        q^(1−β) (π₀ L)^β, whose length does not grow with T: an allocation around which each run
+        averages ``reference_sweeps`` posterior sweeps into its own q, or references built once
+        (:func:`~bam_ppl.infer.smc.references.build_references`), one shared or one per run. The
+        last step counts the relabelled copies of the reference's mode
+        (:func:`~bam_ppl.infer.smc.symmetry.symmetric_log_weights`); modes of other shapes only as
+        far as the moves reach them.
     reference_sweeps : int, optional
-        Sweeps of each chain from ``reference`` whose conditionals are averaged into q (0: the
-        reference allocation's own conditionals). Default: REFERENCE_SWEEPS_PER_TOKEN (0.8) × T,
-        at least REFERENCE_MIN_SWEEPS (100): the chains must travel through the posterior's bulk,
-        which takes longer as T grows.
+        Sweeps of each reference chain (0: the allocation's own conditionals); default 0.8 × T, at least 100.
 
     Notes
     -----
-    ``stderr`` comes from the spread of the independent runs. A bias that every run shares —
-    particles that have not mixed at some temperature, which makes log estimates too low — is
-    not in it: check that the estimate no longer rises with effort (``num_sweeps``, ``rho``,
-    ``num_particles``) before trusting a small error bar. An adaptive schedule also leaves a small
-    bias (benchmarks/README.md, "Bias of the tempered SMC's adaptive schedule"); fixing
-    ``schedule`` from a pilot run removes it. The sure lower bound ``lower_bound`` holds whatever
-    the effort. Small tables whose few cells hold many tokens each are hard for it (HairEyeColor
-    under CP(2): 4–13 nats low, with or without cell and pair moves); ``method="auto"`` uses the
-    Pólya-urn SMC there (benchmarks/README.md, "Which estimator on small tables").
+    ``stderr`` comes from the spread of the runs: a bias they share (particles that have not mixed,
+    which makes log estimates low) is not in it; check that the estimate no longer rises with
+    ``num_sweeps``, ``rho`` or ``num_particles``. The sure ``lower_bound`` holds at any effort.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
-    if not isinstance(engine, str):
-        raise TypeError(f"engine must be a string, got {type(engine).__name__}")
-    kernel = check_choice(engine, "engine", KERNELS)
-    schedule = _check_options(num_particles, num_runs, rho, num_sweeps, schedule, kernel, progress_bar,
-                              max_configs, start_a, cell_moves, pair_moves, reference_sweeps, node_moves)
+    kernel = _check_options(num_particles, num_runs, engine, progress_bar, max_configs, start_a, reference_sweeps)
+    path = _path_options(rho, num_sweeps, schedule, cell_moves, pair_moves, node_moves)
     if reference is not None and numba is None:
         raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
-    kernel = resolve_kernel(kernel)
-    if kernel == "jax" and cell_moves + pair_moves + node_moves > 0:
+    if kernel == "jax" and sum(path.block_moves) > 0:
         warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
                       "(cell_moves, pair_moves and node_moves are ignored). Use engine='numba' for them.",
                       UserWarning, stacklevel=2)
-        cell_moves = pair_moves = node_moves = 0
+        path = path._replace(block_moves=(0, 0, 0))
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     tp, run_tps, reference_config, reference_sweeps = _run_problems(bound, data, layout, start_a, reference,
                                                                     reference_sweeps, num_runs)
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
-    runs = []
     pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
         if kernel == "numba" or reference is not None else None
     bar = make_bar(num_runs, "tempered SMC", progress_bar, unit="run")
@@ -510,21 +478,16 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
             # Seeds of every run: one Generator per particle block and one for resampling.
             seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
             seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
-            if reference is not None:
-                symmetry = label_symmetries_of(bound, data, layout)
+            symmetry = label_symmetries_of(bound, data, layout) if reference is not None else None
             if reference_config is not None:  # every run its own q, so that their spread includes q's
                 run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
                 run_tps = [with_reference(tp, log_q) for log_q in
                            chain_references(tp, [reference_config] * num_runs, reference_sweeps, run_keys, pool)]
-            for r in range(num_runs):
-                run_tp = tp if reference is None else run_tps[r]
-                if kernel == "numba":
-                    particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool)
-                else:
-                    particles = JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
-                resample_rng = np.random.default_rng(seeds[r, NUM_BLOCKS])
-                runs.append(_one_run(particles, run_tp, resample_rng, rho, num_sweeps, schedule,
-                                     (cell_moves, pair_moves, node_moves), symmetry))
+            runs = []
+            for r, run_tp in enumerate(run_tps or [tp] * num_runs):
+                particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool) if kernel == "numba" \
+                    else JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
+                runs.append(_one_run(particles, run_tp, np.random.default_rng(seeds[r, NUM_BLOCKS]), path, symmetry))
                 bar.update(1)
     finally:
         bar.close()
