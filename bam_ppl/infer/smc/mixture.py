@@ -49,8 +49,7 @@ from ...validation import check_int, check_positive
 from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
-from ..variational.vb import _fit as _vb_fit
-from .references import configs_from_counts, kernel_counts, settled_reference, with_reference
+from .references import settled_reference, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, kernel_tables, numba
@@ -179,15 +178,12 @@ class MixtureOptions(NamedTuple):
     reference_sweeps: int
     chain_token_moves: int
     rho: float
-    vb_restarts: int
-    vb_starts: int
 
 
-def run_seeds(key, num_runs: int, num_scouts: int, num_vb: int) -> np.ndarray:
-    """(R, NUM_BLOCKS + 2 + 4·S + V + 1, 2) uint32: every random stream of every run (:func:`run_mixture`):
-    the main run's blocks and resampling, two for each of the 2·S scouts, one for the chain of each
-    of the V VB starts and the VB restarts' key."""
-    width = NUM_BLOCKS + 2 + 4 * num_scouts + num_vb + 1
+def run_seeds(key, num_runs: int, num_scouts: int) -> np.ndarray:
+    """(R, NUM_BLOCKS + 2 + 4·S, 2) uint32: every random stream of every run (:func:`run_mixture`):
+    the main run's blocks and resampling, then two for each of the 2·S scouts."""
+    width = NUM_BLOCKS + 2 + 4 * num_scouts
     return np.asarray(jax.random.key_data(jax.random.split(key, num_runs * width))).reshape(
         num_runs, width, -1).astype(np.uint32)
 
@@ -201,7 +197,9 @@ class _Inline:
 def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool) -> Scouted:
     """One start of the search and its reference: an annealed scout (a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached) or a
-    drawn one (one draw from the urn), then a posterior chain from there (:func:`settle`)."""
+    drawn one (one draw from the urn), then a posterior chain from there that runs until it stops
+    climbing (``settled_reference``: at least ``reference_sweeps``, at most ``chain_token_moves`` / T),
+    whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
     scout_tp = problem.scout_tp
     particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
     if annealed:
@@ -210,47 +208,22 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
     else:
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
-    return settle(problem, options, config, seeds[1], value)
-
-
-def settle(problem: MixtureProblem, options: MixtureOptions, config: np.ndarray, seed, value=np.nan) -> Scouted:
-    """The reference of a start ``config``: a posterior chain from there that runs until it stops
-    climbing (``settled_reference``: at least ``reference_sweeps``, at most ``chain_token_moves`` / T),
-    whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
     max_sweeps = max(options.reference_sweeps, options.chain_token_moves // problem.tp.token_cell.shape[0])
-    log_q, sweeps = settled_reference(problem.tp, config, seed, options.reference_sweeps // 2, max_sweeps)
+    log_q, sweeps = settled_reference(problem.tp, config, seeds[1], options.reference_sweeps // 2, max_sweeps)
     return Scouted(log_q, value, config, sweeps)
 
 
-def vb_starts(model, data, key, options: MixtureOptions, tp: TemperedProblem) -> list[np.ndarray]:
-    """Start configurations from a search of another kind: ``vb_restarts`` restarts of mean-field VB
-    (screened: all for VB_SCREEN_ITERS iterations, the best 2 · ``vb_starts`` on to convergence), the
-    expected counts of the ``vb_starts`` fits with the highest ELBO rounded to allocations
-    (``configs_from_counts``). Coordinate ascent from random restarts reaches optima that no
-    sampler's start reaches on some data (a rare basin of large mass), and costs little."""
-    bound, _, _, result, _ = _vb_fit(model, data, key, 1000, 1e-8, options.vb_restarts, "responsibilities", False,
-                                     screen_iters=VB_SCREEN_ITERS, screen_keep=2 * options.vb_starts)
-    best = np.argsort(-np.asarray(result.elbo), kind="stable")[:options.vb_starts]
-    return [configs_from_counts(tp, kernel_counts(tp, result.alpha_hat[b] - bound.flat_concentration, bound.column_of))
-            for b in best]
-
-
-def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
-                vb_configs=()) -> MixtureRun:
+def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
     """One independent run: the search (``num_scouts`` annealed and as many drawn scouts,
-    ``scout``, and a chain from each of ``vb_configs`` (:func:`vb_starts`), in parallel), then the
-    tempered SMC of ``num_particles`` from the equal-weight mixture of their references. The kinds
-    find different basins: annealing carries a scout across the allocations of sparse tables, a
-    chain from a draw mixes between groupings of the cells of dense ones, VB's optima lie in basins
-    that few sampler starts reach. Each run searches on its own, so that the spread of the runs
-    includes which basins the search finds."""
+    ``scout``, in parallel), then the tempered SMC of ``num_particles`` from the equal-weight
+    mixture of their references. The two kinds find different basins: annealing carries a scout
+    across the allocations of sparse tables, a chain from a draw mixes between groupings of the
+    cells of dense ones. Each run searches on its own, so that the spread of the runs includes
+    which basins the search finds."""
     tp = problem.tp
     kinds = [True, False] * options.num_scouts
-    first_vb = NUM_BLOCKS + 2 + 4 * options.num_scouts
     own = [seeds[NUM_BLOCKS + 2 + 2 * s: NUM_BLOCKS + 4 + 2 * s] for s in range(len(kinds))]
     found = list(pool.map(lambda seed, annealed: scout(problem, options, seed, annealed), own, kinds))
-    found += list(pool.map(lambda config, seed: settle(problem, options, config, seed), vb_configs,
-                           seeds[first_vb: first_vb + len(vb_configs)]))
     start = uniform_start([f.log_q for f in found])
     particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
 
@@ -282,27 +255,18 @@ class EngineConfig:
     num_chains: int = 4
     # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016).
     rho: float = 0.9
-    # VB restarts per VB start (a run has num_scouts VB starts, as many as scouts of each kind):
-    # the starts are the best of many cheap restarts, where a rare optimum of large mass shows.
-    vb_restarts_per_start: int = 50
-
-
-# VB restarts run this many iterations, then the best (2 per start) go on to convergence: where a
-# restart ends up is mostly settled early (bam_ppl.infer.variational.vb.run_screened).
-VB_SCREEN_ITERS = 200
 
 
 ENGINE = EngineConfig()
 
 
 def effort_sizes(effort: float, config: EngineConfig = ENGINE) -> MixtureOptions:
-    """The sizes of a run at ``effort``: particles, scouts (and VB starts), sweeps and the chains'
-    budgets grow with it (never below 16, one, 10 and one)."""
-    num_scouts = max(1, int(round(config.num_scouts * effort)))
-    return MixtureOptions(max(16, int(round(config.num_particles * effort))), num_scouts, config.scout_particles,
+    """The sizes of a run at ``effort``: particles, scouts, sweeps and the chains' budgets grow with it
+    (never below 16, one, 10 and one)."""
+    return MixtureOptions(max(16, int(round(config.num_particles * effort))),
+                          max(1, int(round(config.num_scouts * effort))), config.scout_particles,
                           max(10, int(round(config.reference_sweeps * effort))),
-                          max(1, int(round(config.chain_token_moves * effort))), config.rho,
-                          config.vb_restarts_per_start * num_scouts, num_scouts)
+                          max(1, int(round(config.chain_token_moves * effort))), config.rho)
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> MixtureOptions:
@@ -312,18 +276,15 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> Mixtur
     if num_particles is not None:
         sizes = sizes._replace(num_particles=check_int(num_particles, "num_particles", minimum=2))
     if num_scouts is not None:
-        num_scouts = check_int(num_scouts, "num_scouts", minimum=1)
-        sizes = sizes._replace(num_scouts=num_scouts, vb_starts=num_scouts,
-                               vb_restarts=ENGINE.vb_restarts_per_start * num_scouts)
+        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1))
     if reference_sweeps is not None:
         sizes = sizes._replace(reference_sweeps=check_int(reference_sweeps, "reference_sweeps", minimum=0))
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
-    if sizes.num_particles < 3 * sizes.num_scouts:
-        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 3 · num_scouts "
-                         f"({3 * sizes.num_scouts}): every reference of the mixture (num_scouts of each kind of "
-                         "search) needs a particle")
+    if sizes.num_particles < 2 * sizes.num_scouts:
+        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 2 · num_scouts "
+                         f"({2 * sizes.num_scouts}): every reference of the mixture needs a particle")
     return sizes._replace(rho=float(rho))
 
 
@@ -335,17 +296,16 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
     Each of ``num_chains`` independent runs searches for basins with ``num_scouts`` annealed
-    scouts (cheap runs of the tempered SMC from the latent urn), as many drawn ones and as many
-    VB optima (the best of 50 · ``num_scouts`` screened restarts), builds a reference around each
-    by a posterior chain, and anneals ``num_particles`` particles from
+    scouts (cheap runs of the tempered SMC from the latent urn) and as many drawn ones, builds a
+    reference around each by a posterior chain, and anneals ``num_particles`` particles from
     their mixture to the posterior (:func:`run_mixture`); the runs' values are pooled on the
     natural scale (log-mean-exp) and their spread is the standard error.
 
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (64 · effort, at least 16), the scouts of each kind and the VB starts
-        per run (8 · effort, at least 1), the sweeps of each reference's chain before it is first checked
+        Scales the particles (64 · effort, at least 16), the scouts of each kind per run
+        (8 · effort, at least 1), the sweeps of each reference's chain before it is first checked
         for a climb (200 · effort, at least 10) and its budget of token moves (25.6 million ·
         effort) unless given one by one (:class:`EngineConfig`): more effort finds more basins,
         covers them better and weighs them with more particles.
@@ -376,11 +336,10 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-            seeds = run_seeds(key, num_runs, options.num_scouts, options.vb_starts)
+            seeds = run_seeds(key, num_runs, options.num_scouts)
             runs = []
             for r in range(num_runs):
-                vb_configs = vb_starts(model, data, jax.numpy.asarray(seeds[r, -1]), options, tp)
-                runs.append(run_mixture(problem, options, seeds[r], pool, vb_configs))
+                runs.append(run_mixture(problem, options, seeds[r], pool))
                 bar.update(1)
     finally:
         bar.close()
