@@ -102,7 +102,7 @@ from ..info import ChibInfo
 from ..kernels import HAVE_NUMBA
 from ..prepare import prepare
 from ..registry import register_evidence
-from .chib_numba import OrderedRelabellings, anneal, chib_steps, icm_modes, urn_start
+from .chib_numba import ChainState, OrderedRelabellings, anneal, chib_steps, icm_modes, urn_start
 from .collapsed import build_problem
 from .collapsed_numba import token_entries, urn_rows
 
@@ -368,9 +368,9 @@ class _Searcher:
         self.best, self.best_shifted, self.best_config = self.current, self.shifted.copy(), self.config.copy()
 
     def anneal(self, betas) -> None:
-        self.current, self.best = anneal(self.rng, betas, self.shifted, self.config, self.current,
-                                          self.best_shifted, self.best_config, self.best,
-                                          self.problem.structure, self.problem.fast)
+        self.current, self.best = anneal(self.rng, betas, ChainState(self.shifted, self.config), self.current,
+                                         ChainState(self.best_shifted, self.best_config), self.best,
+                                         self.problem.structure, self.problem.fast)
 
     def take(self, other: _Searcher) -> None:
         """Continue from ``other``'s current state (its best so far stays its own)."""

@@ -38,6 +38,13 @@ class Scratch(NamedTuple):
     prob: np.ndarray  # (L,) the normalised conditional, raised to the power β
 
 
+class ChainState(NamedTuple):
+    """One chain's state, changed in place by the kernels."""
+
+    shifted: np.ndarray  # (F + C,) α + the table counts of z (kernel numbering)
+    config: np.ndarray  # (T,) every token's free configuration
+
+
 class OrderedRelabellings(NamedTuple):
     """The distinct actions of the label symmetries on z*, in the order the kernel visits them
     (built by :func:`bam_ppl.infer.gibbs.chib._ordered_relabellings`)."""
@@ -194,13 +201,14 @@ def _pass(rng, mode, beta, shifted, config, order, rows, fast):
     return result
 
 
-def _advance(shifted, config, star, relabel, partial, position, cutoff, rows, fast):
+def _advance(state, star, relabel, partial, position, cutoff, rows, fast):
     """Move the tokens from ``position`` on (in token order) to their targets relabel(z*), summing
     each one's log conditional probability of its target given the earlier tokens at their
     targets and the later ones at z: ``partial[t]`` is the sum over the first t tokens (``partial``
     up to ``position`` must hold already). Returns (log T, T) after the last token, or (−inf, t)
     when the partial sum over the first t tokens falls below ``cutoff``; the tokens before the
     returned position stay at their targets (:func:`_retreat` moves them back)."""
+    shifted, config = state.shifted, state.config
     token_cell, row_base, row_offset, moved = rows.token_cell, rows.row_base, rows.row_offset, rows.moved
     num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
     scratch = _scratch(num_rows, num_configs)
@@ -246,7 +254,7 @@ def _log_transition(shifted, config, star, relabel, cutoff, rows, fast):
     ``cutoff``. ``shifted`` is restored on return and ``config`` is not changed.
     """
     partial = np.zeros(config.shape[0] + 1)
-    result, done = _advance(shifted, config, star, relabel, partial, FIRST_TOKEN, cutoff, rows, fast)
+    result, done = _advance(ChainState(shifted, config), star, relabel, partial, FIRST_TOKEN, cutoff, rows, fast)
     _retreat(shifted, config, star, relabel, FIRST_TOKEN, done, rows)
     return result, done
 
@@ -270,18 +278,18 @@ def urn_start(rng, shifted, config, concentration, num_entries, structure, fast)
     return _table_log_joint(shifted, concentration, num_entries)
 
 
-def anneal(rng, betas, shifted, config, current, best_shifted, best_config, best, structure, fast):
-    """Random-order sweeps of p(X, z)^β for β in ``betas``, in place, from a state whose table
-    part of log p(X, z) is ``current``; the best end-of-sweep state goes to ``best_shifted`` /
-    ``best_config`` when it beats ``best``. Returns (current, best)."""
-    order = np.arange(config.shape[0])
+def anneal(rng, betas, state, current, best_state, best, structure, fast):
+    """Random-order sweeps of p(X, z)^β for β in ``betas``, in place, from a :class:`ChainState`
+    whose table part of log p(X, z) is ``current``; the best end-of-sweep state goes to
+    ``best_state`` when it beats ``best``. Returns (current, best)."""
+    order = np.arange(state.config.shape[0])
     for beta in betas:
         shuffle(rng, order)
-        current += _pass(rng, DRAW, beta, shifted, config, order, structure, fast)
+        current += _pass(rng, DRAW, beta, state.shifted, state.config, order, structure, fast)
         if current > best:
             best = current
-            best_config[:] = config
-            best_shifted[:] = shifted
+            best_state.config[:] = state.config
+            best_state.shifted[:] = state.shifted
     return current, best
 
 
@@ -326,8 +334,8 @@ def _transition_into_star(shifted, config, star, ordered, best, structure, fast)
             _retreat(shifted, config, star, relabellings[previous], keep, position, structure)
             position = keep
         cutoff = -np.inf if g == 0 else best - ABANDON_NATS
-        terms[g], position = _advance(shifted, config, star, relabellings[g], partial, position, cutoff, structure,
-                                      fast)
+        terms[g], position = _advance(ChainState(shifted, config), star, relabellings[g], partial, position, cutoff,
+                                      structure, fast)
         previous = g
         if terms[g] > best:
             best = terms[g]

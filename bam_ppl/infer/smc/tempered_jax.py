@@ -99,12 +99,18 @@ def _jax_pass(rows, arrays, token_cell, key, config, counts, beta, remove: bool)
     return config.at[order].set(new), counts, total
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "num_sweeps", "remove"))
-def _jax_moves(rows, arrays, token_cell, keys, config, counts, logs, beta, num_sweeps, remove):
-    """``num_sweeps`` passes of every particle (``remove=False``: the urn initialisation).
+class JaxParticleState(NamedTuple):
+    """Every particle's token configurations ``config`` (P, T), table counts ``counts`` (P, F + C)
+    and ``logs`` (P, 3): log π₀, log L and log start."""
 
-    ``logs`` (P, 3) carries every particle's log π₀, log L and log start.
-    """
+    config: jax.Array
+    counts: jax.Array
+    logs: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "num_sweeps", "remove"))
+def _jax_moves(rows, arrays, token_cell, keys, state: JaxParticleState, beta, num_sweeps, remove) -> JaxParticleState:
+    """``num_sweeps`` passes of every particle (``remove=False``: the urn initialisation)."""
 
     def one(key, config, counts):
         def body(carry, s):
@@ -117,8 +123,8 @@ def _jax_moves(rows, arrays, token_cell, keys, config, counts, logs, beta, num_s
                                                   jnp.arange(num_sweeps))
         return config, counts, total
 
-    config, counts, delta = jax.vmap(one)(keys, config, counts)
-    return config, counts, logs + delta
+    config, counts, delta = jax.vmap(one)(keys, state.config, state.counts)
+    return JaxParticleState(config, counts, state.logs + delta)
 
 
 @jax.jit
@@ -166,11 +172,10 @@ class JaxParticles:
         keys = jax.random.split(jax.random.fold_in(self.key, self.calls), self.num_particles)
         self.calls += 1
         # Particles split across jax.devices() (resampling and set_configs make arrays anew).
-        keys, self.config, self.counts_, self.logs = shard_axis(
-            (keys, self.config, self.counts_, self.logs), self.num_particles, 0, "particles")
-        self.config, self.counts_, self.logs = _jax_moves(
-            self.rows, self.arrays, self.token_cell, keys, self.config, self.counts_, self.logs,
-            jnp.asarray(beta, jnp.float64), num_sweeps, remove)
+        keys, state = shard_axis((keys, JaxParticleState(self.config, self.counts_, self.logs)), self.num_particles,
+                                 0, "particles")
+        self.config, self.counts_, self.logs = _jax_moves(self.rows, self.arrays, self.token_cell, keys, state,
+                                                          jnp.asarray(beta, jnp.float64), num_sweeps, remove)
 
     def initialise(self) -> None:
         self._run(0.0, 1, False)
