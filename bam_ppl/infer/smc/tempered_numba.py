@@ -93,6 +93,23 @@ class ParticleArrays(NamedTuple):
     accepted: np.ndarray  # (P, 3) accepted cell, pair and node moves
 
 
+class OneParticle(NamedTuple):
+    """One particle's state, changed in place: α + counts, every token's configuration and the
+    changes (3,) of its log π₀, log L and log start since they were last added up."""
+
+    counts: np.ndarray
+    conf: np.ndarray
+    logs: np.ndarray
+
+
+class Block(NamedTuple):
+    """The tokens of a block move, in the order they are re-placed, and for the i-th the two
+    configurations it is restricted to (``pairs[i]``; pairs[i, 0] < 0: all of them)."""
+
+    tokens: np.ndarray
+    pairs: np.ndarray
+
+
 def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
     """The tables the kernel reads (``tilted`` False: weights of π₀ L^β)."""
     tied = np.zeros(tp.row_base.shape[0], np.bool_)
@@ -269,10 +286,11 @@ def _shift_token(counts, base, row_offset, moved, c, step):
         counts[base[m] + row_offset[m, c]] += step
 
 
-def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, scratch, logs, token_cell, st):
-    """One Metropolis–Hastings move of a block of tokens: the tokens ``tokens`` are removed and
-    re-placed in that order, each drawn from its tempered conditional given the tokens placed before
-    it — restricted to the two configurations ``pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
+def _block_move(rng, block, beta, particle, proposal, scratch, token_cell, st):
+    """One Metropolis–Hastings move of a :class:`Block` of tokens of ``particle`` (a :class:`OneParticle`):
+    the tokens ``block.tokens`` are removed and re-placed in that order, each drawn from its tempered
+    conditional given the tokens placed before it — restricted to the two configurations
+    ``block.pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
     (a pair move: every token in one of two configurations; a node move: every token whose
     configuration gives one latent node either of two values, or only those of one value of its
     visible child). A sequentially allocated proposal (Dahl 2005, "Sequentially-allocated
@@ -283,9 +301,11 @@ def _block_move(rng, tokens, pairs, beta, counts, conf, proposal, scratch, logs,
     With W_t the sum of token t's (restricted) conditional weights on the way, π_β(z) / q(z | old)
     = Π_t W_t times a factor of the tokens outside the block, so the acceptance probability is
     min(1, Π W_t(new) / Π W_t(old)) and the move leaves π_β invariant. The old path's W_t are found
-    while removing the old tokens in reverse order. ``logs`` (3,) gets the change of (log π₀, log L,
-    log start); returns whether the proposal was accepted.
+    while removing the old tokens in reverse order. ``particle.logs`` (3,) gets the change of
+    (log π₀, log L, log start); returns whether the proposal was accepted.
     """
+    tokens, pairs = block
+    counts, conf, logs = particle
     row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
     base, lat, vis, start, weight = scratch
     log_old, log_new = 0.0, 0.0
@@ -384,13 +404,14 @@ def _node_tokens(rng, conf, layout, members, pairs, cell_order):
     return n
 
 
-def _block_moves(rng, beta, moves, counts, conf, logs, accepted, layout, st):
-    """Metropolis–Hastings block moves of one state targeting π_β (:func:`_block_move`), in place:
+def _block_moves(rng, beta, moves, particle, accepted, layout, st):
+    """Metropolis–Hastings block moves of one :class:`OneParticle` targeting π_β (:func:`_block_move`), in place:
     ``moves.num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
     tokens re-placed; ``num_pair_moves`` pair moves (the tokens of two random configurations
     re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
-    classes of a latent node re-divided between them: :func:`_node_tokens`). ``logs`` (3,) gets the
-    change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
+    classes of a latent node re-divided between them: :func:`_node_tokens`). ``particle.logs`` (3,)
+    gets the change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
+    conf = particle.conf
     token_cell, cell_start = layout.token_cell, layout.cell_start
     num_configs = st.row_offset.shape[1]
     num_tokens = token_cell.shape[0]
@@ -405,8 +426,8 @@ def _block_moves(rng, beta, moves, counts, conf, logs, accepted, layout, st):
         shuffle(rng, cells)
         for cell in cells:
             first, stop = cell_start[cell], cell_start[cell + 1]
-            if _block_move(rng, all_tokens[first:stop], pairs[:stop - first], beta, counts, conf, proposal, scratch,
-                           logs, token_cell, st):
+            if _block_move(rng, Block(all_tokens[first:stop], pairs[:stop - first]), beta, particle, proposal,
+                           scratch, token_cell, st):
                 accepted[0] += 1
     if num_configs < 2:
         return
@@ -416,7 +437,7 @@ def _block_moves(rng, beta, moves, counts, conf, logs, accepted, layout, st):
                 n = _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
             else:
                 n = _node_tokens(rng, conf, layout, members, pairs, cell_order)
-            if n > 0 and _block_move(rng, members[:n], pairs[:n], beta, counts, conf, proposal, scratch, logs,
+            if n > 0 and _block_move(rng, Block(members[:n], pairs[:n]), beta, particle, proposal, scratch,
                                      token_cell, st):
                 accepted[kind] += 1
 
@@ -463,13 +484,14 @@ def _factorised_factors(counts, token_index, varying_ends, token, constant_lat, 
                 vis[c] /= counts[token_index[token, v, c]]
 
 
-def _sweeps_factorised(rng, num_sweeps, beta, counts, conf, order, logs, layout, st, scratch):
-    """``num_sweeps`` Gibbs sweeps of one particle targeting π_β, as the _SWEEP pass of
+def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scratch):
+    """``num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β, as the _SWEEP pass of
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
     leaves and joins, and each token reads only its varying rows (NMF(4): two of five) through
     indices of its own."""
+    counts, conf, logs = particle
     _, token_index, varying_ends, constant_index, constant_ends = layout.factorised
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     _, lat, vis, start, weight = scratch
@@ -527,7 +549,7 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
         conf = particles.config[p]
         logs[:] = 0.0
         if fast:
-            _sweeps_factorised(rng, moves.num_sweeps, beta, counts, conf, order, logs, layout, st, scratch)
+            _sweeps_factorised(rng, moves.num_sweeps, beta, OneParticle(counts, conf, logs), order, layout, st, scratch)
         for _ in range(0 if fast else passes):
             shuffle(rng, order)
             for position in range(num_tokens):
@@ -551,7 +573,7 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
                     logs[1] += _log_change(vis, new, old, log_space)
                     logs[2] += start[new] - start[old]
         if mode == _SWEEP and moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
-            _block_moves(rng, beta, moves, counts, conf, logs, particles.accepted[p], layout, st)
+            _block_moves(rng, beta, moves, OneParticle(counts, conf, logs), particles.accepted[p], layout, st)
         particles.log_prior[p] += logs[0]
         particles.log_like[p] += logs[1]
         particles.log_start[p] += logs[2]
@@ -625,8 +647,8 @@ def posterior_block_moves(tp: TemperedProblem, rng: np.random.Generator, shifted
     untilted target) at counts ``shifted`` and configurations ``config``, in place; returns the
     numbers (3,) of cell, pair and node moves accepted."""
     accepted = np.zeros(3, np.int64)
-    _block_moves(rng, 1.0, Moves(0, 0, 0, num_node_moves), shifted, config, np.zeros(3), accepted, token_layout(tp),
-                 kernel_tables(tp, False))
+    _block_moves(rng, 1.0, Moves(0, 0, 0, num_node_moves), OneParticle(shifted, config, np.zeros(3)), accepted,
+                 token_layout(tp), kernel_tables(tp, False))
     return accepted
 
 
