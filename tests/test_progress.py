@@ -59,6 +59,8 @@ def _value(idata):
     ("cvb", "nmf", X, dict(num_iters=3)),
     ("map", "dt", None, dict(num_iters=3)),
     ("sem", "dt", None, dict(num_iters=3, batch_size=2)),
+    ("nuts", "nmf", X, dict(num_warmup=3, num_samples=3, num_chains=2)),
+    ("svi", "nmf", X, dict(num_steps=3, num_samples=3)),
 ])
 def test_every_backend_draws_its_bar_only_when_asked(capfd, method, model, data, options):
     """progress_bar=True draws a bar on stderr, False draws nothing, and neither changes the fit."""

@@ -17,7 +17,7 @@ from numpyro.optim import Adam
 from ..convert import allocation_inference_data
 from ..models.allocation import AllocationModel
 from ..parallel import chain_keys
-from ..progress import AUTOMATIC, interactive, resolve_progress
+from ..progress import AUTOMATIC, interactive, make_bar, resolve_progress
 from ..types import as_key
 from ..validation import check_int, check_positive
 from .registry import register
@@ -35,6 +35,7 @@ GUIDES = {
 # ("all sites must have unique names"). Runs in one process take turns; processes and Dask
 # workers still run in parallel.
 TRACING = threading.Lock()
+EXTRA_FIELDS = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
 
 
 def show_progress(progress_bar) -> bool:
@@ -72,13 +73,16 @@ def run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
     run alone.
     """
     keys = chain_keys(rng_key, num_chains, first_chain)
-    mcmc = MCMC(NUTS(program, target_accept_prob=target_accept_prob), num_warmup=num_warmup,
-                num_samples=num_samples, num_chains=num_chains, thinning=thinning,
-                chain_method=chain_method, progress_bar=show_progress(progress_bar))
+    kernel = NUTS(program, target_accept_prob=target_accept_prob)
     with TRACING:
-        mcmc.run(keys[0] if num_chains == 1 else keys,
-                 extra_fields=("diverging", "num_steps", "accept_prob", "potential_energy", "energy"))
-    extra = mcmc.get_extra_fields(group_by_chain=True)
+        if chain_method == "sequential":
+            with make_bar(num_chains, "nuts", resolve_progress(progress_bar), unit="chain") as bar:
+                samples, extra = _compiled_chains(kernel, keys, num_warmup, num_samples, thinning, bar)
+        else:  # NumPyro's parallel and vectorized chains, with its own bar
+            mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                        thinning=thinning, chain_method=chain_method, progress_bar=show_progress(progress_bar))
+            mcmc.run(keys[0] if num_chains == 1 else keys, extra_fields=EXTRA_FIELDS)
+            samples, extra = mcmc.get_samples(group_by_chain=True), mcmc.get_extra_fields(group_by_chain=True)
     stats = {
         "energy": (("chain", "draw"), np.asarray(extra["energy"], dtype=np.float64)),
         "diverging": (("chain", "draw"), np.asarray(extra["diverging"])),
@@ -86,8 +90,27 @@ def run_nuts(program, rng_key, *, num_warmup, num_samples, num_chains, thinning,
         "acceptance_rate": (("chain", "draw"), np.asarray(extra["accept_prob"])),
         "lp": (("chain", "draw"), -np.asarray(extra["potential_energy"])),
     }
-    samples = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    return samples, stats
+    return {k: np.asarray(v) for k, v in samples.items()}, stats
+
+
+def _compiled_chains(kernel, keys, num_warmup, num_samples, thinning, bar):
+    """Draws and extra fields (chain, draw, ...) of one chain per key, each chain's whole run (its
+    initialisation, warm-up and sampling) compiled as one program and called once per key, ``bar``
+    updated after each. NumPyro's ``mcmc.run`` initialises op by op outside a transform, compiling
+    each operation on its own, which costs several times the compiling of one program; the chains
+    share it, and the draws are the same whether a bar is shown or not."""
+    @jax.jit
+    def one_chain(key):
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, progress_bar=False)
+        mcmc.run(key, extra_fields=EXTRA_FIELDS)
+        return mcmc.get_samples(), mcmc.get_extra_fields()
+
+    chains = []
+    for key in keys:
+        chains.append(one_chain(key))
+        bar.update(1)
+    return tuple({name: np.stack([np.asarray(chain[part][name]) for chain in chains]) for name in chains[0][part]}
+                 for part in (0, 1))
 
 
 def _guide_class(guide):
@@ -111,12 +134,17 @@ def run_svi(program, guide_cls, rng_key, *, num_steps, learning_rate, num_sample
     """Posterior draws from the fitted guide (one chain) and the loss trace."""
     q = guide_cls(program)
     key_fit, key_draw = jax.random.split(as_key(rng_key))
-    with TRACING:
-        result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(
-            key_fit, num_steps, progress_bar=show_progress(progress_bar))
-        draws = q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,))
+
+    @jax.jit  # the fit and the draws as one compiled program (as NUTS's chains: _compiled_chains)
+    def fit(key_fit, key_draw):
+        result = SVI(program, q, Adam(learning_rate), Trace_ELBO()).run(key_fit, num_steps, progress_bar=False)
+        return q.sample_posterior(key_draw, result.params, sample_shape=(num_samples,)), result.losses
+
+    with TRACING, make_bar(1, "svi", resolve_progress(progress_bar), unit="run") as bar:
+        draws, losses = fit(key_fit, key_draw)
+        bar.update(1)
     draws = {k: np.asarray(v)[None] for k, v in draws.items()}
-    return draws, {"loss": (("chain", "iteration"), np.asarray(result.losses)[None])}
+    return draws, {"loss": (("chain", "iteration"), np.asarray(losses)[None])}
 
 
 @register("nuts", models=(AllocationModel,))
@@ -126,11 +154,12 @@ def nuts(model, data, *, rng_key=0, num_warmup: int = 500, num_samples: int = 50
     """NumPyro NUTS on the uncollapsed program (λ, Dirichlet tables; latents summed out).
 
     sample_stats: ``energy``, ``diverging``, ``n_steps``, ``acceptance_rate``, ``lp`` (ArviZ's
-    names). ``progress_bar=None`` shows NumPyro's bar in a terminal or a Jupyter kernel and
-    never in a log file; ``True``/``False`` force it. Chain c draws from ``fold_in(rng_key, c)``
-    alone, and with the default ``chain_method="sequential"`` chain c run as a task of its own
-    (``bam.infer(..., executor=...)``, private option ``_first_chain=c``) is chain c of a larger
-    run exactly.
+    names). With the default ``chain_method="sequential"`` each chain runs as one compiled program
+    (initialisation, warm-up and sampling), the bar counts chains (:func:`bam_ppl.progress.make_bar`)
+    and does not change the draws; chain c draws from ``fold_in(rng_key, c)`` alone, so chain c run
+    as a task of its own (``bam.infer(..., executor=...)``, private option ``_first_chain=c``) is
+    chain c of a larger run exactly. ``"parallel"`` and ``"vectorized"`` run NumPyro's ``mcmc.run``
+    with its own bar (``progress_bar=None``: in a terminal or a Jupyter kernel, never in a log file).
     """
     first_chain = _first_chain
     check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain)
