@@ -374,10 +374,9 @@ def _path_options(rho, num_sweeps, schedule, cell_moves=0, pair_moves=0, node_mo
     return PathOptions(float(rho), check_int(num_sweeps, "num_sweeps", minimum=1), _check_schedule(schedule), moves)
 
 
-def _check_options(num_particles, num_runs, engine, progress_bar, max_configs, start_a=None, reference_sweeps=0) -> str:
+def _check_options(num_particles, engine, progress_bar, max_configs, start_a=None, reference_sweeps=0) -> str:
     """Check the sizes and settings of a call before any work; the kernel ``engine`` names."""
     check_int(num_particles, "num_particles", minimum=2)
-    check_int(num_runs, "num_chains", minimum=1)
     if not isinstance(engine, str):
         raise TypeError(f"engine must be a string, got {type(engine).__name__}")
     check_choice(engine, "engine", KERNELS)
@@ -454,7 +453,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
     ``num_sweeps``, ``rho`` or ``num_particles``. The sure ``lower_bound`` holds at any effort.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
-    kernel = _check_options(num_particles, num_runs, engine, progress_bar, max_configs, start_a, reference_sweeps)
+    kernel = _check_options(num_particles, engine, progress_bar, max_configs, start_a, reference_sweeps)
     path = _path_options(rho, num_sweeps, schedule, cell_moves, pair_moves, node_moves)
     if reference is not None and numba is None:
         raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
@@ -472,7 +471,6 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
     pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
         if kernel == "numba" or reference is not None else None
     bar = make_bar(num_runs, "tempered SMC", progress_bar, unit="run")
-    symmetry = None
     try:
         with jax.enable_x64(True):
             # Seeds of every run: one Generator per particle block and one for resampling.
