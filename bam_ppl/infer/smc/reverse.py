@@ -202,25 +202,54 @@ class _Path(NamedTuple):
     relabellings: np.ndarray | None
 
 
-def _checked_reference(bound, data, layout, tp, reference) -> None:
+class _Generated(NamedTuple):
+    """X prepared for the model (:func:`~bam_ppl.infer.prepare.prepare`), the tempered problem on it
+    (``tp``, the path back to the urn), and the generating allocation as nonzero full ``cells`` and
+    ``counts`` and as the configuration of every token (``config``, (T,))."""
+
+    data: object
+    bound: object
+    layout: object
+    tp: object
+    cells: np.ndarray
+    counts: np.ndarray
+    config: np.ndarray
+
+
+def _generated(model, X, allocation, start_a, reference, max_configs) -> _Generated:
+    """:class:`_Generated` of the call, with ``allocation`` and ``reference`` checked against X (a
+    ValueError naming the one that does not fit) before any chain runs."""
+    data, bound, layout, _ = prepare(model, X, max_configs=max_configs, algorithm="the reverse annealing")
+    cells, counts = _allocation_cells(bound, allocation)
+    start_scale = 1.0 if start_a is None or reference is not None else max(1.0, float(start_a) / bound.a)
+    tp = build_tempered_problem(bound, data, layout, start_scale)
+    config = configs_of_allocation(bound, data, layout, tp.token_cell, (cells, counts), "allocation")
+    generated = _Generated(data, bound, layout, tp, cells, counts, config)
+    _checked_reference(generated, reference)
+    return generated
+
+
+def _checked_reference(generated: _Generated, reference) -> None:
     """ValueError naming ``reference`` where it does not fit X (before any chain runs)."""
+    data, tp = generated.data, generated.tp
     if isinstance(reference, Reference):
         shape = (data.nnz, tp.num_configs)
         if np.shape(reference.log_q) != shape or not np.all(np.isfinite(reference.log_q)):
             raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape "
                              f"{shape}, got shape {np.shape(reference.log_q)}")
     elif reference is not None:
-        configs_of_allocation(bound, data, layout, tp.token_cell, tuple(reference), "reference")
+        configs_of_allocation(generated.bound, data, generated.layout, tp.token_cell, tuple(reference), "reference")
 
 
-def _reference_path(model, bound, data, layout, tp, reference, reference_sweeps, max_configs, key) -> _Path:
+def _reference_path(model, generated: _Generated, reference, reference_sweeps, max_configs, key) -> _Path:
     """The path from the reference q (built by a posterior chain from an allocation, or given) and
     the label symmetries, enumerated, that :func:`relabel_move` draws from."""
+    data = generated.data
     if not isinstance(reference, Reference):
         reference = references_from_allocations(model, data, [tuple(reference)], key, reference_sweeps, max_configs)[0]
-    symmetry = label_symmetries_of(bound, data, layout)
+    symmetry = label_symmetries_of(generated.bound, data, generated.layout)
     enumerated = symmetry.swap is None and symmetry.relabellings.shape[0] > 1
-    return _Path(with_reference(tp, reference.log_q), symmetry.relabellings if enumerated else None)
+    return _Path(with_reference(generated.tp, reference.log_q), symmetry.relabellings if enumerated else None)
 
 
 def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 16,
@@ -229,14 +258,10 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
                          max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """A stochastic upper bound on log p(X) by reverse annealing from the allocation that generated X.
 
-    Bidirectional Monte Carlo (Grosse, Ghahramani & Adams 2015): ``num_chains`` annealing runs from
-    the generating allocation, an exact draw of the posterior p(S | X) when X was drawn from
-    ``model``, along the tempered SMC's path from the posterior back to its start, each with its
-    own weight w_r (the paper's reverse AIS weight; :func:`reverse_anneal`). The value
-    log Ẑ_up = log Z_0 − log mean_r w_r is unbiased for 1/p(X) on the natural scale,
-    E[1/Ẑ_up] = 1/p(X), and so a stochastic upper bound: P[value < log p(X) − b] ≤ e^(−b). With a
-    forward estimate (:func:`bam_ppl.log_evidence`, a stochastic lower bound) it sandwiches the
-    log evidence; their gap bounds the error of both.
+    Bidirectional Monte Carlo (Grosse, Ghahramani & Adams 2015; the module's docstring): runs from
+    the generating allocation, an exact posterior draw when X was drawn from ``model``, back along
+    the tempered SMC's path (:func:`reverse_anneal`) give log Ẑ_up with E[1/Ẑ_up] = 1/p(X): a
+    stochastic upper bound, which with a forward estimate (a stochastic lower bound) sandwiches log p(X).
 
     Parameters
     ----------
@@ -252,73 +277,41 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     num_chains : int
         Independent reverse runs (≥ 2): their spread gives the standard error.
     num_temperatures : int, optional
-        K, the temperatures of the fixed schedule β_k = 1 − (1 − k / K)² (:func:`fixed_schedule`;
-        fixed, so that the weights are unbiased). Default: T (the number of tokens), at least 200:
-        the bound's excess over log p(X) falls as 1/K and grows with the path's length.
-    num_sweeps : int
-        Collapsed-Gibbs sweeps over all tokens per temperature.
-    engine : {"auto", "numba", "jax"}
-        The tempered SMC's kernels (:func:`bam_ppl.infer.smc.tempered.run_tempered`).
-    start_a : float, optional
-        The start of the path without a reference, as in
-        :func:`~bam_ppl.infer.smc.tempered.run_tempered`: the latent urn with concentrations
-        scaled by max(1, start_a / a), or (None) π₀ itself.
+        K of the schedule :func:`fixed_schedule` (fixed, so that the weights are unbiased); default
+        T tokens, at least 200: the bound's excess falls as 1/K and grows with the path's length.
+    num_sweeps, engine, start_a, reference_sweeps, max_configs
+        As in :func:`~bam_ppl.infer.smc.tempered.run_tempered`: Gibbs sweeps per temperature; the
+        kernels ({"auto", "numba", "jax"}); the start of the path without a reference; sweeps of the
+        chain that builds q from an allocation; configurations enumerated per token.
     reference : (cells, counts) or Reference, optional
-        Anneal back to a product reference q instead, on the path q^(1−β) (π₀ L)^β of the
-        tempered SMC from a reference, which stays short at any T: an allocation found *without*
-        ``allocation`` — a forward estimate's ``details["best_cells"], details["best_counts"]`` —
-        from which a posterior chain of ``reference_sweeps`` sweeps builds q
-        (:func:`~bam_ppl.infer.smc.references.build_references`), or a ``Reference`` built so. A q
-        built from the generating allocation itself would make the path depend on the start, and
-        the bound would no longer hold. Relabelling moves (:func:`relabel_move`) carry the runs
-        to the copy of the posterior under the labels that q covers (where the label symmetries
-        are too many to enumerate, more than 8!, none run: the bound holds but can be loose).
-    reference_sweeps : int, optional
-        Sweeps of the chain that builds q from an allocation (default: as ``run_tempered``).
-    max_configs : int
-        Largest number of joint free-node configurations enumerated per token.
+        Anneal back to a product reference q instead, on the tempered SMC's path from a reference
+        (short at any T): q built from an allocation found *without* ``allocation`` (e.g. a forward
+        estimate's ``details["best_cells"], details["best_counts"]``; from ``allocation`` the bound
+        would not hold), or a ``Reference`` built so. Relabelling moves (:func:`relabel_move`)
+        carry the runs to the labels q covers (none beyond 8! symmetries: the bound can be loose).
 
     Returns
     -------
     EvidenceEstimate
-        ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` from the runs' spread
-        (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up of each run); ``run_values`` each run's
-        log Z_0 − log w_r, itself a stochastic upper bound; ``lower_bound`` log p(X, S) of the
-        generating allocation, a sure lower bound on log p(X); ``info`` a
-        :class:`~bam_ppl.infer.info.UpperBoundInfo` (the schedule, the sweeps, the engine that ran).
-
-    Warns
-    -----
-    EvidenceWarning
-        Where the bound lies more than three standard errors below log p(X, S) of the
-        allocation: the allocation is then not a draw of this model's posterior (X simulated
-        from another model, or S not the allocation that generated it).
-
-    Notes
-    -----
-    The runs start from one allocation, so ``stderr`` is their spread given it; the draw of the
-    allocation itself, which the expectation E[1/Ẑ_up] also averages over, is not in it. The
-    first move at β = 1 (exact, as it leaves the posterior invariant) takes the runs apart.
+        ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` the runs' spread given the one
+        allocation (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up); ``run_values`` each run's bound;
+        ``lower_bound`` log p(X, S), a sure lower bound; ``info`` an :class:`~bam_ppl.infer.info.UpperBoundInfo`.
+        An EvidenceWarning where the bound lies 3 stderr below log p(X, S): S is no draw of the posterior.
     """
     _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, max_configs, reference, reference_sweeps)
     run_key, reference_key = jax.random.split(as_key(rng_key))
-    data, bound, layout, _ = prepare(model, X, max_configs=max_configs, algorithm="the reverse annealing")
-    cells, counts = _allocation_cells(bound, allocation)
-    start_scale = 1.0 if start_a is None or reference is not None else max(1.0, float(start_a) / bound.a)
-    tp = build_tempered_problem(bound, data, layout, start_scale)
-    config = configs_of_allocation(bound, data, layout, tp.token_cell, (cells, counts), "allocation")
-    _checked_reference(bound, data, layout, tp, reference)
+    generated = _generated(model, X, allocation, start_a, reference, max_configs)
     engine = resolve_kernel(engine)
     start = time.perf_counter()
-    path = _Path(tp, None) if reference is None else _reference_path(
-        model, bound, data, layout, tp, reference, reference_sweeps, max_configs, reference_key)
-    schedule = fixed_schedule(num_temperatures or default_temperatures(data.total))
-    run_upper_bound = reverse_upper_bounds(path.tp, np.tile(config, (num_chains, 1)), schedule, num_sweeps, engine,
-                                           run_key, path.relabellings)
-    info = UpperBoundInfo(run_upper_bound=run_upper_bound.tolist(), schedule=schedule.tolist(),
-                          num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, kernel=engine,
-                          referenced=reference is not None)
-    return _upper_bound(info, float(bound.log_prob_cells(cells, counts)), time.perf_counter() - start)
+    path = _Path(generated.tp, None) if reference is None else _reference_path(
+        model, generated, reference, reference_sweeps, max_configs, reference_key)
+    schedule = fixed_schedule(num_temperatures or default_temperatures(generated.data.total))
+    run_upper_bound = reverse_upper_bounds(path.tp, np.tile(generated.config, (num_chains, 1)), schedule, num_sweeps,
+                                           engine, run_key, path.relabellings)
+    info = UpperBoundInfo(run_upper_bound=run_upper_bound.tolist(), schedule=schedule.tolist(), kernel=engine,
+                          num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, referenced=reference is not None)
+    lower_bound = float(generated.bound.log_prob_cells(generated.cells, generated.counts))
+    return _upper_bound(info, lower_bound, time.perf_counter() - start)
 
 
 def _upper_bound(info: UpperBoundInfo, lower_bound: float, seconds: float) -> EvidenceEstimate:

@@ -72,6 +72,7 @@ import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import jax
@@ -389,6 +390,20 @@ def _check_options(num_particles, engine, progress_bar, max_configs, start_a=Non
     return resolve_kernel(engine)
 
 
+def _path_on_kernel(path: PathOptions, kernel: str, reference) -> PathOptions:
+    """``path`` as ``kernel`` can run it: without block moves, with a warning, on the JAX kernel;
+    ImportError where a reference is to be built without numba."""
+    if reference is not None and numba is None:
+        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
+    if kernel == "jax" and sum(path.block_moves) > 0:
+        # stacklevel 3: the warning names run_tempered's caller, as it did from run_tempered itself
+        warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
+                      "(cell_moves, pair_moves and node_moves are ignored). Use engine='numba' for them.",
+                      UserWarning, stacklevel=3)
+        return path._replace(block_moves=(0, 0, 0))
+    return path
+
+
 def pooled(run_log_evidence) -> tuple[float, float]:
     """Log-mean-exp of the runs and a standard error from their spread
     (:func:`bam_ppl.estimate.pool_runs`); nan for one run."""
@@ -402,118 +417,125 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
                  cell_moves: int = 0, pair_moves: int = 0, node_moves: int = 0, reference=None,
                  reference_sweeps: int | None = None) -> TemperedResult:
-    """Run ``num_chains`` independent tempered SMC samplers over the token allocations.
+    """Run ``num_chains`` independent tempered SMC samplers over the token allocations (the sampler,
+    its schedules, block moves and starts: the module's docstring).
 
     Parameters
     ----------
     model, data, rng_key
         The AllocationModel, its counts (array-like or CountTensor, missing entries allowed) and an int or JAX key.
     num_particles, num_chains : int
-        Particles per run (≥ 2); independent runs (formerly ``num_runs``), pooled by log-mean-exp,
-        whose spread gives the standard error.
+        Particles per run (≥ 2); independent runs (formerly ``num_runs``), pooled by log-mean-exp, whose
+        spread gives ``stderr`` (a bias they share is not in it: raise the effort until the value stops rising).
     rho : float in (0, 1)
-        Conditional-ESS fraction kept between consecutive temperatures (adaptive schedule, Zhou,
-        Johansen & Aston 2016): higher means more temperatures.
+        Conditional-ESS fraction kept between consecutive temperatures: higher means more temperatures.
     num_sweeps : int
         Collapsed-Gibbs sweeps over all tokens per temperature.
     schedule : array, optional
-        Fixed increasing temperatures in (0, 1] ending at 1 (e.g. a pilot run's ``schedules[0]``):
-        the estimator is then unbiased on the natural scale; ``rho`` is ignored.
+        Fixed increasing temperatures in (0, 1] ending at 1 (e.g. a pilot run's ``schedules[0]``)
+        instead of the adaptive ones (``rho`` is ignored): the estimator is then unbiased on the natural scale.
     engine : {"auto", "numba", "jax"}
-        (Formerly ``kernel``.) The numba CPU kernel (threads over blocks of particles) or the JAX
-        kernel (vmap over particles; any device); "auto": numba on a CPU when installed.
+        (Formerly ``kernel``.) The numba CPU kernel or the JAX kernel; "auto": numba on a CPU when installed.
     progress_bar : bool or None
         A tqdm bar over runs (None: only when there are several runs and many tokens).
     max_configs : int
         Largest number of joint free-node configurations enumerated per token.
     start_a : float, optional
-        Start from the latent urn with concentrations scaled by max(1, start_a / a) instead of π₀
-        (default 1: a flatter start for models with small a, whose π₀ puts nearly every token in
-        one configuration); None: always from π₀.
+        Start from the latent urn with concentrations scaled by max(1, start_a / a) (default 1: flatter
+        than π₀ for small a); None: from π₀.
     cell_moves, pair_moves, node_moves : int
-        Block moves per temperature (numba kernel only), each a sequential-allocation
-        Metropolis–Hastings proposal (Dahl 2005; Jain & Neal 2004): all tokens of a cell re-placed,
-        every token of two configurations re-placed between them, or two values of a latent node
-        re-divided (split–merge), which single-token moves do only through improbable allocations.
+        Block moves per temperature (numba kernel only): a cell's tokens, two configurations' tokens,
+        or two values of a latent node re-placed by sequential allocation (Metropolis–Hastings).
     reference : (cells, counts) or Reference or list of Reference, optional
-        Start from a product q(z) = Π_τ q(cell of τ, z_τ) near the posterior's bulk, on the path
-        q^(1−β) (π₀ L)^β, whose length does not grow with T: an allocation around which each run
-        averages ``reference_sweeps`` posterior sweeps into its own q, or references built once
-        (:func:`~bam_ppl.infer.smc.references.build_references`), one shared or one per run. The
-        last step counts the relabelled copies of the reference's mode
-        (:func:`~bam_ppl.infer.smc.symmetry.symmetric_log_weights`); modes of other shapes only as
-        far as the moves reach them.
+        Start from a product q near the posterior's bulk, on a path whose length does not grow with T:
+        an allocation from which each run's chain builds its own q, or references built once
+        (:func:`~bam_ppl.infer.smc.references.build_references`), one shared or one per run.
     reference_sweeps : int, optional
         Sweeps of each reference chain (0: the allocation's own conditionals); default 0.8 × T, at least 100.
-
-    Notes
-    -----
-    ``stderr`` comes from the spread of the runs: a bias they share (particles that have not mixed,
-    which makes log estimates low) is not in it; check that the estimate no longer rises with
-    ``num_sweeps``, ``rho`` or ``num_particles``. The sure ``lower_bound`` holds at any effort.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     kernel = _check_options(num_particles, engine, progress_bar, max_configs, start_a, reference_sweeps)
-    path = _path_options(rho, num_sweeps, schedule, cell_moves, pair_moves, node_moves)
-    if reference is not None and numba is None:
-        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
-    if kernel == "jax" and sum(path.block_moves) > 0:
-        warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
-                      "(cell_moves, pair_moves and node_moves are ignored). Use engine='numba' for them.",
-                      UserWarning, stacklevel=2)
-        path = path._replace(block_moves=(0, 0, 0))
+    path = _path_on_kernel(_path_options(rho, num_sweeps, schedule, cell_moves, pair_moves, node_moves), kernel,
+                           reference)
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
-    tp, run_tps, reference_config, reference_sweeps = _run_problems(bound, data, layout, start_a, reference,
-                                                                    reference_sweeps, num_runs)
+    problems = _run_problems(bound, data, layout, start_a, reference, reference_sweeps, num_runs)
     progress_bar = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * num_particles > 2_000_000)
     start = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) \
-        if kernel == "numba" or reference is not None else None
-    bar = make_bar(num_runs, "tempered SMC", progress_bar, unit="run")
-    try:
-        with jax.enable_x64(True):
-            # Seeds of every run: one Generator per particle block and one for resampling.
-            seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
-            seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
-            symmetry = label_symmetries_of(bound, data, layout) if reference is not None else None
-            if reference_config is not None:  # every run its own q, so that their spread includes q's
-                run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
-                run_tps = [with_reference(tp, log_q) for log_q in
-                           chain_references(tp, [reference_config] * num_runs, reference_sweeps, run_keys, pool)]
-            runs = []
-            for r, run_tp in enumerate(run_tps or [tp] * num_runs):
-                particles = NumbaParticles(run_tp, num_particles, seeds[r, :NUM_BLOCKS], pool) if kernel == "numba" \
-                    else JaxParticles(run_tp, num_particles, jax.random.fold_in(key, r))
-                runs.append(_one_run(particles, run_tp, np.random.default_rng(seeds[r, NUM_BLOCKS]), path, symmetry))
-                bar.update(1)
-    finally:
-        bar.close()
-        if pool is not None:
-            pool.shutdown()
+    with (_thread_pool(kernel == "numba" or reference is not None) as pool,
+          make_bar(num_runs, "tempered SMC", progress_bar, unit="run") as bar, jax.enable_x64(True)):
+        symmetry = label_symmetries_of(bound, data, layout) if reference is not None else None
+        runs = _runs(problems, _RunSettings(num_runs, num_particles, kernel, path, pool), key, symmetry, bar)
     _warn_of_degenerate_starts(runs)
-    return _result(runs, symmetry, bound, data, layout, tp, time.perf_counter() - start,
-                   reference_sweeps if reference is not None else None)
+    return _result(runs, symmetry, bound, data, layout, problems.tp, time.perf_counter() - start,
+                   problems.reference_sweeps if reference is not None else None)
 
 
-def _run_problems(bound, data, layout, start_a, reference, reference_sweeps, num_runs):
-    """The tempered problem and what the runs start from: (problem, each run's problem where the
-    references are given, the configuration that each run's own reference chain starts from where
-    an allocation is, the reference chains' sweeps)."""
+def _thread_pool(needed: bool):
+    """Threads for the numba kernel's particle blocks and the reference chains (one per block, at
+    most one per core), shut down on leaving the ``with``; where not ``needed``, a context giving None."""
+    return ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if needed else nullcontext()
+
+
+class _RunSettings(NamedTuple):
+    """How the runs go: ``num_runs`` runs of ``num_particles`` particles on the ``kernel`` ("numba"
+    or "jax") along ``path``, in the threads of ``pool`` (None: no threads)."""
+
+    num_runs: int
+    num_particles: int
+    kernel: str
+    path: PathOptions
+    pool: ThreadPoolExecutor | None
+
+
+class _RunProblems(NamedTuple):
+    """What the runs start from (:func:`_run_problems`): the problem ``tp``; ``run_tps`` each run's
+    problem where references are given; ``reference_config`` the configuration that each run's own
+    reference chain starts from where an allocation is; ``reference_sweeps`` those chains' sweeps."""
+
+    tp: TemperedProblem
+    run_tps: list | None
+    reference_config: np.ndarray | None
+    reference_sweeps: int | None
+
+
+def _runs(problems: _RunProblems, settings: _RunSettings, key, symmetry, bar) -> list[TemperedRun]:
+    """Every run (:func:`_one_run`), each with its own random streams drawn from ``key``, and with its
+    own reference where ``problems`` holds an allocation; ``bar`` advances after each."""
+    num_runs, pool = settings.num_runs, settings.pool
+    # Seeds of every run: one Generator per particle block and one for resampling.
+    seeds = np.asarray(jax.random.split(key, num_runs * (NUM_BLOCKS + 1)))
+    seeds = seeds.reshape(num_runs, NUM_BLOCKS + 1, -1).astype(np.uint32)
+    run_tps = problems.run_tps
+    if problems.reference_config is not None:  # every run its own q, so that their spread includes q's
+        run_keys = [jax.random.fold_in(key, num_runs + r) for r in range(num_runs)]
+        run_tps = [with_reference(problems.tp, log_q) for log_q in chain_references(
+            problems.tp, [problems.reference_config] * num_runs, problems.reference_sweeps, run_keys, pool)]
+    runs = []
+    for r, run_tp in enumerate(run_tps or [problems.tp] * num_runs):
+        particles = NumbaParticles(run_tp, settings.num_particles, seeds[r, :NUM_BLOCKS], pool) \
+            if settings.kernel == "numba" else JaxParticles(run_tp, settings.num_particles, jax.random.fold_in(key, r))
+        runs.append(_one_run(particles, run_tp, np.random.default_rng(seeds[r, NUM_BLOCKS]), settings.path, symmetry))
+        bar.update(1)
+    return runs
+
+
+def _run_problems(bound, data, layout, start_a, reference, reference_sweeps, num_runs) -> _RunProblems:
+    """The tempered problem and what the runs start from (:class:`_RunProblems`)."""
     if reference is None:
         start_scale = 1.0 if start_a is None else max(1.0, float(start_a) / bound.a)
-        return build_tempered_problem(bound, data, layout, start_scale), None, None, reference_sweeps
+        return _RunProblems(build_tempered_problem(bound, data, layout, start_scale), None, None, reference_sweeps)
     tp = build_tempered_problem(bound, data, layout)
     references = _references_per_run(reference, num_runs)
     if references is None:  # an allocation
         config = configs_of_allocation(bound, data, layout, tp.token_cell, reference, "reference")
         sweeps = default_reference_sweeps(data.total) if reference_sweeps is None else reference_sweeps
-        return tp, None, config, sweeps
+        return _RunProblems(tp, None, config, sweeps)
     built = sorted({ref.num_sweeps for ref in references})
     if reference_sweeps is not None and built != [reference_sweeps]:
         raise ValueError(f"reference_sweeps: the references were built with {built} sweeps; "
                          "leave reference_sweeps out, or pass an allocation as reference")
-    return tp, [with_reference(tp, _checked_reference(tp, ref)) for ref in references], None, built[-1]
+    return _RunProblems(tp, [with_reference(tp, _checked_reference(tp, ref)) for ref in references], None, built[-1])
 
 
 def _warn_of_degenerate_starts(runs) -> None:

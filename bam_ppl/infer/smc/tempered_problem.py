@@ -119,6 +119,16 @@ def table_is_latent(bound: BoundModel) -> np.ndarray:
     return np.array(out, bool)
 
 
+def _row_groups(spec, row_latent: np.ndarray) -> list[np.ndarray]:
+    """The urn conditional's rows in the four groups of :class:`TemperedProblem`: latent numerators,
+    latent denominators, visible numerators, visible denominators (``row_latent``: per row)."""
+    def rows(group, latent):
+        return np.array([r for r in group if row_latent[r] == latent], np.int64)
+
+    return [rows(spec.numerator_rows, True), rows(spec.denominator_rows, True), rows(spec.numerator_rows, False),
+            rows(spec.denominator_rows, False)]
+
+
 def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_scale: float = 1.0) -> TemperedProblem:
     """The tempered sampler's arrays for ``data`` under ``bound`` (no compilation).
 
@@ -137,7 +147,6 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     conc[new_of_old] = concentration
     fixed = np.empty(concentration.size, np.int64)
     fixed[new_of_old] = np.asarray(problem.fixed_counts)
-    rows = lambda group, latent: np.array([r for r in group if row_latent[r] == latent], np.int64)  # noqa: E731
     valid = np.asarray(problem.valid, bool)
     # Values of the missing visible nodes each cell allows (``valid`` leaves latent nodes free).
     latent_configs = math.prod(bound.sizes[n] for n in layout.free if n in bound.model.latent)
@@ -152,8 +161,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
     swap, swap_sizes = node_swaps(bound, layout)
-    groups = [rows(spec.numerator_rows, True), rows(spec.denominator_rows, True), rows(spec.numerator_rows, False),
-              rows(spec.denominator_rows, False)]
+    groups = _row_groups(spec, row_latent)
     return TemperedProblem(
         token_cell=token_cell,
         cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
