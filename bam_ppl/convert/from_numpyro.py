@@ -26,18 +26,21 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import gammaln
 
 from ..data import MISSING, CountTensor
 from ..models.allocation import AllocationModel
+from .numpyro_trace import mask_of as _mask_of
+from .numpyro_trace import sites as _sites
+from .numpyro_trace import trace as _trace
+from .numpyro_trace import unwrap as _unwrap
 
 _NUM_PROBES = 3
 _QUICK_HYPOTHESES = 2_000  # tried before the Jacobian that prunes the search is computed
 _MAX_HYPOTHESES = 50_000
-_EXPECTED = ("an allocation model has Dirichlet table sites, Categorical index sites, count "
-             "observations (Poisson with a Gamma total rate, or Multinomial) and plates")
 
 
 @dataclass(frozen=True)
@@ -69,153 +72,6 @@ class ProgramInfo:
     evidence_of: str = "count table"
     log_sequence_offset: float = 0.0
 
-
-# -- tracing ---------------------------------------------------------------------------------------
-def _trace(model_fn, args, kwargs, values=None):
-    """The program's trace, latent sites set to ``values`` or to stand-ins (:func:`_stand_in`)."""
-    import jax
-    from numpyro import handlers
-    from numpyro.distributions.distribution import validation_enabled
-
-    values = values or {}
-
-    def value_of(msg):
-        # Stand-in values instead of draws: no sampler is compiled, and the probes set their own.
-        if msg["type"] != "sample" or msg["is_observed"]:
-            return None
-        if msg["name"] in values:
-            return values[msg["name"]]
-        return _stand_in(msg)
-
-    fn = handlers.substitute(model_fn, substitute_fn=value_of)
-    # float64 locally, so concentrations such as a / (K V) are read as the program states them;
-    # probe values (integer tags, unnormalised tables) are not valid parameters, by design.
-    with jax.enable_x64(True), validation_enabled(False):
-        try:
-            return handlers.trace(fn).get_trace(*args, **kwargs)
-        except Exception as err:
-            # Without seed no key is split per site (faster); a program that needs one (a
-            # subsampled plate) is traced again with it, and refused by what the trace shows.
-            if "random key" not in str(err).lower() and "rng_key" not in str(err).lower():
-                raise
-            seeded = handlers.substitute(handlers.seed(model_fn, rng_seed=0), substitute_fn=value_of)
-            return handlers.trace(seeded).get_trace(*args, **kwargs)
-
-
-def _stand_in(msg):
-    """A value of the site's shape: uniform tables, index 0, unit rate; a draw for anything else
-    (which is refused once the trace is read)."""
-    import jax
-    import jax.numpy as jnp
-    import numpyro.distributions as dist
-
-    fn = msg["fn"]
-    base = _unwrap(fn)
-    shape = fn.shape(msg["kwargs"].get("sample_shape", ()))
-    if isinstance(base, dist.Dirichlet):
-        return jnp.full(shape, 1.0 / shape[-1])
-    if isinstance(base, (dist.CategoricalProbs, dist.CategoricalLogits)):
-        return jnp.zeros(shape, dtype=jnp.int32)
-    if isinstance(base, dist.Gamma):
-        return jnp.ones(shape)
-    return fn.sample(jax.random.PRNGKey(0), msg["kwargs"].get("sample_shape", ()))
-
-
-def _unwrap(fn):
-    """The distribution inside ``expand``/``to_event`` wrappers (their batch shape comes from the value)."""
-    import numpyro.distributions as dist
-
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return fn
-
-
-def _mask_of(site):
-    """The mask of a masked site (``obs_mask``, ``handlers.mask``) over its value, or None."""
-    import numpyro.distributions as dist
-
-    fn, mask = site["fn"], None
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
-        if isinstance(fn, dist.MaskedDistribution) and fn._mask is not True:
-            mask = np.asarray(fn._mask) if mask is None else mask & np.asarray(fn._mask)
-        fn = fn.base_dist
-    return None if mask is None else np.broadcast_to(mask, np.shape(site["value"]))
-
-
-def _kind(site) -> str:
-    """Classify one sample site, refusing what no allocation model contains."""
-    import numpyro.distributions as dist
-
-    name, fn = site["name"], site["fn"]
-    base = _unwrap(fn)
-    observed = site["is_observed"]
-    if _mask_of(site) is not None:
-        # A masked-out observation is a missing entry: summed over, it contributes a factor 1.
-        if isinstance(base, dist.CategoricalProbs) and observed:
-            return "index"
-        if isinstance(base, dist.CategoricalProbs) and name.endswith("_unobserved"):
-            return "imputed"  # obs_mask's imputation of the missing entries: not part of the evidence
-        raise ValueError(f"site {name!r}: a masked {'observed' if observed else 'latent'} "
-                         f"{type(base).__name__}; only observed Categorical sites may be masked "
-                         "(missing entries)")
-    what = type(base).__name__
-    if isinstance(base, dist.Dirichlet):
-        if observed:
-            raise ValueError(f"site {name!r}: an observed Dirichlet; a table site must be latent")
-        return "table"
-    if isinstance(base, dist.CategoricalProbs):
-        return "index"
-    if isinstance(base, dist.CategoricalLogits):
-        raise ValueError(f"site {name!r}: Categorical with logits; write Categorical(probs=table[...]) "
-                         "so the probabilities are a gathered Dirichlet table column")
-    if isinstance(base, dist.Gamma) and not observed:
-        return "rate"
-    if observed and isinstance(base, dist.Poisson):
-        return "poisson"
-    if observed and isinstance(base, dist.MultinomialProbs):
-        return "multinomial"
-    if observed:
-        raise ValueError(f"site {name!r}: an observed {what}; expected a Categorical index or a count "
-                         f"observation (Poisson with a Gamma total rate, or Multinomial) — {_EXPECTED}")
-    if isinstance(base, (dist.Normal, dist.LogNormal, dist.Beta, dist.Uniform, dist.HalfNormal,
-                         dist.Exponential, dist.HalfCauchy, dist.Cauchy, dist.StudentT)):
-        raise ValueError(f"site {name!r}: a continuous {what} prior; a table must have a Dirichlet "
-                         f"prior — {_EXPECTED}")
-    raise ValueError(f"site {name!r}: a latent {what}; expected a Dirichlet table or a Categorical "
-                     f"index — {_EXPECTED}")
-
-
-def _sites(tr) -> dict[str, list[str]]:
-    kinds: dict[str, list[str]] = {"table": [], "index": [], "rate": [], "poisson": [], "multinomial": [],
-                                   "imputed": []}
-    for name, site in tr.items():
-        if site["type"] == "plate":
-            size, subsample = site["args"][0], site["args"][1]
-            if subsample is not None and subsample < size:
-                raise ValueError(f"plate {name!r}: subsampled plates are not recognised; the evidence "
-                                 "needs every token")
-            continue
-        if site["type"] == "deterministic":
-            continue
-        if site["type"] != "sample":
-            raise ValueError(f"site {name!r}: a {site['type']} site; {_EXPECTED}")
-        kinds[_kind(site)].append(name)
-    if kinds["rate"] and not kinds["poisson"]:
-        raise ValueError(f"site {kinds['rate'][0]!r}: a latent Gamma outside a Poisson count model; "
-                         "a Gamma prior is recognised only as the total rate of Poisson counts")
-    if not kinds["table"]:
-        raise ValueError(f"the program has no Dirichlet table site; {_EXPECTED}")
-    counts = kinds["poisson"] + kinds["multinomial"]
-    if counts and kinds["index"]:
-        raise ValueError(f"site {counts[0]!r}: count observations beside Categorical index sites "
-                         f"{kinds['index']}; write the program in one form (tokens or counts)")
-    if len(counts) > 1:
-        raise ValueError(f"site {counts[1]!r}: a second count observation; one count site holds the data")
-    if not counts and not kinds["index"]:
-        raise ValueError(f"the program has no Categorical index site and no count observation; {_EXPECTED}")
-    if len(kinds["rate"]) > 1:
-        raise ValueError(f"site {kinds['rate'][1]!r}: a second Gamma site; one total rate is recognised")
-    return kinds
 
 
 def _number(value) -> float:
@@ -318,6 +174,32 @@ def _argument_names(model_fn, args, kwargs):
     return {k: v for k, v in bound.arguments.items() if hasattr(v, "shape") or isinstance(v, (list, tuple))}
 
 
+class _TokenProbes(NamedTuple):
+    """The index sites of a token program and the probe traces they are read from."""
+
+    tr: dict  # the trace with stand-in values
+    index: list  # Categorical index sites
+    latent: list  # the latent ones among them, set at random in each probe
+    tables: list  # Dirichlet table sites
+    shapes: list  # each table's shape
+    offsets: np.ndarray  # where each table's tags start in the flat range of tags
+    K: dict  # index site -> number of categories
+    probes: list  # (probe trace, index site -> its values) per probe
+    grid: tuple  # the token grid every index site spans
+    plates: dict  # plate dim -> plate name
+    masks: dict  # index site -> mask of its observed entries, or None
+    arguments: dict  # the program's array arguments by parameter name
+
+
+class _Coordinates(NamedTuple):
+    """Data indices read so far (conditioned nodes), where each node came from, names in use."""
+
+    values: dict  # data index -> its values over the token grid
+    sizes: dict  # data index -> its number of categories
+    sources: dict  # node -> what it was read from
+    taken: set
+
+
 def _token_form(model_fn, args, kwargs, tr, kinds):
     """(model, data, info) of a program whose observed sites are Categorical tokens.
 
@@ -326,6 +208,40 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
     (plate position, argument) a conditioned visible node, one gathered at a fixed position a
     slice that is a table of its own.
     """
+    p = _token_probes(model_fn, args, kwargs, tr, kinds)
+    sources = {s: f"{'observed' if tr[s]['is_observed'] else 'latent'} Categorical site {s!r}" for s in p.index}
+    coords = _Coordinates({}, {}, sources, set(p.index) | set(p.tables))
+    parents, table_of, base_of = _read_tables(p, coords)
+    sizes = {**coords.sizes, **{s: p.K[s] for s in p.index}}
+    members = {t: [s for s in p.index if table_of[s] == t] for t in base_of}
+    conc = {t: _table_concentration(tr, base) for t, base in base_of.items()}
+    cond = list(coords.values)
+    if not cond:
+        # A plate of fixed size: the token total is fixed, not Gamma–Poisson. A one-cell conditioned
+        # node states that (eq. 3.15) without changing any table.
+        total = _unique(p.plates.get(-1, "tokens"), coords.taken)
+        cond, coords.values[total], sizes[total] = [total], np.zeros(p.grid, np.int64), 1
+        coords.sources[total] = "the fixed number of tokens (one cell)"
+    a, priors = _priors(members, sizes, parents, conc)
+    # obs_mask splits site x into x_observed and x_unobserved; the node keeps the name x.
+    name = {s: s[: -len("_observed")] if p.masks[s] is not None and s.endswith("_observed")
+            and tr.get(s[: -len("_observed")], {}).get("type") == "deterministic" else s for s in p.index}
+    rename = {**{c: c for c in cond}, **name}
+    observed_sites = [s for s in p.index if tr[s]["is_observed"]]
+    visible = cond + [name[s] for s in observed_sites]
+    structure = {**{c: [] for c in cond}, **{name[s]: [rename[u] for u in parents[s]] for s in p.index}}
+    members = {t: [name[s] for s in m] for t, m in members.items()}
+    priors = None if priors is None else {rename[n]: v for n, v in priors.items()}
+    sources = {rename.get(n, n): v for n, v in coords.sources.items()}
+    model = AllocationModel(
+        structure, latent={name[s]: p.K[s] for s in p.latent}, observed=visible, a=a, priors=priors,
+        tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond)
+    data, offset = _token_data(p, coords, sizes, cond, observed_sites, visible)
+    return model, data, ProgramInfo("tokens", sources, members, log_sequence_offset=offset)
+
+
+def _token_probes(model_fn, args, kwargs, tr, kinds) -> _TokenProbes:
+    """Trace the program with tagged tables and random latent index values, :data:`_NUM_PROBES` times."""
     tables, index = kinds["table"], kinds["index"]
     shapes = [tuple(np.shape(tr[t]["value"])) for t in tables]
     offsets = np.cumsum([0] + [math.prod(s) for s in shapes])
@@ -341,6 +257,14 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
         _check_constant_priors(tr, ptr, tables)
         probes.append((ptr, {s: np.asarray(ptr[s]["value"]) for s in index}))
     masks = {s: _mask_of(tr[s]) for s in index}
+    grid = _token_grid(tr, index)
+    plates = {f.dim: f.name for s in index for f in tr[s]["cond_indep_stack"]}
+    return _TokenProbes(tr, index, latent, tables, shapes, offsets, K, probes, grid, plates, masks,
+                        _argument_names(model_fn, args, kwargs))
+
+
+def _token_grid(tr, index) -> tuple:
+    """The shape of the tokens, which every index site spans in the same plates."""
     grid = np.broadcast_shapes(*[np.shape(tr[s]["value"]) for s in index])
     for s in index:
         if tuple(np.shape(tr[s]["value"])) != tuple(grid):
@@ -356,96 +280,88 @@ def _token_form(model_fn, args, kwargs, tr, kinds):
                 f"site {s!r}: in plates {sorted(frames[s])} but site {index[0]!r} is in plates "
                 f"{sorted(frames[index[0]])}; every Categorical index site of a token must be in the "
                 "same plates")
-    plates = {f.dim: f.name for s in index for f in tr[s]["cond_indep_stack"]}
-    arg_arrays = _argument_names(model_fn, args, kwargs)
+    return grid
 
-    nodes: dict[str, str] = {s: s for s in index}
-    sources = {s: f"{'observed' if tr[s]['is_observed'] else 'latent'} Categorical site {s!r}" for s in index}
-    coord_values: dict[str, np.ndarray] = {}
-    coord_sizes: dict[str, int] = {}
+
+def _read_tables(p: _TokenProbes, coords: _Coordinates):
+    """Each index site's parents and table (or fixed slice of one), and each table's base site."""
     parents: dict[str, list[str]] = {}
     table_of: dict[str, str] = {}  # site -> its table, or a fixed slice of one
     base_of: dict[str, str] = {}
-    taken = set(index) | set(tables)
-    for s in index:
-        decoded = [_gathered(ptr, s, offsets, shapes, tables) for ptr, _ in probes]
-        t = decoded[0][0]
-        if any(d[0] != t for d in decoded):
-            raise ValueError(f"site {s!r}: the table it gathers from changes with the index values; "
-                             "expected one table per site")
-        pars, sliced = [], {}
-        for axis in range(len(shapes[t]) - 1):
-            col = [np.broadcast_to(d[1][axis], grid) for d in decoded]
-            source = next((u for u in index if u != s and all(
-                np.array_equal(c, np.broadcast_to(v[u], grid)) for c, (_, v) in zip(col, probes))), None)
-            if source is None:
-                if not all(np.array_equal(c, col[0]) for c in col):
-                    raise ValueError(
-                        f"site {s!r}: axis {axis} of table {tables[t]!r} is indexed by a value computed "
-                        "from the latent sites, not by one index site; expected table[z] with z a "
-                        "Categorical site (or a data array, or a plate position)")
-                source = _coordinate(col[0], grid, plates, arg_arrays, coord_values, taken, sources)
-                if source is None and np.all(col[0] == col[0].reshape(-1)[0]):
-                    # One fixed slice (phi[j] in a loop over features): an independent table of its own.
-                    sliced[axis] = int(col[0].reshape(-1)[0])
-                    continue
-                if source is None:
-                    source = _unique(f"{tables[t]}_axis{axis}", taken)
-                    sources[source] = f"data index of axis {axis} of {tables[t]!r}"
-                coord_values[source] = col[0]
-                coord_sizes[source] = shapes[t][axis]
-                taken.add(source)
-            if masks.get(source) is not None:
-                raise ValueError(f"site {s!r}: gathers by the masked site {source!r}; a site with "
-                                 "missing entries cannot index a table")
-            pars.append(nodes.get(source, source))
-        parents[s] = pars
-        table_of[s] = tables[t] if not sliced else "{}[{}]".format(tables[t], ", ".join(
-            str(sliced[k]) if k in sliced else ":" for k in range(len(shapes[t]) - 1)))
-        base_of[table_of[s]] = tables[t]
+    for s in p.index:
+        parents[s], table_of[s], base_of_s = _site_table(p, s, coords)
+        base_of[table_of[s]] = base_of_s
     used = set(base_of.values())
-    unused = [t for t in tables if t not in used]
+    unused = [t for t in p.tables if t not in used]
     if unused:
         raise ValueError(f"site {unused[0]!r}: a Dirichlet table that no Categorical site gathers from")
+    return parents, table_of, base_of
 
-    sizes = {**coord_sizes, **{s: K[s] for s in index}}
-    members = {t: [s for s in index if table_of[s] == t] for t in base_of}
-    conc = {t: _table_concentration(tr, base) for t, base in base_of.items()}
-    cond = list(coord_values)
-    if not cond:
-        # A plate of fixed size: the token total is fixed, not Gamma–Poisson. A one-cell conditioned
-        # node states that (eq. 3.15) without changing any table.
-        name = _unique(plates.get(-1, "tokens"), taken)
-        cond, coord_values[name], sizes[name] = [name], np.zeros(grid, np.int64), 1
-        sources[name] = "the fixed number of tokens (one cell)"
-    a, priors = _priors(members, sizes, parents, conc)
-    observed_sites = [s for s in index if tr[s]["is_observed"]]
-    # obs_mask splits site x into x_observed and x_unobserved; the node keeps the name x.
-    name = {s: s[: -len("_observed")] if masks[s] is not None and s.endswith("_observed")
-            and tr.get(s[: -len("_observed")], {}).get("type") == "deterministic" else s for s in index}
-    rename = {**{c: c for c in cond}, **name}
-    visible = cond + [name[s] for s in observed_sites]
-    structure = {**{c: [] for c in cond}, **{name[s]: [rename[p] for p in parents[s]] for s in index}}
-    members = {t: [name[s] for s in m] for t, m in members.items()}
-    priors = None if priors is None else {rename[n]: v for n, v in priors.items()}
-    sources = {rename.get(n, n): v for n, v in sources.items()}
-    model = AllocationModel(
-        structure, latent={name[s]: K[s] for s in latent}, observed=visible, a=a, priors=priors,
-        tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond)
+
+def _site_table(p: _TokenProbes, s: str, coords: _Coordinates):
+    """(parents, table or slice name, table site) of index site ``s``, from what it gathers."""
+    decoded = [_gathered(ptr, s, p.offsets, p.shapes, p.tables) for ptr, _ in p.probes]
+    t = decoded[0][0]
+    if any(d[0] != t for d in decoded):
+        raise ValueError(f"site {s!r}: the table it gathers from changes with the index values; "
+                         "expected one table per site")
+    pars, sliced = [], {}
+    for axis in range(len(p.shapes[t]) - 1):
+        col = [np.broadcast_to(d[1][axis], p.grid) for d in decoded]
+        source = _axis_source(p, s, t, axis, col, coords)
+        if source is None:
+            # One fixed slice (phi[j] in a loop over features): an independent table of its own.
+            sliced[axis] = int(col[0].reshape(-1)[0])
+            continue
+        if p.masks.get(source) is not None:
+            raise ValueError(f"site {s!r}: gathers by the masked site {source!r}; a site with "
+                             "missing entries cannot index a table")
+        pars.append(source)
+    name = p.tables[t] if not sliced else "{}[{}]".format(p.tables[t], ", ".join(
+        str(sliced[k]) if k in sliced else ":" for k in range(len(p.shapes[t]) - 1)))
+    return pars, name, p.tables[t]
+
+
+def _axis_source(p: _TokenProbes, s, t, axis, col, coords: _Coordinates) -> str | None:
+    """The node that axis ``axis`` of table ``t`` follows where site ``s`` gathers it (``col``: its
+    coordinates in each probe): another index site, or a data index added to ``coords``; None for
+    one fixed position."""
+    source = next((u for u in p.index if u != s and all(
+        np.array_equal(c, np.broadcast_to(v[u], p.grid)) for c, (_, v) in zip(col, p.probes))), None)
+    if source is not None:
+        return source
+    if not all(np.array_equal(c, col[0]) for c in col):
+        raise ValueError(
+            f"site {s!r}: axis {axis} of table {p.tables[t]!r} is indexed by a value computed "
+            "from the latent sites, not by one index site; expected table[z] with z a "
+            "Categorical site (or a data array, or a plate position)")
+    source = _coordinate(col[0], p.grid, p.plates, p.arguments, coords.values, coords.taken, coords.sources)
+    if source is None and np.all(col[0] == col[0].reshape(-1)[0]):
+        return None
+    if source is None:
+        source = _unique(f"{p.tables[t]}_axis{axis}", coords.taken)
+        coords.sources[source] = f"data index of axis {axis} of {p.tables[t]!r}"
+    coords.values[source] = col[0]
+    coords.sizes[source] = p.shapes[t][axis]
+    coords.taken.add(source)
+    return source
+
+
+def _token_data(p: _TokenProbes, coords: _Coordinates, sizes, cond, observed_sites, visible):
+    """The tokens' count table, and the log multinomial coefficient of its counts given the
+    conditioned totals (:attr:`ProgramInfo.log_sequence_offset`)."""
 
     def observed_values(s):
-        value = np.broadcast_to(np.asarray(tr[s]["value"]), grid)
-        return value if masks[s] is None else np.where(masks[s], value, MISSING)
+        value = np.broadcast_to(np.asarray(p.tr[s]["value"]), p.grid)
+        return value if p.masks[s] is None else np.where(p.masks[s], value, MISSING)
 
-    tokens = np.stack([np.broadcast_to(coord_values[c], grid).reshape(-1) for c in cond]
+    tokens = np.stack([np.broadcast_to(coords.values[c], p.grid).reshape(-1) for c in cond]
                       + [observed_values(s).reshape(-1) for s in observed_sites], axis=1)
-    data = CountTensor.from_tokens(tokens, tuple(sizes[c] for c in cond) + tuple(K[s] for s in observed_sites),
+    data = CountTensor.from_tokens(tokens, tuple(sizes[c] for c in cond) + tuple(p.K[s] for s in observed_sites),
                                    dims=visible)
     cond_totals = np.bincount(np.ravel_multi_index(tokens[:, : len(cond)].T, [sizes[c] for c in cond]))
     offset = float(gammaln(cond_totals + 1.0).sum() - gammaln(data.counts + 1.0).sum())
-    info = ProgramInfo("tokens", sources, members,
-                       log_sequence_offset=offset)
-    return model, data, info
+    return data, offset
 
 
 def _coordinate(values, grid, plates, arg_arrays, known, taken, sources) -> str | None:
@@ -473,89 +389,130 @@ def _coordinate(values, grid, plates, arg_arrays, known, taken, sources) -> str 
 
 
 # -- count form ------------------------------------------------------------------------------------
+class _CountSite(NamedTuple):
+    """The program, its observed count site and the tables its cell probabilities are read from."""
+
+    model_fn: Callable
+    args: tuple
+    kwargs: dict
+    tr: dict  # the trace with stand-in values
+    kinds: dict  # site kind -> site names (:func:`_sites`)
+    name: str  # the count site
+    X: np.ndarray  # its counts
+    tables: list  # Dirichlet table sites
+    shapes: list  # each table's shape
+    multinomial: bool  # Multinomial counts (else Poisson)
+
+
+class _Cells(NamedTuple):
+    """The count site's axes as nodes."""
+
+    names: list  # a node per axis
+    free: list  # the axes a table owns (all but the conditioned rows of Multinomial counts)
+    sizes: dict  # node -> size of its axis
+
+
 def _count_form(model_fn, args, kwargs, tr, kinds):
     """(model, data, info) of a program whose observed site is a Poisson or Multinomial count."""
-    tables = kinds["table"]
-    multinomial = bool(kinds["multinomial"])
     site_name = (kinds["multinomial"] or kinds["poisson"])[0]
-    site = tr[site_name]
-    X = np.asarray(site["value"])
+    X = np.asarray(tr[site_name]["value"])
     if X.ndim < 1:
         raise ValueError(f"site {site_name!r}: a scalar count; expected counts over cells of indices")
-    shapes = [tuple(np.shape(tr[t]["value"])) for t in tables]
-    rng = np.random.default_rng(0)
-
-    def cell_probabilities(values, rate=1.0):
-        extra = {kinds["rate"][0]: np.float64(rate)} if kinds["rate"] else {}
-        ptr = _trace(model_fn, args, kwargs, {**values, **extra})
-        _check_constant_priors(tr, ptr, tables)
-        fn = _unwrap(ptr[site_name]["fn"])
-        out = fn.probs if multinomial else fn.rate
-        return np.broadcast_to(np.asarray(out, dtype=np.float64), X.shape)
-
-    probes = []
-    for _ in range(_NUM_PROBES):
-        values = {t: rng.uniform(0.5, 1.5, size=s) for t, s in zip(tables, shapes)}
-        probes.append((values, cell_probabilities(values)))
-    if multinomial:
-        fn = _unwrap(site["fn"])
-        n = np.broadcast_to(np.asarray(fn.total_count), X.shape[:-1])
-        if not np.array_equal(n, X.sum(-1)):
-            raise ValueError(f"site {site_name!r}: total_count differs from the observed row totals")
-        rate_a = rate_b = None
-    else:
-        if not kinds["rate"]:
-            raise ValueError(f"site {site_name!r}: Poisson counts need a total rate lam ~ Gamma(a, b) "
-                             "with rate = lam * p (Cemgil et al. 2019 eq. 3.3); none found")
-        rate_site = kinds["rate"][0]
-        if np.shape(tr[rate_site]["value"]) != ():
-            raise ValueError(f"site {rate_site!r}: the total rate must be a scalar")
-        doubled = cell_probabilities(probes[0][0], rate=2.0)
-        if not np.allclose(doubled, 2.0 * probes[0][1], rtol=1e-5):
-            raise ValueError(f"site {site_name!r}: its rate is not lam * p with lam = {rate_site!r}")
-        g = _unwrap(tr[rate_site]["fn"])
-        rate_a, rate_b = _number(g.concentration), _number(g.rate)
-
-    plates = {f.dim: f.name for f in site["cond_indep_stack"]}
-    taken = set(tables) | set(kinds["rate"]) | {site_name}
-    cell_names = []
-    for axis in range(X.ndim):
-        dim = axis - (X.ndim - 1 if multinomial else X.ndim)  # plates index the batch axes
-        name = plates.get(dim) if not (multinomial and axis == X.ndim - 1) else None
-        cell_names.append(_unique(name or f"{site_name}_{axis}", taken))
-        taken.add(cell_names[-1])
-    cond = cell_names[:-1] if multinomial else []
-    free_cells = cell_names[-1:] if multinomial else cell_names
-    sizes = dict(zip(cell_names, X.shape))
-    try:
-        found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, {}, _QUICK_HYPOTHESES)
-    except _TooMany:
-        # Many equal sizes: settle the cell axes by the derivative pattern, then search again.
-        forced = _forced_axes(model_fn, args, kwargs, kinds, site_name, X.shape, shapes, probes[0][0],
-                              cell_names, sizes)
-        try:
-            found = _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, forced,
-                            _MAX_HYPOTHESES)
-        except _TooMany:
-            raise ValueError(f"site {site_name!r}: more than {_MAX_HYPOTHESES} candidate DAGs fit the "
-                             "table shapes; use distinct sizes or the token form") from None
-    members, parents, latent = found
-    rename = _latent_names(tr, members, shapes, tables, parents, latent, taken | set(cell_names))
+    shapes = [tuple(np.shape(tr[t]["value"])) for t in kinds["table"]]
+    c = _CountSite(model_fn, args, kwargs, tr, kinds, site_name, X, kinds["table"], shapes,
+                   bool(kinds["multinomial"]))
+    probes = _count_probes(c)
+    rate_a, rate_b = _total_rate(c, probes[0])
+    cells, taken = _cell_axes(c)
+    members, parents, latent = _find_dag(c, cells, probes)
+    rename = _latent_names(tr, members, c.shapes, c.tables, parents, latent, taken | set(cells.names))
     members = {t: [rename.get(n, n) for n in m] for t, m in members.items()}
     parents = {rename.get(n, n): [rename.get(p, p) for p in ps] for n, ps in parents.items()}
     latent = {rename.get(n, n): k for n, k in latent.items()}
-    conc = {t: _table_concentration(tr, t) for t in tables}
-    all_sizes = {**sizes, **latent}
+    conc = {t: _table_concentration(tr, t) for t in c.tables}
+    all_sizes = {**cells.sizes, **latent}
     a, priors = _priors(members, all_sizes, parents, conc, a_hint=rate_a)
-    structure = {**{c: [] for c in cond}, **{n: parents[n] for m in members.values() for n in m}}
+    cond = cells.names[:-1] if c.multinomial else []
+    structure = {**{n: [] for n in cond}, **{n: parents[n] for m in members.values() for n in m}}
     model = AllocationModel(
-        structure, latent=latent, observed=cell_names, a=a, b=rate_b, priors=priors,
+        structure, latent=latent, observed=cells.names, a=a, b=rate_b, priors=priors,
         tie=[tuple(m) for m in members.values() if len(m) > 1] or None, condition_on=cond or None)
-    data = CountTensor.from_dense(X, dims=cell_names)
-    sources = {**{c: f"{site_name} axis {k}" for k, c in enumerate(cell_names)},
-               **{n: f"latent, summed in {site_name}" for n in latent}}
-    info = ProgramInfo("multinomial" if multinomial else "poisson", sources, members)
+    data = CountTensor.from_dense(c.X, dims=cells.names)
+    sources = {**{n: f"{c.name} axis {k}" for k, n in enumerate(cells.names)},
+               **{n: f"latent, summed in {c.name}" for n in latent}}
+    info = ProgramInfo("multinomial" if c.multinomial else "poisson", sources, members)
     return model, data, info
+
+
+def _cell_probabilities(c: _CountSite, values, rate=1.0):
+    """The count site's cell probabilities (Multinomial) or rates (Poisson) at table ``values``."""
+    extra = {c.kinds["rate"][0]: np.float64(rate)} if c.kinds["rate"] else {}
+    ptr = _trace(c.model_fn, c.args, c.kwargs, {**values, **extra})
+    _check_constant_priors(c.tr, ptr, c.tables)
+    fn = _unwrap(ptr[c.name]["fn"])
+    out = fn.probs if c.multinomial else fn.rate
+    return np.broadcast_to(np.asarray(out, dtype=np.float64), c.X.shape)
+
+
+def _count_probes(c: _CountSite) -> list:
+    """(random tables, the cell probabilities they give) for each of :data:`_NUM_PROBES` probes."""
+    rng = np.random.default_rng(0)
+    probes = []
+    for _ in range(_NUM_PROBES):
+        values = {t: rng.uniform(0.5, 1.5, size=s) for t, s in zip(c.tables, c.shapes)}
+        probes.append((values, _cell_probabilities(c, values)))
+    return probes
+
+
+def _total_rate(c: _CountSite, probe):
+    """(a, b) of the Gamma total rate of Poisson counts, checked to scale the cell rates; (None,
+    None) for Multinomial counts, whose totals must be the observed row totals."""
+    if c.multinomial:
+        fn = _unwrap(c.tr[c.name]["fn"])
+        n = np.broadcast_to(np.asarray(fn.total_count), c.X.shape[:-1])
+        if not np.array_equal(n, c.X.sum(-1)):
+            raise ValueError(f"site {c.name!r}: total_count differs from the observed row totals")
+        return None, None
+    if not c.kinds["rate"]:
+        raise ValueError(f"site {c.name!r}: Poisson counts need a total rate lam ~ Gamma(a, b) "
+                         "with rate = lam * p (Cemgil et al. 2019 eq. 3.3); none found")
+    rate_site = c.kinds["rate"][0]
+    if np.shape(c.tr[rate_site]["value"]) != ():
+        raise ValueError(f"site {rate_site!r}: the total rate must be a scalar")
+    doubled = _cell_probabilities(c, probe[0], rate=2.0)
+    if not np.allclose(doubled, 2.0 * probe[1], rtol=1e-5):
+        raise ValueError(f"site {c.name!r}: its rate is not lam * p with lam = {rate_site!r}")
+    g = _unwrap(c.tr[rate_site]["fn"])
+    return _number(g.concentration), _number(g.rate)
+
+
+def _cell_axes(c: _CountSite):
+    """The count site's axes named after their plates (or ``X_0``, ``X_1``, ...), and the names taken."""
+    X, multinomial = c.X, c.multinomial
+    plates = {f.dim: f.name for f in c.tr[c.name]["cond_indep_stack"]}
+    taken = set(c.tables) | set(c.kinds["rate"]) | {c.name}
+    names = []
+    for axis in range(X.ndim):
+        dim = axis - (X.ndim - 1 if multinomial else X.ndim)  # plates index the batch axes
+        name = plates.get(dim) if not (multinomial and axis == X.ndim - 1) else None
+        names.append(_unique(name or f"{c.name}_{axis}", taken))
+        taken.add(names[-1])
+    free = names[-1:] if multinomial else names
+    return _Cells(names, free, dict(zip(names, X.shape))), taken
+
+
+def _find_dag(c: _CountSite, cells: _Cells, probes):
+    """(members, parents, latent) of the DAG that gives the program's cell probabilities."""
+    try:
+        return _search(c, cells, probes, {}, _QUICK_HYPOTHESES)
+    except _TooMany:
+        # Many equal sizes: settle the cell axes by the derivative pattern, then search again.
+        forced = _forced_axes(c, cells, probes[0][0])
+        try:
+            return _search(c, cells, probes, forced, _MAX_HYPOTHESES)
+        except _TooMany:
+            raise ValueError(f"site {c.name!r}: more than {_MAX_HYPOTHESES} candidate DAGs fit the "
+                             "table shapes; use distinct sizes or the token form") from None
 
 
 def _latent_names(tr, members, shapes, tables, parents, latent, taken) -> dict:
@@ -574,7 +531,7 @@ def _latent_names(tr, members, shapes, tables, parents, latent, taken) -> dict:
     return rename
 
 
-def _forced_axes(model_fn, args, kwargs, kinds, site_name, cell_shape, shapes, values, cell_names, sizes):
+def _forced_axes(c: _CountSite, cells: _Cells, values):
     """Table axes that follow one cell axis: {(table, axis): cell name}.
 
     Where a table axis is a cell axis, the derivative of cell u's probability is nonzero only at
@@ -585,17 +542,17 @@ def _forced_axes(model_fn, args, kwargs, kinds, site_name, cell_shape, shapes, v
     import jax
     import jax.numpy as jnp
 
-    tables, multinomial = kinds["table"], bool(kinds["multinomial"])
-    rate = {kinds["rate"][0]: np.float64(1.0)} if kinds["rate"] else {}
+    tables, cell_shape = c.tables, c.X.shape
+    rate = {c.kinds["rate"][0]: np.float64(1.0)} if c.kinds["rate"] else {}
 
-    def cells(*vals):
-        ptr = _trace(model_fn, args, kwargs, {**dict(zip(tables, vals)), **rate})
-        fn = _unwrap(ptr[site_name]["fn"])
-        return jnp.broadcast_to(fn.probs if multinomial else fn.rate, cell_shape)
+    def probabilities(*vals):
+        ptr = _trace(c.model_fn, c.args, c.kwargs, {**dict(zip(tables, vals)), **rate})
+        fn = _unwrap(ptr[c.name]["fn"])
+        return jnp.broadcast_to(fn.probs if c.multinomial else fn.rate, cell_shape)
 
     try:
         with jax.enable_x64(True):
-            jac = jax.jacrev(cells, argnums=tuple(range(len(tables))))(
+            jac = jax.jacrev(probabilities, argnums=tuple(range(len(tables))))(
                 *[jnp.asarray(values[t], dtype=jnp.float64) for t in tables])
     except Exception:  # noqa: BLE001 (any failure only means no pruning)
         return {}
@@ -603,9 +560,9 @@ def _forced_axes(model_fn, args, kwargs, kinds, site_name, cell_shape, shapes, v
     for k, J in enumerate(jac):
         nonzero = np.nonzero(np.asarray(J) != 0)
         at_cell, at_entry = nonzero[: len(cell_shape)], nonzero[len(cell_shape):]
-        for axis, size in enumerate(shapes[k]):
-            hits = [c for i, c in enumerate(cell_names)
-                    if size > 1 and sizes[c] == size and len(at_entry[axis])
+        for axis, size in enumerate(c.shapes[k]):
+            hits = [n for i, n in enumerate(cells.names)
+                    if size > 1 and cells.sizes[n] == size and len(at_entry[axis])
                     and np.array_equal(at_entry[axis], at_cell[i])]
             if len(hits) == 1:
                 forced[(k, axis)] = hits[0]
@@ -616,19 +573,20 @@ class _TooMany(Exception):
     """More candidate DAGs than the search was allowed to try."""
 
 
-def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, forced, limit):
+def _search(c: _CountSite, cells: _Cells, probes, forced, limit):
     """The DAG whose cell probabilities Σ_latent ∏ θ equal the program's for every probe.
 
     Each table owns one latent node or one or more free cell axes (several: tied tables); its
     batch axes are its parents, matched to nodes of the same size. Axes in ``forced`` follow
     their cell axis; the others are latent (or tied), and candidates are tried in turn.
     """
+    tables, shapes = c.tables, c.shapes
     tried = 0
-    for owners in _ownerships(tables, shapes, free_cells, sizes, forced):
+    for owners in _ownerships(tables, shapes, cells.free, cells.sizes, forced):
         # A latent node takes the name of the table that owns it (``pi`` in ``k ~ Categorical(pi)``).
         latent = {t: shapes[k][-1] for k, t in enumerate(tables) if owners[k] is None}
         owned = {k: ([t] if owners[k] is None else list(owners[k])) for k, t in enumerate(tables)}
-        node_sizes = {**sizes, **latent}
+        node_sizes = {**cells.sizes, **latent}
         choices = []
         for k in range(len(tables)):
             for child in owned[k]:
@@ -645,12 +603,12 @@ def _search(tables, shapes, cell_names, free_cells, sizes, probes, site_name, fo
             parents = {child: list(p) for _, child, p in assignment}
             if not _acyclic(parents):
                 continue
-            if all(np.allclose(_einsum(assignment, tables, node_sizes, cell_names, values), target,
+            if all(np.allclose(_einsum(assignment, tables, node_sizes, cells.names, values), target,
                                rtol=1e-6, atol=0) for values, target in probes):
                 members = {t: list(owned[k]) for k, t in enumerate(tables)}
                 return members, parents, latent
     raise ValueError(
-        f"site {site_name!r}: its cell probabilities are not Σ over latent indices of a product of "
+        f"site {c.name!r}: its cell probabilities are not Σ over latent indices of a product of "
         f"Dirichlet table entries over tables {tables}; expected e.g. "
         "lam * jnp.einsum('k,ki,kj->ij', pi, W, H) (Cemgil et al. 2019 eq. 3.4)")
 
