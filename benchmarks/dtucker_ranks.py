@@ -6,12 +6,13 @@ from ``dirichlet_tucker(ranks=(3, 2, 2, 3), alpha=1.1).sample(s, ...)``, and
     select_ranks(dirichlet_tucker, X, grid={"K_M": [2, 3, 4], "K_S": [2, 3, 4]},
                  fixed={"K_N": 2, "K_P": 2}, rng_key=s)
 
-runs with its defaults (three speckled folds, SQUAREM-accelerated MAP-EM from two starts, the
+runs with its defaults (five speckled folds, SQUAREM-accelerated MAP-EM from two starts, the
 one-standard-error rule on paired per-face differences stepping back only to models nested below
 the best). Prints one row per seed: the selected (K_M, K_S), the best-scoring grid point,
-the seconds of the call, and the number of seeds whose selection is the planted (3, 3).
+the seconds of the call, and the number of seeds whose selection (and best-scoring point) is the
+planted (3, 3); with ``--folds 3 5`` one column per number of folds, on the same tensors.
 
-Usage: ``python benchmarks/dtucker_ranks.py --seeds 100 101 102 103 104 105 106 107 108 109``
+Usage: ``python benchmarks/dtucker_ranks.py --seeds 100 101 102 103 104 105 106 107 108 109 [--folds 3 5]``
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 110)),
                         help="data seeds; seed s draws the tensor and keys select_ranks (default 100..109)")
+    parser.add_argument("--folds", type=int, nargs="+", default=[None],
+                        help="numbers of speckled folds to compare on the same tensors (default: select_ranks's)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
@@ -38,19 +41,27 @@ def main() -> None:
     from bam_ppl.models.dirichlet_tucker import dirichlet_tucker
 
     planted = (PLANTED[0], PLANTED[3])
-    print("| seed | selected (K_M, K_S) | best-scoring (K_M, K_S) | seconds |")
-    print("|---|---|---|---|")
-    hits = 0
+    labels = ["default" if f is None else f"{f} folds" for f in args.folds]
+    print("| seed | " + " | ".join(f"{label}: selected, best-scoring, seconds" for label in labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    hits = dict.fromkeys(labels, 0)
+    top_hits = dict.fromkeys(labels, 0)
     for seed in args.seeds:
         _, X = dirichlet_tucker(ranks=PLANTED, alpha=1.1).sample(seed, shape=SHAPE, total=TOTAL)
-        start = time.perf_counter()
-        table = select_ranks(dirichlet_tucker, X, grid=GRID, fixed=FIXED, rng_key=seed)
-        seconds = time.perf_counter() - start
-        chosen = tuple(int(v) for v in table.loc[table["selected"], ["K_M", "K_S"]].iloc[0])
-        top = tuple(int(v) for v in table.loc[table["heldout_loglik"].idxmax(), ["K_M", "K_S"]])
-        hits += chosen == planted
-        print(f"| {seed} | {chosen} | {top} | {seconds:.0f} |", flush=True)
-    print(f"\nplanted {planted} recovered on {hits} of {len(args.seeds)} seeds")
+        cells = []
+        for folds, label in zip(args.folds, labels):
+            start = time.perf_counter()
+            table = select_ranks(dirichlet_tucker, X, grid=GRID, fixed=FIXED, rng_key=seed, folds=folds)
+            seconds = time.perf_counter() - start
+            chosen = tuple(int(v) for v in table.loc[table["selected"], ["K_M", "K_S"]].iloc[0])
+            top = tuple(int(v) for v in table.loc[table["heldout_loglik"].idxmax(), ["K_M", "K_S"]])
+            hits[label] += chosen == planted
+            top_hits[label] += top == planted
+            cells.append(f"{chosen}, {top}, {seconds:.0f}")
+        print(f"| {seed} | " + " | ".join(cells) + " |", flush=True)
+    for label in labels:
+        print(f"\n{label}: planted {planted} selected on {hits[label]} of {len(args.seeds)} seeds, "
+              f"best-scoring on {top_hits[label]}")
 
 
 if __name__ == "__main__":
