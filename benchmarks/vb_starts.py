@@ -1,9 +1,10 @@
 """Where VB's random starts end: the final ELBO and iterations of every restart, per start rule.
 
-VB (``method="vb"``) starts each restart from random responsibilities (``init="responsibilities"``,
-each cell's drawn on its own) or from random tables (``init="dirichlet"``). Summed over the many
-cells of one table row, independent responsibilities give nearly uniform tables; this script shows
-where each rule ends on three data sets:
+VB (``method="vb"``) starts each restart from random tables near uniform (``init="tables"``, the
+default: every column ~ Dirichlet(3)), from random responsibilities (``init="responsibilities"``,
+each cell's drawn on its own) or from the paper's random tables (``init="dirichlet"``, every column
+~ Dirichlet(α + 0.1)). Summed over the many cells of one table row, independent responsibilities
+give nearly uniform tables; this script shows where each rule ends on three data sets:
 
 * ``dtucker``: a Dirichlet Tucker tensor (30, 8, 10, 12), C = 500 per face, drawn from
   ``dirichlet_tucker(ranks=(3, 2, 2, 3), alpha=1.1)`` with ``--seed``, fitted at ranks (2, 2, 2, 3);
@@ -28,8 +29,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
-INITS = ("responsibilities", "dirichlet")
 
 
 def problems(names, seed):
@@ -60,6 +59,7 @@ def main() -> None:
 
     import bam_ppl as bam
     from bam_ppl.convert import group
+    from bam_ppl.infer.variational.vb import INITS
 
     for label, model, X in problems(args.data, args.seed):
         for init in INITS:

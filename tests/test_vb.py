@@ -110,6 +110,21 @@ def test_elbo_bounds_exact_and_never_decreases(case):
     assert elbo.max() <= exact_log_evidence(model, X) + 1e-9
 
 
+@pytest.mark.parametrize("seed", [1, 305])
+def test_default_start_leaves_the_symmetric_point_of_a_dirichlet_tucker_fit(seed):
+    """Responsibilities drawn cell by cell average to uniform tables over a Dirichlet Tucker tensor's
+    many cells, a fixed point VB stays at; the default start (tables near uniform, alike in every
+    cell) leaves it and ends far higher."""
+    from bam_ppl.models.dirichlet_tucker import dirichlet_tucker
+
+    _, X = dirichlet_tucker(ranks=(3, 2, 2, 3), alpha=1.1).sample(seed, shape=(10, 4, 5, 6), total=200)
+    model = dirichlet_tucker(ranks=(2, 2, 2, 3), alpha=1.1)
+    bound = {init: bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=4, init=init)
+             for init in ("tables", "responsibilities")}
+    assert bound["tables"].value > bound["responsibilities"].value + 20.0
+    assert bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=4).value == bound["tables"].value
+
+
 def test_inference_data_layout_and_best_restart():
     model = bam.models.nmf(3, a=1.0)
     idata = bam.infer(model, X1, method="vb", rng_key=0, num_chains=RESTARTS, num_samples=50)

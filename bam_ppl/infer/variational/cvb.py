@@ -35,6 +35,7 @@ from ..prepare import prepare
 from ..registry import register
 from .vb import (
     INITS,
+    LOG_THETA_INITS,
     CellProblem,
     build_problem,
     check_options,
@@ -97,7 +98,7 @@ def init(problem: CVBProblem, phi: Array) -> CVBState:
 
 
 def init_from_log_theta(problem: CVBProblem, log_theta: Array) -> CVBState:
-    """Φ ∝ Π_m θ for a drawn θ (``init="dirichlet"``)."""
+    """Φ ∝ Π_m θ for a drawn θ (``init="tables"`` or ``"dirichlet"``)."""
     phi, _ = normalise_responsibilities(problem.cells, sum_over_members(problem.cells, log_theta))
     return init(problem, phi)
 
@@ -201,10 +202,10 @@ class CVBResult(NamedTuple):
     converged: np.ndarray
 
 def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_iters: int, tol: float,
-        init: str = "responsibilities", progress_bar: bool = False) -> CVBResult:
+        init: str = "tables", progress_bar: bool = False) -> CVBResult:
     """Run one vmapped CVB0 restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``)."""
     start = jnp.asarray(initial_values(init, init_keys, problem.cells))
-    states = _init_log_theta(problem, start) if init == "dirichlet" else _init_phi(problem, start)
+    states = _init_log_theta(problem, start) if init in LOG_THETA_INITS else _init_phi(problem, start)
 
     def run_chunk(problem, states, num_iters, tol, length):
         return _run_chunk_jit(problem, states, num_iters, tol, length=length, member_table=member_table)
@@ -220,7 +221,7 @@ def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_it
 @restart_layout("chain", "final_elbo")
 @renamed_options(num_restarts="num_chains")
 def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
-        init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
+        init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None,
         _first_chain: int = 0):
     """Collapsed variational Bayes (CVB0) over each cell's latent configurations.
 
@@ -236,8 +237,9 @@ def cvb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num
     num_chains : int
         Independent initialisations (restarts; formerly ``num_restarts``) run side by side; the
         posterior comes from the restart with the highest final ELBO.
-    init : {"responsibilities", "dirichlet"}
-        Initial Φ ~ flat Dirichlet per cell, or Φ ∝ Π θ with θ ~ Dirichlet(α + 0.1).
+    init : {"tables", "responsibilities", "dirichlet"}
+        Initial Φ ∝ Π θ with θ ~ Dirichlet(3) per column, Φ ~ flat Dirichlet per cell, or
+        Φ ∝ Π θ with θ ~ Dirichlet(α + 0.1) (:data:`~bam_ppl.infer.variational.vb.INITS`).
     num_samples : int
         Draws of θ from Dirichlet(α + N) of the best restart (and of λ from Gamma(a + T, b + 1)).
     progress_bar : bool or None

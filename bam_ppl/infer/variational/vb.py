@@ -37,13 +37,22 @@ from ..info import VBInfo
 from ..prepare import prepare
 from ..registry import register, register_evidence
 
-INITS = ("responsibilities", "dirichlet")
-"""Initialisations: ``"responsibilities"`` draws each cell's Φ from a flat Dirichlet over its
-valid configurations; ``"dirichlet"`` draws every table column from Dirichlet(α + 0.1) and
-starts from log θ (the paper's code). Both reproduce the paper's best-of-restarts ELBOs on its
-toy matrices; on document–word data the paper's draws are far from typical posteriors (large
-vocabularies make them very peaked) and restarts stall in poorer optima."""
+INITS = ("tables", "responsibilities", "dirichlet")
+"""Initialisations. ``"tables"`` (the default) draws every table column from a symmetric
+Dirichlet(:data:`START_CONCENTRATION`) and starts from E log θ := log θ; ``"responsibilities"``
+draws each cell's Φ from a flat Dirichlet over its valid configurations; ``"dirichlet"`` draws
+every column from Dirichlet(α + 0.1) and starts from log θ (the paper's code). Responsibilities
+drawn cell by cell average out over the many cells of a table row, so the first tables are nearly
+uniform, and on some models (Dirichlet Tucker) that symmetric point is a fixed point VB never
+leaves; the paper's draws at small α sit deep in one corner of each simplex and stall in poorer
+optima (``benchmarks/vb_starts.py`` compares the three)."""
 
+START_CONCENTRATION = 3.0
+"""Columns of the ``"tables"`` start: entries deviate from uniform by about 1/√(c + 1) = 1/2 of
+their size, alike in every cell that uses the column, so the start leaves the symmetric point
+without committing any state to a corner."""
+LOG_THETA_INITS = ("tables", "dirichlet")
+"""The starts that begin from drawn tables (E log θ := log θ) rather than from responsibilities."""
 INIT_EXTRA_CONCENTRATION = 0.1
 CHUNK_ITERS = 25
 """Iterations per compiled scan; convergence and the progress bar are checked between chunks."""
@@ -338,6 +347,12 @@ def initial_log_theta(rng: np.random.Generator, problem: CellProblem, num_restar
                                np.asarray(problem.column_of), num_restarts)
 
 
+def initial_tables(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
+    """log θ with θ ~ Dirichlet(:data:`START_CONCENTRATION`) per column, one row per restart."""
+    return dirichlet_log_draws(rng, np.full(np.shape(problem.alpha), START_CONCENTRATION),
+                               np.asarray(problem.column_of), num_restarts)
+
+
 def initial_responsibilities(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
     """Φ ~ flat Dirichlet over each cell's valid configurations, shape (restarts, U, L)."""
     shape = (problem.cell_flat.shape[1], problem.config_flat.shape[1])
@@ -349,7 +364,7 @@ def initial_responsibilities(rng: np.random.Generator, problem: CellProblem, num
 def initial_values(init: str, init_keys, problem: CellProblem) -> np.ndarray:
     """Every restart's start (leading axis: restart); restart r draws from a Generator seeded by
     ``init_keys[r]`` alone, so it starts where it would start run alone."""
-    draw = initial_log_theta if init == "dirichlet" else initial_responsibilities
+    draw = {"tables": initial_tables, "dirichlet": initial_log_theta, "responsibilities": initial_responsibilities}[init]
     # Rows of a host array: iterating over a JAX array compiles an unstack for every length.
     return np.concatenate([draw(np.random.default_rng(key), problem, 1) for key in np.asarray(init_keys, np.uint32)])
 
@@ -376,7 +391,7 @@ def fresh_state(log_weights: Array, alpha_hat: Array) -> VBState:
 
 
 def init_from_log_theta(problem: CellProblem, log_theta: Array) -> VBState:
-    """Start from E log θ := log θ for a drawn θ (``init="dirichlet"``)."""
+    """Start from E log θ := log θ for a drawn θ (``init="tables"`` or ``"dirichlet"``)."""
     return fresh_state(log_theta, problem.alpha)
 
 
@@ -469,7 +484,7 @@ class VBResult(NamedTuple):
     iterations: np.ndarray
     converged: np.ndarray
 
-def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "responsibilities",
+def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "tables",
         progress_bar: bool = False, screen_iters: int | None = None, screen_keep: int = 10,
         start_phi: np.ndarray | None = None, min_batch: int = 1) -> VBResult:
     """Run one vmapped VB restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``),
@@ -477,7 +492,7 @@ def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: st
     the end, or with ``screen_iters`` screened (:func:`run_screened`)."""
     start = initial_values(init, init_keys, problem)
     given = start_phi is not None and len(start_phi) > 0
-    if init == "dirichlet":
+    if init in LOG_THETA_INITS:
         states = _init_log_theta(problem, jnp.asarray(start))
         if given:
             states = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states,
@@ -590,7 +605,7 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
 @restart_layout("chain", "final_elbo")
 @renamed_options(num_restarts="num_chains")
 def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
-       init: str = "responsibilities", num_samples: int = 200, progress_bar: bool | None = None,
+       init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None,
        _first_chain: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
@@ -609,7 +624,8 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
         side (vmapped); the posterior comes from the one with the highest final ELBO. Restart r
         starts from and draws with ``fold_in(rng_key, r)`` alone, so ``bam.infer(...,
         executor=...)`` runs it as a task of its own (private option ``_first_chain=r``).
-    init : {"responsibilities", "dirichlet"}
+    init : {"tables", "responsibilities", "dirichlet"}
+        ``"tables"``: E log θ starts as log θ with θ ~ Dirichlet(3) per column (:data:`INITS`);
         ``"responsibilities"``: each cell's Φ ~ flat Dirichlet, then q(θ) from it;
         ``"dirichlet"``: E log θ starts as log θ with θ ~ Dirichlet(α + 0.1) per column (the
         paper's code).
@@ -651,7 +667,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
 @register_evidence("vb", models=(AllocationModel,))
 @renamed_options(num_restarts="num_chains")
 def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8,
-                    num_chains: int = 10, init: str = "responsibilities", progress_bar: bool | None = None,
+                    num_chains: int = 10, init: str = "tables", progress_bar: bool | None = None,
                     screen_iters: int | None = None, screen_keep: int = 10, start=None):
     """The best ELBO over ``num_chains`` VB runs (restarts): a lower bound on log L_X (Cemgil et al.
     2019 §5.1).
