@@ -38,6 +38,18 @@ def _cases():
 
 #: Chib's estimate runs on the first case only: its kernels take the same argument types on all.
 CHIB_CASES = 1
+#: The urn SMC keeps its counts as int16 up to 32 767 tokens and as int32 beyond: a second
+#: compilation, made on this table of 33 001 tokens in three cells (four particles: cheap).
+LARGE_TABLE = np.array([[20_000, 13_000], [1, 0]])
+
+
+def _permanents() -> None:
+    """The sums over label permutations (``infer/smc/symmetry.py``) on a 2 × 2 matrix: the types
+    that every particle's relabelled weights use."""
+    from .infer.smc import symmetry
+
+    symmetry._log_permanents(np.zeros((1, 2, 2)), np.ones(2, bool), symmetry.PERMANENT_DROP_NATS,
+                             symmetry.PERMANENT_MAX_NODES, symmetry.PERMANENT_SUBSET_MAX)
 
 
 def _compile_family(name: str) -> float:
@@ -58,6 +70,10 @@ def _compile_family(name: str) -> float:
             bam.log_evidence(model, data, method="mixture", num_particles=4, num_scouts=1, reference_sweeps=4)
         elif name == "chib" and case < CHIB_CASES:
             bam.log_evidence(model, data, method="chib")
+    if name == "smc":
+        bam.log_evidence(bam.models.nmf(2), LARGE_TABLE, method="smc", num_particles=4)
+    elif name == "mixture":
+        _permanents()
     return time.perf_counter() - start
 
 
