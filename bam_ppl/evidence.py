@@ -82,10 +82,9 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
         whichever basin it found: only calls with keys of their own show the spread between
         basins, and then the stated error does too (:func:`pool_calls`), and
         :class:`EvidenceWarning` says that the runs disagree. Default (None): one call, or as
-        many as that call advises (``details["advised_calls"]``): ``method="auto"`` advises three
-        where at most two independent starts of its search reached the basin it reports
-        (:func:`bam_ppl.infer.auto.advised_calls`), the further calls with the keys
-        ``fold_in(rng_key, c)``, c = 1, 2; ``min_calls=1`` makes one call whatever it advises.
+        many as that call advises (``details["advised_calls"]``; ``method="auto"`` advises three
+        where at most two starts of its search reached its basin, :func:`bam_ppl.infer.auto.advised_calls`,
+        the others with keys ``fold_in(rng_key, c)``); ``min_calls=1`` makes one call.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
@@ -104,13 +103,15 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     """
     if idata is not None:
         _check_idata(idata)  # before the work, not after it
-    est = _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor, min_calls)
+    est = _log_evidence(model, data, method, rng_key, options, target_stderr=target_stderr, max_time=max_time,
+                        executor=executor, min_calls=min_calls)
     if idata is not None:
         add_evidence(idata, est)
     return est
 
 
-def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options, executor=None, min_calls=None):
+def _log_evidence(model, data, method, rng_key, options, *, target_stderr=None, max_time=None, executor=None,
+                  min_calls=None):
     """:func:`log_evidence` for it and :func:`compare`: both call it from the user's frame, so that
     an EvidenceWarning (``stacklevel``) points at the user's line. The EvidenceWarnings raised on
     the way are kept in the estimate's ``warnings`` (:func:`_recording`)."""
@@ -133,7 +134,8 @@ def _log_evidence(model, data, method, rng_key, target_stderr, max_time, options
                 est = _advised_calls(est, start, fn, model, data, rng_key, options, executor)
             est = check_estimate(est, stacklevel=4)
         else:
-            est = _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor, min_calls)
+            est = _until_precise(fn, model, data, rng_key, options, target_stderr=target_stderr, max_time=max_time,
+                                 executor=executor, min_calls=min_calls)
     logger.debug("log_evidence(method=%r) on %s: %.2f ± %.2f (%s) in %.1f s", method, type(model).__name__,
                  est.value, est.stderr, est.kind, time.perf_counter() - began)
     return with_warnings(est, _evidence_messages(caught))
@@ -202,7 +204,7 @@ def _next_round(calls: int, stderr: float, target_stderr: float | None) -> int:
     return int(np.clip(needed - calls, 1, (ROUND_GROWTH - 1) * calls))
 
 
-def _until_precise(fn, model, data, rng_key, target_stderr, max_time, options, executor,
+def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time, executor,
                    min_calls: int | None = None) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
     ``executor`` when given), until the pooled error meets the target; the first round makes
@@ -350,8 +352,8 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
                 est = check_estimate(est, stacklevel=3)
             est = with_warnings(est, _evidence_messages(caught))
         else:
-            est = _log_evidence(model, data, _method_of(method, name), rng_key, None, None, options,
-                                executor if pooled else None, min_calls)
+            est = _log_evidence(model, data, _method_of(method, name), rng_key, options,
+                                executor=executor if pooled else None, min_calls=min_calls)
         estimates[str(name)] = est
     return _table(estimates)
 

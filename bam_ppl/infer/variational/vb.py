@@ -178,14 +178,11 @@ def build_problem(bound: BoundModel, data, layout: CellLayout, member_mask=None)
 
 
 # -- float64 elementwise kernels ----------------------------------------------------------------
-# On CPU, XLA's float64 exp, lgamma and digamma cost tens of ns per element (exp far more than in
-# float32), while float64 multiply-adds vectorise. An iteration needs exp on
-# every (cell, configuration) and lnΓ and ψ on every table entry and column, so these run as
-# polynomial kernels: exp by range reduction to |r| ≤ ln2/2 and a degree-13 Taylor polynomial
-# (relative error < 1e-15); lnΓ and ψ together by the shift x → y = x + 10 and the asymptotic
-# (Stirling) series at y, with the shift's Σ_k log(x + k) and Σ_k 1/(x + k) taken as log P(x) and
-# P'(x)/P(x) for P(x) = Π_{k<10} (x + k): two logs and two divisions per element for both
-# functions (relative error < 1e-14, absolute < 1e-13 below x = 1e3; see tests/test_vb.py).
+# On CPU, XLA's float64 exp, lgamma and digamma are slow while multiply-adds vectorise, so these
+# run as polynomials: exp by range reduction to |r| ≤ ln2/2 and a degree-13 Taylor polynomial
+# (relative error < 1e-15); lnΓ and ψ together by the shift x → x + 10 and the Stirling series,
+# the shift's sums taken as log P(x) and P'(x)/P(x) for P(x) = Π_{k<10} (x + k) (relative error
+# < 1e-14, absolute < 1e-13 below x = 1e3; tests/test_vb.py).
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _EXP_TAYLOR_DEGREE = 13
@@ -562,7 +559,7 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
     return theta, rate
 
 
-def _fit(model, data, rng_key, num_iters, tol, num_chains, init, progress_bar, first_chain=0,
+def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar, first_chain=0,
          screen_iters=None, screen_keep=10, start=None, min_batch=1):
     """Restarts ``first_chain ..`` and their posterior draw keys; restart r's keys split
     ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`). Runs from the allocations
@@ -644,8 +641,9 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
         the posterior comes from.
     """
     check_int(num_samples, "num_samples")
-    bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters, tol, num_chains,
-                                                   init, progress_bar, _first_chain)
+    bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters=num_iters, tol=tol,
+                                                   num_chains=num_chains, init=init, progress_bar=progress_bar,
+                                                   first_chain=_first_chain)
     best = best_index(result.elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
@@ -688,8 +686,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     ``expected_counts`` (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
     """
     began = time.perf_counter()
-    bound, _, _, result, _ = _fit(model, data, rng_key, num_iters, tol, num_chains, init, progress_bar,
-                                  screen_iters=screen_iters, screen_keep=screen_keep, start=start,
+    bound, _, _, result, _ = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains,
+                                  init=init, progress_bar=progress_bar, screen_iters=screen_iters, screen_keep=screen_keep, start=start,
                                   min_batch=MIN_BATCH)
     best = best_index(result.elbo)
     restarts = result.elbo[:num_chains]
