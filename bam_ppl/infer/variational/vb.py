@@ -53,7 +53,7 @@ standard deviation √((K − 1)/(Kc + 1)), 0.38 to 0.58 at c = 3, alike in ever
 so the start leaves the symmetric point without committing any state to a corner."""
 LOG_THETA_INITS = ("tables", "dirichlet")
 """The starts that begin from drawn tables (E log θ := log θ) rather than from responsibilities."""
-INIT_EXTRA_CONCENTRATION = 0.1
+INIT_EXTRA_CONCENTRATION = 0.1  # the paper's code: Dirichlet(α + 0.1) columns for ``init="dirichlet"``
 CHUNK_ITERS = 25
 """Iterations per compiled scan; convergence and the progress bar are checked between chunks."""
 MIN_BATCH = 16  # restarts run side by side at the least in evidence calls (:func:`iterate`, vb_log_evidence)
@@ -338,16 +338,12 @@ def training_log_likelihood(problem: CellProblem, alpha_hat: Array) -> Array:
     return jnp.sum(problem.counts * jax.scipy.special.logsumexp(log_cell, axis=1))
 
 
-def initial_log_theta(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
-    """log θ with θ ~ Dirichlet(α + 0.1) per column, one row per restart (the paper's code)."""
-    return dirichlet_log_draws(rng, np.asarray(problem.alpha) + INIT_EXTRA_CONCENTRATION,
-                               np.asarray(problem.column_of), num_restarts)
-
-
-def initial_tables(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
-    """log θ with θ ~ Dirichlet(:data:`START_CONCENTRATION`) per column, one row per restart."""
-    return dirichlet_log_draws(rng, np.full(np.shape(problem.alpha), START_CONCENTRATION),
-                               np.asarray(problem.column_of), num_restarts)
+def initial_log_theta(rng: np.random.Generator, problem: CellProblem, num_restarts: int, init: str) -> np.ndarray:
+    """log θ with θ ~ Dirichlet per column, one row per restart: Dirichlet(:data:`START_CONCENTRATION`)
+    for ``init="tables"``, Dirichlet(α + 0.1) for ``"dirichlet"`` (the paper's code)."""
+    alpha = np.asarray(problem.alpha)
+    concentration = np.full(alpha.shape, START_CONCENTRATION) if init == "tables" else alpha + INIT_EXTRA_CONCENTRATION
+    return dirichlet_log_draws(rng, concentration, np.asarray(problem.column_of), num_restarts)
 
 
 def initial_responsibilities(rng: np.random.Generator, problem: CellProblem, num_restarts: int) -> np.ndarray:
@@ -361,9 +357,13 @@ def initial_responsibilities(rng: np.random.Generator, problem: CellProblem, num
 def initial_values(init: str, init_keys, problem: CellProblem) -> np.ndarray:
     """Every restart's start (leading axis: restart); restart r draws from a Generator seeded by
     ``init_keys[r]`` alone, so it starts where it would start run alone."""
-    draw = {"tables": initial_tables, "dirichlet": initial_log_theta, "responsibilities": initial_responsibilities}[init]
+    def draw(rng):
+        if init in LOG_THETA_INITS:
+            return initial_log_theta(rng, problem, 1, init)
+        return initial_responsibilities(rng, problem, 1)
+
     # Rows of a host array: iterating over a JAX array compiles an unstack for every length.
-    return np.concatenate([draw(np.random.default_rng(key), problem, 1) for key in np.asarray(init_keys, np.uint32)])
+    return np.concatenate([draw(np.random.default_rng(key)) for key in np.asarray(init_keys, np.uint32)])
 
 
 # -- VB core --------------------------------------------------------------------------------
