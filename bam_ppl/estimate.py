@@ -103,10 +103,10 @@ def below_bound(value, stderr, bound) -> bool:
 
 
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
-    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when it rests on a basin
-    that only one start other than the samplers' best allocation reached (``method="auto"``'s
-    reference stage, ``basin_starts``), or when it lies below a sure lower bound; returns the
-    estimate with the warnings' messages added to its ``warnings``."""
+    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when its estimator states a
+    caveat that one call cannot show (``details["caveat"]``, e.g. ``method="auto"``'s search rests on
+    a basin that one start reached), or when it lies below a sure lower bound; returns the estimate
+    with the warnings' messages added to its ``warnings``."""
     if not isinstance(estimate, EvidenceEstimate):
         raise TypeError(f"estimate must be an EvidenceEstimate, got {type(estimate).__name__}")
     if estimate.kind != "estimate":
@@ -118,7 +118,6 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
     if vb_bound is not None and np.isfinite(vb_bound) and not (bound >= vb_bound):
         bound, what = vb_bound, "the VB bound, the best ELBO of its runs"
     calls = np.asarray(details.get("call_values", []), dtype=np.float64)
-    stages = estimate.pipeline.split("+")
     if calls.size > 1 and calls.max() - calls.min() > DISAGREEING_RUNS_SD:
         advice = ADVICE["calls"]
     else:
@@ -130,19 +129,9 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{name} evidence runs disagree: values {np.round(runs, 1).tolist()} "
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}")
-    stage = details.get("reference_stage") or {}
-    # Several calls (min_calls, target_stderr) show the spread between basins themselves.
-    if "reference" in stages and stage.get("basin_starts") == 1 and details.get("num_calls", 1) == 1:
-        start = stage["starts"][stage["chosen"][0]]
-        if start != "sampled":  # the samplers' search missed the basin, and one other start found it
-            messages.append(
-                f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} rests on one basin, "
-                f"reached from one of {len(set(stage['starts']))} independent starts ({start!r}) and not from "
-                "the samplers' best allocation: where the best basin is one that few starts reach, another "
-                "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few "
-                "rng_key values and keep the highest, or leave min_calls unset (method='auto' then pools the "
-                "three calls it advises) or pass min_calls=3: calls with keys of their own, pooled, whose "
-                "spread the stated error then includes.")
+    # What one call cannot show (the estimator's ``caveat``); several calls show it themselves.
+    if details.get("caveat") and details.get("num_calls", 1) == 1:
+        messages.append(f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} {details['caveat']}")
     if below_bound(estimate.value, estimate.stderr, bound):
         messages.append(
             f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "

@@ -29,6 +29,7 @@ script's key for CP(R) is 100 000 · true rank + R).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import time
 import warnings
@@ -56,6 +57,18 @@ def chib_at_best(model, X, key: int, est) -> None:
           f"{time.perf_counter() - start:.1f} s", flush=True)
 
 
+def with_fields(config, settings):
+    """``config`` (a frozen dataclass) with ``settings``, strings "field=value", replaced, each value
+    read as the field's type."""
+    fields = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if not hasattr(config, name) or not value:
+            raise SystemExit(f"--config: expected FIELD=VALUE with a field of {type(config).__name__}, got {setting!r}")
+        fields[name] = type(getattr(config, name))(value)
+    return dataclasses.replace(config, **fields)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=("abalone", "letters", "icews", "nmf", "confusion"))
@@ -65,12 +78,12 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, default=4000, help="with nmf")
     parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     parser.add_argument("--chib-at-best", action="store_true", help="Chib from each call's best allocation")
-    parser.add_argument("--vb-restarts", type=int, help="auto.AUTO_VB_RESTARTS for these calls (default: as set)")
+    parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="fields of AutoConfig (method='auto') for these calls, e.g. vb_restarts=50")
     parser.add_argument("--method", default="auto", help="the estimator (default: the default, method='auto')")
     parser.add_argument("--min-calls", type=int, help="calls pooled per key (min_calls; default: as the first call advises)")
     args = parser.parse_args(argv)
-    if args.vb_restarts:
-        auto.AUTO_VB_RESTARTS = args.vb_restarts
+    auto.CONFIG = with_fields(auto.CONFIG, args.config)
     rank = int(re.findall(r"\d+", args.model)[0])
     if args.experiment == "nmf":
         X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)
@@ -90,11 +103,12 @@ def main(argv=None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
             est = bam.log_evidence(model, X, method=args.method, rng_key=key, min_calls=args.min_calls)
-        stage = est.details.get("reference_stage") or {}
-        used = [stage["starts"][i] for i in stage.get("chosen", [])]
+        stage = est.details.get("reference_stage")  # a ReferenceStage where the reference part ran
+        used = [stage.starts[i] for i in stage.chosen] if stage else []
         print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "
               f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, references from {used} "
-              f"({len(stage.get('scout_estimates', []))} scouts; starts near the best pilot: {stage.get('basin_starts')}), "
+              f"({len(stage.scout_estimates) if stage else 0} scouts; starts near the best pilot: "
+              f"{stage.basin_starts if stage else None}), "
               f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
               f"{time.perf_counter() - start:.1f} s", flush=True)
         if "call_values" in est.details:

@@ -5,7 +5,7 @@ reference runs, scouts), found by wrapping the stage functions that ``bam_ppl.in
     .venv/bin/python benchmarks/evidence_stages.py --tokens 4000 --key 1
     .venv/bin/python benchmarks/evidence_stages.py --experiment icews --model "Tucker(4, 4, 1)" --key 1
     .venv/bin/python benchmarks/evidence_stages.py --experiment confusion --model "CP(8)" --true-rank 7
-    .venv/bin/python benchmarks/evidence_stages.py --experiment abalone --model "CP(8)" --long-schedule-particles 16
+    .venv/bin/python benchmarks/evidence_stages.py --experiment abalone --model "CP(8)" --config pilot_particles=32
 
 ``--experiment confusion`` takes tensor 0 of ``--true-rank`` and the key of
 ``benchmarks/rank_confusion.py`` (``--key`` is ignored there).
@@ -25,6 +25,7 @@ import warnings
 import numpy as np
 import rank_confusion as confusion
 from evidence_accuracy import data_for
+from evidence_keys import with_fields
 from real_data_evidence import experiment_model
 
 import bam_ppl as bam
@@ -59,11 +60,10 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default="NMF(4)", help='with --experiment: e.g. "Tucker(4, 4, 1)"')
     parser.add_argument("--key", type=int, default=1)
     parser.add_argument("--true-rank", type=int, default=7, help="with --experiment confusion")
-    parser.add_argument("--long-schedule-particles", type=int,
-                        help="auto.AUTO_LONG_SCHEDULE_PARTICLES for this call (to compare settings side by side)")
+    parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="fields of AutoConfig (method='auto') for this call, e.g. pilot_particles=32")
     args = parser.parse_args(argv)
-    if args.long_schedule_particles:
-        auto.AUTO_LONG_SCHEDULE_PARTICLES = args.long_schedule_particles
+    auto.CONFIG = with_fields(auto.CONFIG, args.config)
     warnings.simplefilter("ignore")
     if args.experiment == "confusion":
         rank = int(re.findall(r"\d+", args.model)[0])

@@ -4,6 +4,7 @@ reference, and never below its own sure lower bound."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from types import SimpleNamespace
 
 import jax
@@ -14,15 +15,7 @@ from oracles import assert_honest_against_exact
 import bam_ppl as bam
 from bam_ppl.estimate import below_bound, pool_runs
 from bam_ppl.infer import auto
-from bam_ppl.infer.auto import (
-    AUTO_LONG_SCHEDULE_PARTICLES,
-    AUTO_REFERENCE_CARRIES_TOKENS,
-    AUTO_SHORT_SCHEDULE,
-    AUTO_TEMPERED_PARTICLES,
-    agree,
-    choose_method,
-    tempered_stage_options,
-)
+from bam_ppl.infer.auto import CONFIG, agree, choose_method, tempered_stage_options
 from bam_ppl.infer.gibbs.chib import NO_SYMMETRIES
 from bam_ppl.infer.info import AutoInfo
 from bam_ppl.infer.smc import references as tempered_references
@@ -94,7 +87,7 @@ def test_auto_beyond_enumeration_pools_tempered_and_chib_or_keeps_the_higher(med
         assert est.details["lower_bound"] <= MEDIUM_EXACT
         assert est.details["vb_bound"] <= MEDIUM_EXACT
         parts = est.details["parts"]
-        assert set(parts) == {"tempered", "chib"}  # below AUTO_REFERENCE_MIN_TOKENS: no reference part
+        assert set(parts) == {"tempered", "chib"}  # below reference_min_tokens: no reference part
         assert est.details["lower_bound"] == max(p["lower_bound"] for p in parts.values())
         if est.pipeline == "tempered+chib":  # the two agree: the runs of both, pooled
             assert agree(*(SimpleNamespace(**p) for p in parts.values()))
@@ -142,24 +135,24 @@ def test_chib_takes_a_start_allocation_and_rejects_one_inconsistent_with_X():
 def test_the_tempered_stage_sizes_its_particles_by_a_pilot_schedule(medium_estimates):
     # A short schedule (MEDIUM: a few temperatures): the tempered SMC is the search for z*, 256 particles.
     stage = medium_estimates[0].details["tempered_stage"]
-    assert stage["num_particles"] == AUTO_TEMPERED_PARTICLES
-    assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
+    assert stage.num_particles == CONFIG.tempered_particles
+    assert stage.pilot_temperatures <= CONFIG.short_schedule
     # A long one (CP(3) on a sparse three-way tensor, many small clusters): only the cross-check, 16.
     _, X = bam.models.cp(3, a=10.0).sample(3000, shape=(20, 25, 30), total=1000)
     options, stage, pilot = tempered_stage_options(bam.models.cp(3, a=10.0), X, jax.random.key(0), {"rho": 0.9})
-    assert stage["pilot_temperatures"] > AUTO_SHORT_SCHEDULE
-    assert options == {"rho": 0.9, "num_particles": AUTO_LONG_SCHEDULE_PARTICLES}
-    assert pilot.details["num_runs"] == 1 and pilot.details["num_temperatures"] == [stage["pilot_temperatures"]]
+    assert stage.pilot_temperatures > CONFIG.short_schedule
+    assert options == {"rho": 0.9, "num_particles": CONFIG.pilot_particles}
+    assert pilot.details["num_runs"] == 1 and pilot.details["num_temperatures"] == [stage.pilot_temperatures]
     # Told: the given particles; a fixed schedule: the pilot runs on it.
     model = bam.models.nmf(2, a=1.0)
-    assert tempered_stage_options(model, MEDIUM, 0, {"num_particles": 8})[1]["num_particles"] == 8
+    assert tempered_stage_options(model, MEDIUM, 0, {"num_particles": 8})[1].num_particles == 8
     _, stage, _ = tempered_stage_options(model, MEDIUM, 0, {"schedule": np.linspace(0.02, 1, 50)})
-    assert stage == {"num_particles": AUTO_LONG_SCHEDULE_PARTICLES, "pilot_temperatures": 50}
+    assert stage == (CONFIG.pilot_particles, 50)
     # Many tokens: the reference part carries the estimate, fewer particles.
-    _, X = model.sample(5, shape=(6, 8), total=AUTO_REFERENCE_CARRIES_TOKENS)
+    _, X = model.sample(5, shape=(6, 8), total=CONFIG.reference_carries_tokens)
     _, stage, _ = tempered_stage_options(model, X, 0, {})
-    assert stage["pilot_temperatures"] <= AUTO_SHORT_SCHEDULE
-    assert stage["num_particles"] == auto.AUTO_CARRIED_PARTICLES < AUTO_TEMPERED_PARTICLES
+    assert stage.pilot_temperatures <= CONFIG.short_schedule
+    assert stage.num_particles == CONFIG.reference_particles < CONFIG.tempered_particles
 
 
 def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
@@ -172,37 +165,37 @@ def test_auto_passes_chib_its_options_but_chooses_its_start_itself():
 
 
 def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch):
-    # From AUTO_REFERENCE_MIN_TOKENS tokens on (lowered here to run on MEDIUM): a third part, the
+    # From reference_min_tokens tokens on (lowered here to run on MEDIUM): a third part, the
     # tempered SMC from the best (by pilot runs) of references built by chains from the samplers'
     # best allocation, the rounded VB fit (half of the references where VB's bound lies above the
     # samplers' best) and the best allocations of cheap scouting runs; the highest estimate kept,
     # or those agreeing pooled.
-    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(auto, "CONFIG", replace(CONFIG, reference_min_tokens=20))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
         est = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, rng_key=3)
     parts = est.details["parts"]
     assert set(parts) == {"tempered", "chib", "reference"}
     stage = est.details["reference_stage"]
-    scouts = auto.AUTO_SCOUTS["num_chains"]
-    vb_above = stage["vb_restarts"] > stage["start_lower_bound"]
-    good = auto.AUTO_REFERENCE_CANDIDATES + (0 if vb_above else auto.AUTO_VB_REFERENCES)
-    assert len(stage["pilots"]) == len(stage["starts"]) == good + scouts
-    assert stage["starts"][-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage["scout_estimates"]) == scouts
-    pilots, chosen = np.asarray(stage["pilots"]), stage["chosen"]
-    assert len(chosen) == auto.AUTO_REFERENCE_OPTIONS["num_chains"] and chosen[0] == int(np.argmax(pilots))
-    assert all(pilots[i] >= pilots.max() - auto.AUTO_REFERENCE_PILOT_MARGIN for i in chosen)
-    assert stage["reference_sweeps"] == [auto.scout_sweeps(MEDIUM.sum()) if stage["starts"][i].startswith("scout")
+    scouts = CONFIG.reference_candidates
+    vb_above = stage.vb_restarts > stage.start_lower_bound
+    good = CONFIG.reference_candidates + (0 if vb_above else CONFIG.vb_references)
+    assert len(stage.pilots) == len(stage.starts) == good + scouts
+    assert stage.starts[-scouts:] == [f"scout {i}" for i in range(scouts)] and len(stage.scout_estimates) == scouts
+    pilots, chosen = np.asarray(stage.pilots), stage.chosen
+    assert len(chosen) == CONFIG.reference_runs and chosen[0] == int(np.argmax(pilots))
+    assert all(pilots[i] >= pilots.max() - CONFIG.pilot_margin for i in chosen)
+    assert stage.reference_sweeps == [auto.scout_sweeps(MEDIUM.sum()) if stage.starts[i].startswith("scout")
                                          else tempered_references.default_reference_sweeps(MEDIUM.sum()) for i in chosen]
-    assert "sampled" in stage["starts"]
-    assert stage["start_lower_bound"] >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
-    vb_references = auto.AUTO_REFERENCE_CANDIDATES // 2 if vb_above else auto.AUTO_VB_REFERENCES
-    assert stage["starts"].count("vb") == vb_references
-    # The VB fit there is a search over AUTO_VB_RESTARTS screened restarts (its key: fold_in(key, 2));
+    assert "sampled" in stage.starts
+    assert stage.start_lower_bound >= max(parts["tempered"]["lower_bound"], parts["chib"]["lower_bound"])
+    vb_references = CONFIG.reference_candidates // 2 if vb_above else CONFIG.vb_references
+    assert stage.starts.count("vb") == vb_references
+    # The VB fit there is a search over vb_restarts screened restarts (its key: fold_in(key, 2));
     # the VB bound is the best of it and of VB from the parts' and the pilot's best allocations.
-    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_chains=auto.AUTO_VB_RESTARTS,
-                          **auto.AUTO_VB_SCREEN, rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
-    assert stage["vb_restarts"] == pytest.approx(vb.value, abs=1e-9)
+    vb = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", num_chains=CONFIG.vb_restarts,
+                          screen_iters=CONFIG.vb_screen_iters, rng_key=jax.random.fold_in(jax.random.PRNGKey(3), 2))
+    assert stage.vb_restarts == pytest.approx(vb.value, abs=1e-9)
     found = [(part["details"]["best_cells"], part["details"]["best_counts"]) for part in parts.values()]
     from_found = bam.log_evidence(bam.models.nmf(2, a=1.0), MEDIUM, method="vb", start=found, num_chains=1)
     assert est.details["vb_bound"] >= max(vb.value, from_found.value) - 1e-9
@@ -212,7 +205,7 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
     assert bound.log_prob_cells(est.details["best_cells"], est.details["best_counts"]) == pytest.approx(
         est.details["lower_bound"], abs=1e-6)
     reference = parts["reference"]["details"]
-    assert reference["referenced"] and reference["num_particles"] == auto.AUTO_REFERENCE_OPTIONS["num_particles"]
+    assert reference["referenced"] and reference["num_particles"] == CONFIG.reference_particles
     assert parts["reference"]["value"] <= MEDIUM_EXACT + 3 * parts["reference"]["stderr"] + 0.03
     highest = max(parts, key=lambda name: parts[name]["value"])
     if "+" in est.pipeline:
@@ -225,10 +218,9 @@ def test_auto_adds_the_reference_started_sampler_from_enough_tokens(monkeypatch)
 
 
 def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
-    # From AUTO_SAMPLERS_MAX_TOKENS tokens on (lowered here): only the tempered SMC from the best of
+    # From samplers_max_tokens tokens on (lowered here): only the tempered SMC from the best of
     # several references, built by chains from the pilot's best allocation.
-    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
-    monkeypatch.setattr(auto, "AUTO_SAMPLERS_MAX_TOKENS", 20)
+    monkeypatch.setattr(auto, "CONFIG", replace(CONFIG, reference_min_tokens=20, samplers_max_tokens=20))
     model = bam.models.nmf(2, a=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)
@@ -237,8 +229,8 @@ def test_auto_runs_the_reference_part_alone_from_many_tokens(monkeypatch):
     assert est.details["kept"] == "reference" and est.details["cross_check"] is None
     assert "references" in est.details["reason"]
     stage = est.details["reference_stage"]
-    assert est.details["lower_bound"] >= stage["start_lower_bound"]
-    assert len(stage["reference_sweeps"]) == auto.AUTO_REFERENCE_OPTIONS["num_chains"]
+    assert est.details["lower_bound"] >= stage.start_lower_bound
+    assert len(stage.reference_sweeps) == CONFIG.reference_runs
     assert abs(est.value - MEDIUM_EXACT) <= 0.2 + 3 * est.stderr
 
 
@@ -249,30 +241,30 @@ def test_scout_chains_grow_with_the_tokens_up_to_a_fixed_cost():
 
 
 def test_more_scouts_while_few_references_pilot_near_the_best(monkeypatch):
-    # Another batch of AUTO_SCOUTS while a scout pilots best and fewer than AUTO_SCOUT_CLOSE pilots
+    # Another batch of scouts while a scout pilots best and fewer than reference_runs pilots
     # lie near it (forced here: no count is enough, any start counts as a scout); batch 0 is what a
     # call without batches runs.
-    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
-    model, scouts = bam.models.nmf(2, a=1.0), auto.AUTO_SCOUTS["num_chains"]
+    monkeypatch.setattr(auto, "CONFIG", replace(CONFIG, reference_min_tokens=20))
+    model, scouts = bam.models.nmf(2, a=1.0), CONFIG.reference_candidates
 
     def stage(batches, close):
-        monkeypatch.setattr(auto, "AUTO_SCOUT_BATCHES", batches)
-        monkeypatch.setattr(auto, "more_scouts", lambda starts, pilots: auto.close_to_best(pilots) < close)
+        monkeypatch.setattr(auto, "CONFIG", replace(CONFIG, reference_min_tokens=20, scout_batches=batches))
+        monkeypatch.setattr(auto, "more_scouts", lambda starts, pilots, config: auto.close_to_best(pilots) < close)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
             return bam.log_evidence(model, MEDIUM, rng_key=3).details["reference_stage"]
 
     one, two = stage(1, 10**6), stage(2, 10**6)
-    assert len(two["scout_estimates"]) == 2 * scouts and len(two["pilots"]) == len(two["starts"])
-    assert two["starts"][-2 * scouts:] == [f"scout {i}" for i in range(2 * scouts)]
-    assert two["scout_estimates"][:scouts] == one["scout_estimates"]
-    assert two["pilots"][:len(one["pilots"])] == one["pilots"]
+    assert len(two.scout_estimates) == 2 * scouts and len(two.pilots) == len(two.starts)
+    assert two.starts[-2 * scouts:] == [f"scout {i}" for i in range(2 * scouts)]
+    assert two.scout_estimates[:scouts] == one.scout_estimates
+    assert two.pilots[:len(one.pilots)] == one.pilots
     # Enough pilots near the best after batch 0: no second batch (and the rule, as forced, asks for
     # none, where after one batch it still asked for more).
     settled = stage(2, 1)
-    assert not auto.close_to_best(settled["pilots"]) < 1 and auto.close_to_best(one["pilots"]) < 10**6
+    assert not auto.close_to_best(settled.pilots) < 1 and auto.close_to_best(one.pilots) < 10**6
     assert settled == one
-    assert two["basin_starts"] == auto.basin_starts(two["starts"], two["pilots"]) >= 1
+    assert two.basin_starts == auto.basin_starts(two.starts, two.pilots) >= 1
 
 
 def test_basin_starts_counts_independent_starts_near_the_best_pilot():
@@ -301,7 +293,7 @@ def test_the_kept_part_and_its_cross_check_are_named_by_part():
 
     parts = {"tempered": part("tempered", -14.0), "chib": part("chib", -10.0), "reference": part("tempered", -12.5)}
     info = AutoInfo(reason="", advised_calls=1, parts={name: auto.summary(p) for name, p in parts.items()})
-    est = auto.combine(parts, {}, info)
+    est = auto.combine(parts, auto.Found(-15.0, np.zeros((1, 2), np.int32), np.ones(1, np.int32)), info)
     assert est.method == "auto" and est.pipeline == est.info.kept == est.details["kept"] == "chib"
     assert est.value == -10.0
     assert est.info.cross_check == dict(method="reference", value=-12.5, stderr=0.1, lower_bound=-15.0)
@@ -314,7 +306,7 @@ def test_chib_symmetry_warning_only_when_chib_is_reported(monkeypatch, key):
     # Key 3 reports tempered+reference, key 4 pools Chib in.
     from bam_ppl.infer.gibbs import chib
 
-    monkeypatch.setattr(auto, "AUTO_REFERENCE_MIN_TOKENS", 20)
+    monkeypatch.setattr(auto, "CONFIG", replace(CONFIG, reference_min_tokens=20))
     monkeypatch.setattr(chib, "MAX_RELABELLINGS", 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -9,7 +9,7 @@ from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
-from bam_ppl.infer.info import AutoInfo
+from bam_ppl.infer.info import AutoInfo, ReferenceStage
 
 
 def test_pool_runs_grows_with_disagreement():
@@ -50,11 +50,22 @@ def test_warning_fires_when_it_should_and_not_otherwise():
     assert issubclass(bam.EvidenceWarning, UserWarning)
 
 
+def _stage(starts, pilots, chosen=0, basin_starts=None):
+    from bam_ppl.infer import auto
+
+    basin_starts = auto.basin_starts(starts, pilots) if basin_starts is None else basin_starts
+    return ReferenceStage(start_lower_bound=-1.0, vb_restarts=-2.0, starts=list(starts), pilots=list(pilots),
+                          chosen=[chosen] * 4, basin_starts=basin_starts, reference_sweeps=[], scout_estimates=[])
+
+
 def _referenced(method, basin_starts, chosen="vb"):
+    # method="auto"'s caveat where the reference runs rest on one basin, which check_estimate says.
+    from bam_ppl.infer import auto
+
     est = _estimate([-3451.2, -3451.2, -3453.0, -3454.0])
     starts = ["sampled", "vb", "scout 0", "scout 1"]
-    stage = dict(starts=starts, chosen=[starts.index(chosen)] * 4, basin_starts=basin_starts)
-    return EvidenceEstimate(est.value, est.stderr, method, "estimate", dict(est.details, reference_stage=stage))
+    caveat = auto.single_basin_caveat(method, _stage(starts, [0.0] * 4, starts.index(chosen), basin_starts))
+    return EvidenceEstimate(est.value, est.stderr, method, "estimate", dict(est.details, caveat=caveat))
 
 
 def test_warning_when_the_reference_runs_rest_on_a_basin_one_secondary_start_reached():
@@ -339,22 +350,22 @@ def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
     def estimate(method, reached, starts=("sampled", "vb", "scout 0", "scout 1")):
         names = list(starts)
         pilots = [-1.0 if i < reached else -50.0 for i in range(len(names))]
-        stage = dict(starts=names, pilots=pilots, basin_starts=auto.basin_starts(names, pilots))
+        stage = _stage(names, pilots)
         return EvidenceEstimate(-1.0, 0.1, "auto", "estimate", {"run_log_evidence": [-1.0]}, pipeline=method,
                                 info=AutoInfo(reason="", advised_calls=1, reference_stage=stage))
 
-    fragile = auto.AUTO_FRAGILE_STARTS
+    fragile = auto.CONFIG.fragile_starts
     calls, why = auto.advised_calls(estimate("reference", fragile), 2000)
-    assert calls == auto.AUTO_FRAGILE_CALLS > 1 and f"{fragile} of 4 independent starts" in why
-    assert auto.advised_calls(estimate("chib+reference", 1), 2000)[0] == auto.AUTO_FRAGILE_CALLS
+    assert calls == auto.CONFIG.fragile_calls > 1 and f"{fragile} of 4 independent starts" in why
+    assert auto.advised_calls(estimate("chib+reference", 1), 2000)[0] == auto.CONFIG.fragile_calls
     assert auto.advised_calls(estimate("reference", fragile + 1), 2000) == (1, None)
     # More starts in the best basin, but the scout batches ran out while their rule asked for more.
     calls, why = auto.advised_calls(estimate("reference", fragile + 1, starts=("scout 0", "sampled", "vb", "scout 1")),
                                     2000)
-    assert calls == auto.AUTO_FRAGILE_CALLS and "batches ended" in why
+    assert calls == auto.CONFIG.fragile_calls and "batches ended" in why
     # Not where the reference runs are not reported, nor where the samplers' start is relied on.
     assert auto.advised_calls(estimate("chib", 1), 2000) == (1, None)
-    assert auto.advised_calls(estimate("reference", 1), auto.AUTO_SAMPLERS_MAX_TOKENS) == (1, None)
+    assert auto.advised_calls(estimate("reference", 1), auto.CONFIG.samplers_max_tokens) == (1, None)
     assert auto.advised_calls(EvidenceEstimate(-1.0, 0.1, "smc", "estimate", {}), 2000) == (1, None)
 
 

@@ -28,6 +28,11 @@ INFO_TYPES = {"exact": info.ExactInfo, "smc": info.PolyaUrnInfo, "tempered": inf
               "mixture": info.MixtureInfo, "chib": info.ChibInfo, "vb": info.VBInfo}
 
 
+def _found(lower_bound):
+    """A best visited allocation (one token in cell (0, 0)) with the given sure lower bound."""
+    return auto.Found(lower_bound, np.zeros((1, 2), np.int32), np.ones(1, np.int32))
+
+
 def _auto_info(parts):
     return info.AutoInfo(reason="", advised_calls=1, parts={name: auto.summary(p) for name, p in parts.items()})
 
@@ -90,11 +95,11 @@ def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1):
         return EvidenceEstimate(value, 0.1, method, "estimate", dict(lower_bound=-15.0, run_log_evidence=[value] * 4))
 
     agreeing = {"tempered": part("tempered", -10.05), "chib": part("chib", -10.0)}
-    pooled = auto.combine(agreeing, dict(lower_bound=-15.0), _auto_info(agreeing))
+    pooled = auto.combine(agreeing, _found(-15.0), _auto_info(agreeing))
     assert (pooled.method, pooled.pipeline) == ("auto", "tempered+chib")
     assert pooled.num_runs == 8 and pooled.lower_bound == -15.0
     apart = {"chib": part("chib", -10.0), "reference": part("tempered", -14.0)}
-    kept = auto.combine(apart, {}, _auto_info(apart))
+    kept = auto.combine(apart, _found(-15.0), _auto_info(apart))
     assert (kept.method, kept.pipeline) == ("auto", "chib") and kept.method in evidence_methods()
 
 
@@ -110,8 +115,11 @@ def test_estimates_built_from_details_alone_get_typed_fields():
 
 def test_json_round_trip(estimates):
     parts = {"tempered": estimates["tempered"], "chib": estimates["chib"]}
-    info = _auto_info(parts)._replace(tempered_stage={"cells": np.arange(4).reshape(2, 2)})
-    combined = auto.combine(parts, dict(lower_bound=-20.0), info)
+    stage = info.ReferenceStage(start_lower_bound=-21.0, vb_restarts=-25.0, starts=["sampled", "scout 0"],
+                                pilots=np.array([-20.5, -40.0]), chosen=[0, 0], basin_starts=1,
+                                reference_sweeps=[100, 100], scout_estimates=np.array([-30.0]))
+    typed = _auto_info(parts)._replace(tempered_stage=info.TemperedStage(256, np.int64(12)), reference_stage=stage)
+    combined = auto.combine(parts, _found(-20.0), typed)
     for est in [*estimates.values(), combined]:
         text = json.dumps(est.to_dict(), allow_nan=False)  # strict JSON: no NaN
         back = EvidenceEstimate.from_dict(json.loads(text))
@@ -124,7 +132,8 @@ def test_json_round_trip(estimates):
         assert json.dumps(back.to_dict(), allow_nan=False) == text  # details: lists where arrays were
         assert type(back.info) is type(est.info) and back.info._fields == est.info._fields
     back = EvidenceEstimate.from_dict(json.loads(json.dumps(combined.to_dict(), allow_nan=False)))
-    assert back.info.tempered_stage == {"cells": [[0, 1], [2, 3]]} and back.info.parts.keys() == parts.keys()
+    assert back.info.tempered_stage == (256, 12) and type(back.info.tempered_stage) is info.TemperedStage
+    assert back.info.reference_stage.pilots == [-20.5, -40.0] and back.info.parts.keys() == parts.keys()
     with pytest.raises(ValueError, match="info must name one of"):
         EvidenceEstimate.from_dict(dict(combined.to_dict(), info={"type": "NoSuchInfo", "fields": {}}))
     tempered = estimates["tempered"].to_dict()["details"]
