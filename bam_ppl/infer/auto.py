@@ -339,54 +339,68 @@ def reference_stage(model, data, key, found: Found, vb: EvidenceEstimate, temper
     their own, so the main runs stay unbiased.
     """
     config = config or CONFIG
-    tempered_fn = find_evidence("tempered", model)
     shared = {k: v for k, v in tempered_options.items() if k in ("engine", "max_configs")}
+    build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
+    candidates = _start_candidates(model, data, found, vb, build_key, shared, config)
+    with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
+        warnings.simplefilter("ignore")
+        candidates, pilots, scout_estimates = _scouts_and_pilots(
+            model, data, candidates, (pilot_key, *jax.random.split(jax.random.fold_in(key, 2))), shared, config)
+    names = [name for name, _ in candidates]
+    chosen = runs_from_pilots(pilots, config.reference_runs, config)
+    logger.info("auto evidence: tempered SMC from %d of %d references (their pilots within %g nats of the best)",
+                len(set(chosen)), len(candidates), config.pilot_margin)
+    estimate = find_evidence("tempered", model)(
+        model, data, rng_key=key, reference=[candidates[i][1] for i in chosen], num_particles=config.reference_particles,
+        num_chains=config.reference_runs, rho=config.reference_rho, num_sweeps=1, **shared)
+    return estimate, ReferenceStage(
+        start_lower_bound=found.lower_bound, vb_restarts=vb.value, starts=names, pilots=pilots, chosen=chosen,
+        basin_starts=basin_starts(names, pilots, config), reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
+        scout_estimates=scout_estimates)
+
+
+def _start_candidates(model, data, found: Found, vb: EvidenceEstimate, build_key, shared, config: AutoConfig) -> list:
+    """(start name, reference) of the good starts, ``found`` and VB's fit rounded (:func:`reference_stage`)."""
     max_configs = shared.get("max_configs", DEFAULT_MAX_CONFIGS)
-    tokens = model.as_data(data).total
     starts = {"sampled": (found.best_cells, found.best_counts),
               "vb": allocation_near_counts(model, data, vb.details["expected_counts"], max_configs)}
-    build_key, pilot_key = jax.random.split(jax.random.fold_in(key, 1))
     half = config.reference_candidates // 2
     if vb.value > found.lower_bound:  # the samplers never reached VB's region
         per_start = dict(sampled=half, vb=half)
     else:
         per_start = dict(sampled=config.reference_candidates, vb=config.vb_references)
     names = [name for name in starts for _ in range(per_start[name])]
-    candidates = list(zip(names, references_from_allocations(model, data, [starts[name] for name in names], build_key,
-                                                             max_configs=max_configs)))
+    return list(zip(names, references_from_allocations(model, data, [starts[name] for name in names], build_key,
+                                                       max_configs=max_configs)))
+
+
+def _scouts_and_pilots(model, data, candidates, keys, shared, config: AutoConfig) -> tuple[list, list, list]:
+    """A cheap pilot run from each candidate reference, and batches of scouts (their references
+    piloted too) while :func:`more_scouts` asks for them: the candidates, their pilots' log
+    evidence and the scouts' log evidence."""
+    tempered_fn = find_evidence("tempered", model)
+    pilot_key, *scout_keys = keys
+    tokens = model.as_data(data).total
     cheap = dict(num_particles=config.pilot_particles, num_sweeps=1, **shared)
     pilots, scout_estimates = [], []
-    scout_keys = jax.random.split(jax.random.fold_in(key, 2))
-    with warnings.catch_warnings():  # the scouts' and pilots' own warnings say nothing about the estimate
-        warnings.simplefilter("ignore")
-        for batch in range(config.scout_batches):
-            logger.info("auto evidence: reference stage, scouts batch %d of at most %d", batch + 1,
-                        config.scout_batches)
-            # Batch 0 from the stage's own keys, the others from keys folded from them.
-            scout_key, scout_build_key = (jax.random.fold_in(k, batch) if batch else k for k in scout_keys)
-            scouts = tempered_fn(model, data, rng_key=scout_key, num_chains=config.reference_candidates, **cheap,
-                                 progress_bar=False)
-            scout_bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
-            first = len(scout_estimates)
-            scout_estimates += list(scouts.details["run_log_evidence"])
-            candidates += [(f"scout {first + i}", ref) for i, ref in enumerate(references_from_allocations(
-                model, data, scout_bests, scout_build_key, scout_sweeps(tokens, config), max_configs))]
-            pilots += [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref,
-                                   num_chains=1, **cheap).value
-                       for i, (_, ref) in enumerate(candidates) if i >= len(pilots)]
-            if not more_scouts([name for name, _ in candidates], pilots, config):
-                break
-    names = [name for name, _ in candidates]
-    chosen = runs_from_pilots(pilots, config.reference_runs, config)
-    logger.info("auto evidence: tempered SMC from %d of %d references (their pilots within %g nats of the best)",
-                len(set(chosen)), len(candidates), config.pilot_margin)
-    estimate = tempered_fn(model, data, rng_key=key, reference=[candidates[i][1] for i in chosen],
-                           num_particles=config.reference_particles, num_chains=config.reference_runs,
-                           rho=config.reference_rho, num_sweeps=1, **shared)
-    return estimate, ReferenceStage(
-        start_lower_bound=found.lower_bound, vb_restarts=vb.value, starts=names, pilots=pilots, chosen=chosen,
-        basin_starts=basin_starts(names, pilots, config), reference_sweeps=[candidates[i][1].num_sweeps for i in chosen],
-        scout_estimates=scout_estimates)
+    for batch in range(config.scout_batches):
+        logger.info("auto evidence: reference stage, scouts batch %d of at most %d", batch + 1, config.scout_batches)
+        # Batch 0 from the stage's own keys, the others from keys folded from them.
+        scout_key, build_key = (jax.random.fold_in(k, batch) if batch else k for k in scout_keys)
+        scouts = tempered_fn(model, data, rng_key=scout_key, num_chains=config.reference_candidates, **cheap,
+                             progress_bar=False)
+        bests = list(zip(scouts.details["run_best_cells"], scouts.details["run_best_counts"]))
+        first = len(scout_estimates)
+        scout_estimates += list(scouts.details["run_log_evidence"])
+        references = references_from_allocations(model, data, bests, build_key, scout_sweeps(tokens, config),
+                                                 shared.get("max_configs", DEFAULT_MAX_CONFIGS))
+        candidates = candidates + [(f"scout {first + i}", ref) for i, ref in enumerate(references)]
+        pilots += [tempered_fn(model, data, rng_key=jax.random.fold_in(pilot_key, i), reference=ref, num_chains=1,
+                               **cheap).value
+                   for i, (_, ref) in enumerate(candidates) if i >= len(pilots)]
+        if not more_scouts([name for name, _ in candidates], pilots, config):
+            break
+    return candidates, pilots, scout_estimates
 
 
 def scout_sweeps(num_tokens: int, config: AutoConfig | None = None) -> int:
