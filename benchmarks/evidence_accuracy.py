@@ -22,6 +22,8 @@ import bam_ppl as bam
 
 ESTIMATORS = {
     "auto": dict(method="auto"),
+    "auto-effort0.5": dict(method="auto", effort=0.5),
+    "auto-effort2": dict(method="auto", effort=2.0),
     "smc": dict(method="smc"),
     "tempered": dict(method="tempered"),
     "tempered+cells": dict(method="tempered", cell_moves=1),
@@ -81,7 +83,7 @@ def main(argv=None):
         print("|---|---|---|---|---|---|---|")
         for name, (values, errors, seconds, cpu) in rows.items():
             stated = f"{np.mean(errors):.2f}" if np.isfinite(errors).all() else "– (bound)"
-            print(f"| {name} | {values.mean():.1f} | {values.std(ddof=1):.2f} | {stated} | "
+            print(f"| {name} | {values.mean():.2f} | {values.std(ddof=1):.2f} | {stated} | "
                   f"{values.mean() - bound:+.1f} | {np.median(seconds):.1f} | {np.median(cpu):.1f} |")
 
 

@@ -314,3 +314,26 @@ def test_chib_symmetry_warning_only_when_chib_is_reported(monkeypatch, key):
     symmetry = [w for w in caught if NO_SYMMETRIES in str(w.message) and "Chib" in str(w.message)]
     assert bool(symmetry) == ("chib" in est.pipeline.split("+")), (est.pipeline, [str(w.message) for w in caught])
     assert est.value <= MEDIUM_EXACT + 3 * est.stderr + 0.03
+
+
+def test_effort_scales_the_work_that_buys_accuracy_and_nothing_else():
+    assert CONFIG.scaled(1.0) is CONFIG
+    doubled = CONFIG.scaled(2.0)
+    grown = ("urn_particles", "tempered_particles", "reference_particles", "reference_candidates", "vb_restarts")
+    for name in grown:
+        assert getattr(doubled, name) == 2 * getattr(CONFIG, name), name
+    same = [name for name in CONFIG.__dataclass_fields__ if name not in grown]
+    assert [getattr(doubled, name) for name in same] == [getattr(CONFIG, name) for name in same]
+    least = CONFIG.scaled(1e-6)  # a search of two candidates, particles enough to resample
+    assert (least.reference_candidates, least.tempered_particles, least.vb_restarts) == (2, 2, 1)
+
+
+def test_effort_is_checked_before_any_work_and_recorded(x1, monkeypatch):
+    monkeypatch.setattr(auto, "choose_method", lambda *args: pytest.fail("ran before checking effort"))
+    with pytest.raises(ValueError, match="effort must be > 0"):
+        bam.log_evidence(bam.models.nmf(2), MEDIUM, effort=0)
+    with pytest.raises(TypeError, match="effort must be a number"):
+        bam.log_evidence(bam.models.nmf(2), MEDIUM, effort="high")
+    monkeypatch.undo()
+    est = bam.log_evidence(bam.models.nmf(2), x1, effort=2)
+    assert est.pipeline == "exact" and est.details["effort"] == 2.0 and est.info.effort == 2.0

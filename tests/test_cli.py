@@ -185,6 +185,9 @@ def test_bad_option_values_are_usage_errors_and_bugs_keep_their_traceback(survey
     with pytest.raises(SystemExit) as exit_info:  # bam_ppl.validation's check: the user's mistake
         main([*argv, "--option", "num_particles=0"])
     assert exit_info.value.code == 2 and "num_particles must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # auto's own knob, checked before any work
+        main([*argv[:-2], "--option", "effort=-1"])
+    assert exit_info.value.code == 2 and "effort must be > 0" in capsys.readouterr().err
 
     import bam_ppl
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
-from ..validation import check_int, renamed_options
+from ..validation import check_int, check_positive, renamed_options
 from .exact import log_count_allocations
 from .gibbs.chib import NO_SYMMETRIES
 from .info import AutoInfo, ReferenceStage, TemperedStage
@@ -124,7 +124,24 @@ class AutoConfig:
     scout_token_moves: int = 25_600_000
 
 
-#: The configuration ``method="auto"`` runs with.
+    def scaled(self, effort: float) -> AutoConfig:
+        """This configuration at ``effort`` times the work where the work buys accuracy: the
+        particles of every main run (more particles, less bias and spread: Del Moral, Doucet &
+        Jasra 2006) and the breadth of the search for basins (reference candidates, scouts per
+        batch, VB restarts). The thresholds, the pilots and the number of runs do not change, so
+        the same stages run at every effort; ``effort=1`` is this configuration itself."""
+        if effort == 1:
+            return self
+
+        def grow(size: int, least: int) -> int:
+            return max(least, int(round(size * effort)))
+
+        return replace(self, urn_particles=grow(self.urn_particles, 2), tempered_particles=grow(self.tempered_particles, 2),
+                       reference_particles=grow(self.reference_particles, 2),
+                       reference_candidates=grow(self.reference_candidates, 2), vb_restarts=grow(self.vb_restarts, 1))
+
+
+#: The configuration ``method="auto"`` runs with (at ``effort=1``).
 CONFIG = AutoConfig()
 #: The estimators auto chooses among; Chib runs after the tempered SMC (:func:`tempered_then_chib`).
 AUTO_CANDIDATES = ("exact", "smc", "tempered")
@@ -158,17 +175,21 @@ def choose_method(model, data, max_configs: int = DEFAULT_MAX_CONFIGS, config: A
 # The old names of the options it hands to the estimators it runs (tempered, chib, smc, vb).
 @renamed_options(num_runs="num_chains", num_restarts="num_chains", kernel="engine", num_warmup="num_search_sweeps",
                  num_steps="num_samples")
-def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_CONFIGS, **options):
+def auto_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, max_configs: int = DEFAULT_MAX_CONFIGS,
+                      **options):
     """Exact, Pólya-urn SMC or tempered SMC, whichever suits the size (see :func:`choose_method`).
 
-    ``options`` go to the chosen estimator. Since the choice depends on the data, an option of
-    another candidate (say ``num_particles`` where the exact value is computed) is not passed
-    on; an option that no candidate takes is an error. On small tables with many tokens per cell
-    the Pólya-urn SMC runs with ``urn_particles`` particles (:class:`AutoConfig`) unless
+    ``effort`` (> 0, default 1) scales the work that buys accuracy (:meth:`AutoConfig.scaled`):
+    the particles of the samplers and the breadth of the search for basins; the same stages run
+    at every effort. ``options`` go to the chosen estimator and win over ``effort`` (a given
+    ``num_particles`` stays as given). Since the choice depends on the data, an option of another
+    candidate (say ``num_particles`` where the exact value is computed) is not passed on; an
+    option that no candidate takes is an error. On small tables with many tokens per cell the
+    Pólya-urn SMC runs with ``urn_particles`` particles (:class:`AutoConfig`) unless
     ``num_particles`` is given.
     """
     check_auto_options(model, options)
-    config = CONFIG
+    config = CONFIG.scaled(check_positive(effort, "effort"))
     began = time.perf_counter()
     method, reason = choose_method(model, data, max_configs, config)
     tokens = model.as_data(data).total
@@ -186,9 +207,9 @@ def auto_log_evidence(model, data, *, rng_key=0, max_configs: int = DEFAULT_MAX_
     if calls > 1:
         reason += f"; {why}: {calls} calls advised"
     if isinstance(est.info, AutoInfo):  # the tempered pipeline's parts
-        info = est.info._replace(reason=reason, advised_calls=calls)
+        info = est.info._replace(reason=reason, advised_calls=calls, effort=float(effort))
     else:
-        info = AutoInfo(reason=reason, advised_calls=calls, kept_info=est.info)
+        info = AutoInfo(reason=reason, advised_calls=calls, kept_info=est.info, effort=float(effort))
     return replace(est, method="auto", pipeline=est.pipeline, seconds=time.perf_counter() - began, info=info)
 
 
@@ -199,7 +220,7 @@ COUNT_OPTIONS = {"num_particles": 1, "num_chains": 1, "num_samples": 1, "num_swe
 def check_auto_options(model, options) -> None:
     """TypeError naming the options that no estimator ``method="auto"`` may choose takes."""
     fns = [find_evidence(name, model) for name in (*AUTO_CANDIDATES, "chib")]
-    known = (set().union(*(option_names(fn) for fn in fns)) | {"max_configs"}) - {"start"}
+    known = (set().union(*(option_names(fn) for fn in fns)) | {"max_configs", "effort"}) - {"start"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"bam.log_evidence(method='auto'): unknown option(s) {unknown}; valid options "
@@ -209,6 +230,8 @@ def check_auto_options(model, options) -> None:
     for name, minimum in COUNT_OPTIONS.items():
         if name in options:
             check_int(options[name], name, minimum=minimum)
+    if "effort" in options:
+        check_positive(options["effort"], "effort")
 
 
 def advised_calls(est: EvidenceEstimate, num_tokens: int, config: AutoConfig | None = None) -> tuple[int, str | None]:

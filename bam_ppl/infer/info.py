@@ -220,6 +220,8 @@ class AutoInfo(NamedTuple):
     tempered_stage: TemperedStage | None = None
     #: The reference stage's starts, pilots and choices (None where it did not run).
     reference_stage: ReferenceStage | None = None
+    #: The cost knob the call ran at (:meth:`bam_ppl.infer.auto.AutoConfig.scaled`).
+    effort: float = 1.0
     #: What one call cannot show and several calls would (said by ``bam_ppl.estimate.check_estimate``
     #: where the estimate rests on one call), or None.
     caveat: str | None = None

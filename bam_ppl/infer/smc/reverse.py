@@ -30,8 +30,9 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from ...data import CountTensor
 from ...estimate import EvidenceEstimate, EvidenceWarning, below_bound, pool_runs
-from ...models.allocation import DEFAULT_MAX_CONFIGS
+from ...models.allocation import DEFAULT_MAX_CONFIGS, BoundModel, CellLayout
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
 from ..gibbs.chib import configs_of_allocation
@@ -43,7 +44,7 @@ from .symmetry import label_symmetries_of
 from .tempered import NUM_BLOCKS, log_target_ratio
 from .tempered_jax import JaxParticles
 from .tempered_numba import NumbaParticles
-from .tempered_problem import build_tempered_problem
+from .tempered_problem import TemperedProblem, build_tempered_problem
 
 # β_k = 1 − (1 − k / K)^SCHEDULE_POWER crowds the temperatures near β = 1, where the reverse runs
 # lose most of their weight: on NMF(4) it gave tighter bounds than linear or (k / K)^p at equal K.
@@ -207,10 +208,10 @@ class _Generated(NamedTuple):
     (``tp``, the path back to the urn), and the generating allocation as nonzero full ``cells`` and
     ``counts`` and as the configuration of every token (``config``, (T,))."""
 
-    data: object
-    bound: object
-    layout: object
-    tp: object
+    data: CountTensor
+    bound: BoundModel
+    layout: CellLayout
+    tp: TemperedProblem
     cells: np.ndarray
     counts: np.ndarray
     config: np.ndarray
