@@ -81,6 +81,7 @@ def main(argv=None) -> None:
     parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="fields of AutoConfig (method='auto') for these calls, e.g. vb_restarts=50")
     parser.add_argument("--method", default="auto", help="the estimator (default: the default, method='auto')")
+    parser.add_argument("--effort", type=float, help="the effort= of method='auto' (default: 1)")
     parser.add_argument("--min-calls", type=int, help="calls pooled per key (min_calls; default: as the first call advises)")
     args = parser.parse_args(argv)
     auto.CONFIG = with_fields(auto.CONFIG, args.config)
@@ -102,7 +103,8 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
-            est = bam.log_evidence(model, X, method=args.method, rng_key=key, min_calls=args.min_calls)
+            est = bam.log_evidence(model, X, method=args.method, rng_key=key, min_calls=args.min_calls,
+                                    **({} if args.effort is None else {"effort": args.effort}))
         stage = est.details.get("reference_stage")  # a ReferenceStage where the reference part ran
         used = [stage.starts[i] for i in stage.chosen] if stage else []
         print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "

@@ -119,10 +119,12 @@ def test_default_start_leaves_the_symmetric_point_of_a_dirichlet_tucker_fit(seed
 
     _, X = dirichlet_tucker(ranks=(3, 2, 2, 3), alpha=1.1).sample(seed, shape=(10, 4, 5, 6), total=200)
     model = dirichlet_tucker(ranks=(2, 2, 2, 3), alpha=1.1)
-    bound = {init: bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=4, init=init)
-             for init in ("tables", "responsibilities")}
+    # 300 iterations: the responsibilities start stops at the symmetric point after 2, and the
+    # gap is already over 30 nats (measured 44 and 32 on these seeds; 50 and 40 at 1000).
+    fit = dict(method="vb", rng_key=0, num_chains=2, num_iters=300)
+    bound = {init: bam.log_evidence(model, X, init=init, **fit) for init in ("tables", "responsibilities")}
     assert bound["tables"].value > bound["responsibilities"].value + 20.0
-    assert bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=4).value == bound["tables"].value
+    assert bam.log_evidence(model, X, **fit).value == bound["tables"].value
 
 
 def test_inference_data_layout_and_best_restart():
