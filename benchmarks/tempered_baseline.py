@@ -1,0 +1,81 @@
+"""The tempered SMC's kernel against older revisions, alternating in one run on one pinned core.
+
+``bam.log_evidence(nmf(4), X, method="tempered", rng_key=0)`` on the T = 1000 counts of
+``benchmarks/evidence_accuracy.py`` (256 particles, 4 runs, the default schedule), timed in a fresh
+process per revision and round, the revisions in turn (``git worktree`` of each, imported from its
+own tree), each process pinned to one core (``taskset``) after a warm-up call that compiles the
+kernels. Prints every call's CPU seconds, the best per revision and its ratio to this tree's, and
+checks that every revision gives the same value (a change of speed, not of results).
+
+    .venv/bin/python benchmarks/tempered_baseline.py --baselines 0906af5 828272c --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CALL = r"""
+import sys, time, warnings
+import jax, numpy as np
+import bam_ppl as bam
+warnings.simplefilter("ignore")
+def data(T):
+    _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=T)
+    return np.asarray(X)
+model = bam.models.nmf(4)
+bam.log_evidence(model, data(1200), method="tempered", rng_key=99, num_particles=64)  # compiles the kernels
+X = data(1000)
+for _ in range(2):
+    start = time.process_time()
+    est = bam.log_evidence(model, X, method="tempered", rng_key=0)
+    print(repr(est.value), time.process_time() - start, flush=True)
+"""
+
+
+def timed(tree: str, core: int) -> list[tuple[float, float]]:
+    """(value, CPU seconds) of the two timed calls in a fresh process importing bam_ppl from ``tree``."""
+    pin = ["taskset", "-c", str(core)] if shutil.which("taskset") else []
+    out = subprocess.run([*pin, sys.executable, "-c", CALL], cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
+                         check=True, capture_output=True, text=True).stdout
+    return [tuple(float(x) for x in line.split()) for line in out.splitlines() if line.strip()]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baselines", nargs="+", required=True, help="git revisions to time beside this tree")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--core", type=int, default=1, help="the core every process is pinned to")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": ROOT}
+        for revision in args.baselines:
+            trees[revision] = os.path.join(tmp, revision)
+            subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", trees[revision], revision], check=True,
+                           capture_output=True)
+        try:
+            seconds, values = {name: [] for name in trees}, {name: set() for name in trees}
+            for round_ in range(args.rounds):
+                for name, tree in trees.items():
+                    calls = timed(tree, args.core)
+                    seconds[name] += [s for _, s in calls]
+                    values[name] |= {v for v, _ in calls}
+                    print(f"round {round_ + 1}, {name}: CPU s {[round(s, 2) for _, s in calls]}", flush=True)
+        finally:
+            for revision in args.baselines:
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", trees[revision]], check=False)
+    mine = min(seconds["this tree"])
+    print("| revision | best CPU s | this tree / revision | value |")
+    print("|---|---|---|---|")
+    for name in trees:
+        print(f"| {name} | {min(seconds[name]):.2f} | {mine / min(seconds[name]):.2f} | {sorted(values[name])} |")
+
+
+if __name__ == "__main__":
+    main()
