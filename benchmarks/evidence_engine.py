@@ -22,12 +22,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
-import tempfile
 import time
 import warnings
 
 import numpy as np
+from peer_timing import revision_trees, run_in_tree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -73,16 +72,8 @@ def run(names, keys, titanic, method=None):
 
 def baseline_rows(revision: str, names, keys):
     """The rows of ``revision``'s default, from a worktree of it in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = os.path.join(tmp, "baseline")
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, revision], check=True,
-                       capture_output=True)
-        try:
-            code = CASE_CODE + f"\nrun({names!r}, {keys!r}, {TITANIC!r})\n"
-            out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
-                                 check=True, capture_output=True, text=True).stdout
-        finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], check=True)
+    with revision_trees([revision]) as trees:
+        out = run_in_tree(trees[revision], CASE_CODE + f"\nrun({names!r}, {keys!r}, {TITANIC!r})\n")
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 

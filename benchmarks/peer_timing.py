@@ -1,5 +1,6 @@
 """Shared helpers of the same-run speed comparisons (``peer_smc.py``, ``peer_nbmf.py``,
-``smc_throughput.py --baseline-tree``, ``api_throughput.py --compare``).
+``smc_throughput.py --baseline-tree``, ``api_throughput.py --compare``, and the older revisions of
+``tempered_baseline.py`` and ``evidence_engine.py --baseline``).
 
 A speed ratio is only printed for timings taken in the same run on the same machine: each
 side is pinned to the same core (``taskset -c CPU`` for subprocesses, the whole benchmark
@@ -9,10 +10,12 @@ timed calls alternate, and each side's figure is its best of N calls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -55,6 +58,29 @@ def pinned(command: list[str], cpu: int | None) -> list[str]:
     if cpu is None:
         return list(command)
     return ["taskset", "-c", str(cpu), *command]
+
+
+@contextlib.contextmanager
+def revision_trees(revisions):
+    """{revision: path} of a ``git worktree`` of each revision in a temporary folder, removed on exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {}
+        try:
+            for rev in revisions:
+                trees[rev] = os.path.join(tmp, rev.replace("/", "_"))
+                subprocess.run(["git", "-C", str(REPOSITORY), "worktree", "add", "--detach", trees[rev], rev],
+                               check=True, capture_output=True)
+            yield trees
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(REPOSITORY), "worktree", "remove", "--force", tree], check=False,
+                               capture_output=True)
+
+
+def run_in_tree(tree, code: str, cpu: int | None = None) -> str:
+    """stdout of ``python -c code`` importing bam_ppl from the source tree ``tree`` (pinned to ``cpu``)."""
+    return subprocess.run(pinned([sys.executable, "-c", code], cpu), cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                          check=True, capture_output=True, text=True).stdout
 
 
 def revision() -> str:

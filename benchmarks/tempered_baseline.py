@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
+
+from peer_timing import revision_trees, run_in_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,9 +40,7 @@ for _ in range(2):
 
 def timed(tree: str, core: int) -> list[tuple[float, float]]:
     """(value, CPU seconds) of the two timed calls in a fresh process importing bam_ppl from ``tree``."""
-    pin = ["taskset", "-c", str(core)] if shutil.which("taskset") else []
-    out = subprocess.run([*pin, sys.executable, "-c", CALL], cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
-                         check=True, capture_output=True, text=True).stdout
+    out = run_in_tree(tree, CALL, core if shutil.which("taskset") else None)
     return [tuple(float(x) for x in line.split()) for line in out.splitlines() if line.strip()]
 
 
@@ -53,23 +50,15 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--core", type=int, default=1, help="the core every process is pinned to")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        for revision in args.baselines:
-            trees[revision] = os.path.join(tmp, revision)
-            subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", trees[revision], revision], check=True,
-                           capture_output=True)
-        try:
-            seconds, values = {name: [] for name in trees}, {name: set() for name in trees}
-            for round_ in range(args.rounds):
-                for name, tree in trees.items():
-                    calls = timed(tree, args.core)
-                    seconds[name] += [s for _, s in calls]
-                    values[name] |= {v for v, _ in calls}
-                    print(f"round {round_ + 1}, {name}: CPU s {[round(s, 2) for _, s in calls]}", flush=True)
-        finally:
-            for revision in args.baselines:
-                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", trees[revision]], check=False)
+    with revision_trees(args.baselines) as baselines:
+        trees = {"this tree": ROOT, **baselines}
+        seconds, values = {name: [] for name in trees}, {name: set() for name in trees}
+        for round_ in range(args.rounds):
+            for name, tree in trees.items():
+                calls = timed(tree, args.core)
+                seconds[name] += [s for _, s in calls]
+                values[name] |= {v for v, _ in calls}
+                print(f"round {round_ + 1}, {name}: CPU s {[round(s, 2) for _, s in calls]}", flush=True)
     mine = min(seconds["this tree"])
     print("| revision | best CPU s | this tree / revision | value |")
     print("|---|---|---|---|")

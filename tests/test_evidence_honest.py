@@ -84,6 +84,17 @@ def test_warning_when_the_reference_runs_rest_on_a_basin_one_secondary_start_rea
         check_estimate(_referenced("reference", 1, chosen="sampled"))
 
 
+def test_single_basin_caveat_advises_the_configured_number_of_calls():
+    import dataclasses
+
+    from bam_ppl.infer import auto
+
+    stage = _stage(["sampled", "vb"], [0.0, 0.0], 1, 1)
+    assert "min_calls=3" in auto.single_basin_caveat("reference", stage)
+    five = dataclasses.replace(auto.CONFIG, fragile_calls=5)
+    assert "pools the 5 calls it advises) or pass min_calls=5" in auto.single_basin_caveat("reference", stage, five)
+
+
 def test_smc_reports_runs_and_a_sure_lower_bound(x1):
     model = bam.models.nmf(2)
     est = bam.log_evidence(model, x1, method="smc", rng_key=0, num_particles=200)

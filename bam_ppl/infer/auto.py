@@ -314,7 +314,7 @@ def tempered_then_chib(model, data, rng_key, options, config: AutoConfig | None 
     info = AutoInfo(reason="", advised_calls=1, parts={name: summary(est) for name, est in parts.items()},
                     vb_bound=vb_bound, tempered_stage=stage, reference_stage=references)
     est = combine(parts, found, info, config)
-    est = replace(est, info=est.info._replace(caveat=single_basin_caveat(est.pipeline, references)))
+    est = replace(est, info=est.info._replace(caveat=single_basin_caveat(est.pipeline, references, config)))
     logger.info("auto evidence: %.2f ± %.2f from %s", est.value, est.stderr, est.pipeline)
     for caught in chib_warnings:
         # Chib's "averages over none of the symmetries" says nothing about an estimate it is no part
@@ -461,20 +461,21 @@ def basin_starts(starts, pilots, config: AutoConfig | None = None) -> int:
     return len({start for start, near in zip(starts, near_best(pilots, config)) if near})
 
 
-def single_basin_caveat(pipeline: str, stage: ReferenceStage | None) -> str | None:
+def single_basin_caveat(pipeline: str, stage: ReferenceStage | None, config: AutoConfig | None = None) -> str | None:
     """What one call cannot show where the reference runs rest on a basin that one start other
     than the samplers' best allocation reached (None otherwise): said with the estimate unless
     several calls were pooled."""
     if stage is None or "reference" not in pipeline.split("+") or stage.basin_starts != 1:
         return None
+    calls = (config or CONFIG).fragile_calls
     start = stage.starts[stage.chosen[0]]
     if start == "sampled":
         return None
     return (f"rests on one basin, reached from one of {len(set(stage.starts))} independent starts ({start!r}) and "
             "not from the samplers' best allocation: where the best basin is one that few starts reach, another "
             "rng_key may find a higher one, and the stated error cannot show that. Repeat with a few rng_key "
-            "values and keep the highest, or leave min_calls unset (method='auto' then pools the three calls it "
-            "advises) or pass min_calls=3: calls with keys of their own, pooled, whose spread the stated error "
+            f"values and keep the highest, or leave min_calls unset (method='auto' then pools the {calls} calls it "
+            f"advises) or pass min_calls={calls}: calls with keys of their own, pooled, whose spread the stated error "
             "then includes.")
 
 
