@@ -7,7 +7,7 @@ own tree), each process pinned to one core (``taskset``) after a warm-up call th
 kernels. Prints every call's CPU seconds, the best per revision and its ratio to this tree's, and
 checks that every revision gives the same value (a change of speed, not of results).
 
-    .venv/bin/python benchmarks/tempered_baseline.py --baselines 0906af5 828272c --rounds 3
+    .venv/bin/python benchmarks/tempered_baseline.py --baselines 828272c 5dee45a abe19be 8ed57af 2241569 --rounds 3
 """
 
 from __future__ import annotations
