@@ -79,12 +79,22 @@ def core_problem(model: NBMF, values, observed):
     return model.prior, values, observed, hyper, False
 
 
-def check_data(model: NBMF, data, mask):
-    values, observed, rows, cols = as_binary_matrix(data, mask)
-    if model.prior == "dir-dir" and model.n_components < 2 and not (values[observed] == 1).all():
+class BinaryData(NamedTuple):
+    """A checked binary matrix: its values, which entries are observed, and the row and column
+    labels (None: positions)."""
+
+    values: np.ndarray
+    observed: np.ndarray
+    rows: np.ndarray | None
+    cols: np.ndarray | None
+
+
+def check_data(model: NBMF, data, mask) -> BinaryData:
+    binary = BinaryData(*as_binary_matrix(data, mask))
+    if model.prior == "dir-dir" and model.n_components < 2 and not (binary.values[binary.observed] == 1).all():
         raise ValueError("dir-dir with n_components=1 gives probability 1 to every entry; "
                          "the data have zeros, so use n_components >= 2")
-    return values, observed, rows, cols
+    return binary
 
 
 def run_in_chunks(advance, carry, total, progress_bar, description, unit):
@@ -95,14 +105,14 @@ def run_in_chunks(advance, carry, total, progress_bar, description, unit):
                       unit=unit)
 
 
-def nbmf_inference_data(model, values, observed, rows, cols, *, W, H, mean, sample_stats, method,
-                        transposed, attrs):
+def nbmf_inference_data(model, binary: BinaryData, *, W, H, mean, sample_stats, method, transposed, attrs):
     """InferenceData of an NBMF fit; undoes the Dir-Beta transpose (W = H'ᵀ, H = W'ᵀ).
 
     Besides ``W`` and ``H`` the posterior holds ``H_columns`` (col, component) for the Dirichlet
     column priors (the program's sample site), and ``log_likelihood["V"]`` is the pointwise
     Bernoulli log-likelihood of every observed entry (:func:`bam_ppl.pointwise.bernoulli_log_likelihood`).
     """
+    values, observed, rows, cols = binary
     if transposed:
         W, H, mean = np.swapaxes(H, -1, -2), np.swapaxes(W, -1, -2), np.swapaxes(mean, -1, -2)
     F, N = values.shape

@@ -524,14 +524,14 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
         raise ValueError(f"thinning must be <= num_samples ({num_samples}), got {thinning}")
     check_positive(active_threshold, "active_threshold", upper=1.0)
     check_init(init)
-    values, observed, rows, cols = check_data(model, data, mask)
-    stored = num_chains * (num_samples // thinning) * sum(values.shape) * model.n_components * 8
+    binary = check_data(model, data, mask)
+    stored = num_chains * (num_samples // thinning) * sum(binary.values.shape) * model.n_components * 8
     if stored > MAX_STORED_BYTES:
         raise ValueError(
             f"num_samples={num_samples} draws of W and H would take {stored / 2**30:.1f} GiB; keep "
             f"fewer with thinning= (every sweep still enters E[WH | V]), e.g. "
             f"thinning={int(np.ceil(stored / MAX_STORED_BYTES))}")
-    kind, core_values, core_observed, hyper, transposed = core_problem(model, values, observed)
+    kind, core_values, core_observed, hyper, transposed = core_problem(model, binary.values, binary.observed)
     init = default_init(kind) if init is None else init
     result = sample(rng_key, core_values, core_observed, hyper, kind=kind, num_warmup=num_warmup,
                     num_samples=num_samples, num_chains=num_chains, thinning=thinning,
@@ -540,7 +540,7 @@ def gibbs(model: NBMF, data, *, rng_key=0, mask=None, num_warmup: int = 4000, nu
              "log_joint": (("chain", "iteration"), result.log_joint),
              "n_active_trace": (("chain", "iteration"), result.active)}
     return nbmf_inference_data(
-        model, values, observed, rows, cols, W=result.W, H=result.H, mean=result.mean,
+        model, binary, W=result.W, H=result.H, mean=result.mean,
         sample_stats=stats, method="gibbs", transposed=transposed,
         attrs=dict(num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
                    active_threshold=active_threshold, init=init))

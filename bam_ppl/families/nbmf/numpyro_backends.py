@@ -10,13 +10,13 @@ import numpy as np
 from ...infer.numpyro_backends import check_nuts_options, check_svi_options, run_nuts, run_svi
 from ...infer.registry import register
 from ...models.nbmf import NBMF
-from .common import check_data, nbmf_inference_data
+from .common import BinaryData, check_data, nbmf_inference_data
 
 
-def _nbmf_result(model, values, observed, rows, cols, draws, stats, method, attrs):
+def _nbmf_result(model, binary: BinaryData, draws, stats, method, attrs):
     W, H = draws["W"], draws["H"]
     mean = np.einsum("cdfk,cdkn->cfn", W, H) / W.shape[1]
-    return nbmf_inference_data(model, values, observed, rows, cols, W=W, H=H, mean=mean,
+    return nbmf_inference_data(model, binary, W=W, H=H, mean=mean,
                                sample_stats=stats, method=method, transposed=False, attrs=attrs)
 
 
@@ -30,13 +30,13 @@ def nbmf_nuts(model, data, *, rng_key=0, mask=None, num_warmup: int = 500, num_s
     """
     first_chain = _first_chain
     check_nuts_options(num_warmup, num_samples, num_chains, thinning, target_accept_prob, first_chain)
-    values, observed, rows, cols = check_data(model, data, mask)
-    program = functools.partial(model.numpyro_model(), values, mask=observed)
+    binary = check_data(model, data, mask)
+    program = functools.partial(model.numpyro_model(), binary.values, mask=binary.observed)
     draws, stats = run_nuts(program, rng_key, num_warmup=num_warmup, num_samples=num_samples,
                              num_chains=num_chains, thinning=thinning,
                              target_accept_prob=target_accept_prob, chain_method=chain_method,
                              progress_bar=progress_bar, first_chain=first_chain)
-    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "nuts",
+    return _nbmf_result(model, binary, draws, stats, "nuts",
                         dict(num_warmup=num_warmup, num_samples=num_samples))
 
 
@@ -45,10 +45,10 @@ def nbmf_svi(model, data, *, rng_key=0, mask=None, guide="normal", num_steps: in
              learning_rate: float = 0.01, num_samples: int = 1000, progress_bar: bool | None = None):
     """NumPyro SVI with an autoguide on the Bernoulli(WH) program of NBMF."""
     guide_cls = check_svi_options(guide, num_steps, num_samples, learning_rate)
-    values, observed, rows, cols = check_data(model, data, mask)
-    program = functools.partial(model.numpyro_model(), values, mask=observed)
+    binary = check_data(model, data, mask)
+    program = functools.partial(model.numpyro_model(), binary.values, mask=binary.observed)
     draws, stats = run_svi(program, guide_cls, rng_key, num_steps=num_steps,
                             learning_rate=learning_rate, num_samples=num_samples,
                             progress_bar=progress_bar)
-    return _nbmf_result(model, values, observed, rows, cols, draws, stats, "svi",
+    return _nbmf_result(model, binary, draws, stats, "svi",
                         dict(guide=guide_cls.__name__, num_steps=num_steps))

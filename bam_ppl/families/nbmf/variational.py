@@ -288,8 +288,8 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_ch
         ``n_active_trace`` (chain, iteration) and ``n_active`` (chain,).
     """
     _check_options(model, "cvb", num_iters, num_chains, num_samples, active_threshold, _first_chain)
-    values, observed, rows, cols = common.check_data(model, data, mask)
-    _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
+    binary = common.check_data(model, data, mask)
+    _, core_values, core_observed, hyper, transposed = common.core_problem(model, binary.values, binary.observed)
     F, N = core_values.shape
     layout = common.DiagonalLayout(*(jnp.asarray(a) for a in common.diagonal_layout(core_values, core_observed)))
     init_keys, draw_keys = chain_keys(rng_key, num_chains, _first_chain, parts=2)
@@ -303,8 +303,8 @@ def cvb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_ch
     W_mean, H_mean = jax.vmap(cvb_means, in_axes=(0, 0, 0, None))(state.L, state.A, state.B, hyper)
     W, H = _draw_q(draw_keys, hyper.row + state.L, jnp.swapaxes(hyper.alpha + state.A, -1, -2),
                    jnp.swapaxes(hyper.beta + state.B, -1, -2), num_samples)
-    return _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, runs, "nll",
-                           "cvb", transposed, num_iters, active_threshold)
+    return _inference_data(model, binary, (W, H), (W_mean, H_mean), runs, fit_name="nll", method="cvb",
+                           transposed=transposed, attrs=dict(num_iters=num_iters, active_threshold=active_threshold))
 
 
 @register("vb", models=(NBMF,))
@@ -328,8 +328,8 @@ def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_cha
         sample_stats ``elbo`` (chain, iteration), ``n_active_trace`` and ``n_active``.
     """
     _check_options(model, "vb", num_iters, num_chains, num_samples, active_threshold, _first_chain)
-    values, observed, rows, cols = common.check_data(model, data, mask)
-    _, core_values, core_observed, hyper, transposed = common.core_problem(model, values, observed)
+    binary = common.check_data(model, data, mask)
+    _, core_values, core_observed, hyper, transposed = common.core_problem(model, binary.values, binary.observed)
     data_args = (jnp.asarray(core_values, jnp.float32), jnp.asarray(core_observed))
     init_keys, draw_keys = chain_keys(rng_key, num_chains, _first_chain, parts=2)
     runs = _init_vb(init_keys, *data_args, hyper, num_iters=num_iters)
@@ -339,17 +339,17 @@ def vb(model: NBMF, data, *, rng_key=0, mask=None, num_iters: int = 500, num_cha
     state = runs.state
     W_mean, H_mean = jax.vmap(vb_means)(state)
     W, H = _draw_q(draw_keys, state.row, state.ones, state.zeros, num_samples)
-    return _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, runs, "elbo",
-                           "vb", transposed, num_iters, active_threshold)
+    return _inference_data(model, binary, (W, H), (W_mean, H_mean), runs, fit_name="elbo", method="vb",
+                           transposed=transposed, attrs=dict(num_iters=num_iters, active_threshold=active_threshold))
 
 
-def _inference_data(model, values, observed, rows, cols, W, H, W_mean, H_mean, runs, fit_name,
-                    method, transposed, num_iters, active_threshold):
+def _inference_data(model, binary: common.BinaryData, draws, means, runs, *, fit_name, method, transposed, attrs):
+    """InferenceData of the VB and CVB fits: ``draws`` (W, H) from q and ``means`` (E_q[W], E_q[H]) per restart."""
+    (W, H), (W_mean, H_mean) = draws, means
     mean = np.einsum("cfk,ckn->cfn", np.asarray(W_mean, np.float64), np.asarray(H_mean, np.float64))
     active = np.asarray(runs.active)
     stats = {fit_name: (("chain", "iteration"), np.asarray(runs.fit_trace)),
              "n_active_trace": (("chain", "iteration"), active),
              "n_active": (("chain",), active[:, -1])}
-    return common.nbmf_inference_data(model, values, observed, rows, cols, W=np.asarray(W), H=np.asarray(H),
-                               mean=mean, sample_stats=stats, method=method, transposed=transposed,
-                               attrs=dict(num_iters=num_iters, active_threshold=active_threshold))
+    return common.nbmf_inference_data(model, binary, W=np.asarray(W), H=np.asarray(H), mean=mean, sample_stats=stats,
+                                      method=method, transposed=transposed, attrs=attrs)

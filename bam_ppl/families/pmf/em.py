@@ -142,9 +142,9 @@ def em_candidate_idata(fit, index: int, criterion: str = "bic"):
                               method=f"em_{criterion}", sample_stats=stats, attrs=attrs)
 
 
-def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_categories, progress_bar):
-    fit = em_rank_selection(model, data, rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
-                            num_categories=num_categories, progress_bar=progress_bar)
+def _em_idata(model, data, criterion, **options):
+    """The rank that ``criterion`` ("bic" or "aic") picks from :func:`em_rank_selection` with ``options``."""
+    fit = em_rank_selection(model, data, **options)
     return em_candidate_idata(fit, int(np.argmin(fit[criterion])), criterion)
 
 
@@ -152,11 +152,13 @@ def _em_idata(model, data, criterion, rng_key, ranks, num_iters, tol, num_catego
 def em_bic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
            num_categories=None, progress_bar: bool | None = None):
     """ML EM over candidate ranks (default 1..max_rank), the rank chosen by BIC; one point-estimate draw."""
-    return _em_idata(model, data, "bic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
+    return _em_idata(model, data, "bic", rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
+                     num_categories=num_categories, progress_bar=progress_bar)
 
 
 @register("em_aic", models=(PMFTensorModel,))
 def em_aic(model, data, *, rng_key=0, ranks=None, num_iters: int = 1000, tol: float = 1e-7,
            num_categories=None, progress_bar: bool | None = None):
     """ML EM over candidate ranks (default 1..max_rank), the rank chosen by AIC; one point-estimate draw."""
-    return _em_idata(model, data, "aic", rng_key, ranks, num_iters, tol, num_categories, progress_bar)
+    return _em_idata(model, data, "aic", rng_key=rng_key, ranks=ranks, num_iters=num_iters, tol=tol,
+                     num_categories=num_categories, progress_bar=progress_bar)

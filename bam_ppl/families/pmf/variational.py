@@ -212,8 +212,8 @@ def _dirichlet_draws(rng, concentration, num_samples):
     return dirichlet_rows(rng, concentration, size=(num_samples, *np.shape(concentration)))[None]
 
 
-def _posterior_idata(model, data, weights_conc, factor_conc, keep, key, num_samples, method,
-                     sample_stats, attrs):
+def _posterior_idata(model, data, weights_conc, factor_conc, keep, *, key, num_samples, method, sample_stats,
+                     attrs):
     """Prune to the kept components and build InferenceData with Dirichlet posterior draws;
     ``factor_conc`` holds one ``(R, I_n)`` table of Dirichlet parameters per variable."""
     w_conc = np.asarray(weights_conc)[keep]
@@ -281,7 +281,8 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     tables = bound.split_flat(result.alpha_hat[0])
     keep = tables["r"] / tables["r"].sum() >= prune_threshold
     return _posterior_idata(
-        model, data, tables["r"], [tables[name] for name in bound.visible], keep, key_draw, num_samples, "vb",
+        model, data, tables["r"], [tables[name] for name in bound.visible], keep, key=key_draw, num_samples=num_samples,
+        method="vb",
         sample_stats={"elbo": (("chain", "iteration"), result.elbo_trace)},
         attrs=dict(converged=bool(result.converged[0]), num_iterations=int(result.iterations[0]),
                    elbo=float(result.elbo[0]), tol=tol, prune_threshold=prune_threshold),
@@ -382,7 +383,8 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
         weights = np.asarray(state.q.weights)
         keep = weights / weights.sum() >= prune_threshold
         return _posterior_idata(
-            model, data, weights, split_factors(state.q.factors, data.shape), keep, key_draw, num_samples, "svb",
+            model, data, weights, split_factors(state.q.factors, data.shape), keep, key=key_draw,
+            num_samples=num_samples, method="svb",
             sample_stats={"heldout_nll": (("chain", "evaluation"), np.asarray(nll_trace)[None])},
             attrs=dict(converged=converged, num_iterations=done, batch_size=M, tol=tol,
                        prune_threshold=prune_threshold, heldout_nll=nll_trace[-1]),

@@ -377,7 +377,7 @@ def _advance(spec, problem, keys, states, first_sweep, num_sweeps, chain_method=
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "capacity", "thinning", "record", "chain_method"))
-def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, capacity, thinning, record,
+def _sample(spec, problem, keys, draw_keys, states, first_sweep, first_draw, num_draws, *, capacity, thinning, record,
             chain_method="vectorized"):
     """``num_draws`` kept samples, each after ``thinning`` sweeps, recorded by ``record``.
 
@@ -442,7 +442,7 @@ def run(rng_key, spec: GibbsSpec, problem: GibbsProblem, *, num_chains: int = 4,
     def keep(states, first_draw, num_draws):
         first_sweep = num_warmup + first_draw * thinning
         states, block = _sample(spec, problem, sweep_keys, draw_keys, states, first_sweep, first_draw, num_draws,
-                                capacity, thinning, record, chain_method)
+                                capacity=capacity, thinning=thinning, record=record, chain_method=chain_method)
         records.append(block if num_draws == capacity else jax.tree.map(lambda x: np.asarray(x)[:num_draws], block))
         return states
 
