@@ -392,7 +392,17 @@ class BinaryMatrix(NamedTuple):
     row_groups: np.ndarray | None = None
 
 
-def as_binary_matrix(V, mask=None, name: str = "V"):
+class BinaryData(NamedTuple):
+    """A checked binary matrix (:func:`as_binary_matrix`): its entries, which are observed, and the
+    row and column labels of a :class:`BinaryMatrix` (None: positions)."""
+
+    values: np.ndarray
+    observed: np.ndarray
+    rows: np.ndarray | None
+    cols: np.ndarray | None
+
+
+def as_binary_matrix(V, mask=None, name: str = "V") -> BinaryData:
     """Validate a binary matrix with missing entries (Lumbreras et al. 2020 §3, V ∈ {0, 1, NA}^{F×N}).
 
     Parameters
@@ -404,12 +414,10 @@ def as_binary_matrix(V, mask=None, name: str = "V"):
 
     Returns
     -------
-    values : ndarray of int8, shape (F, N)
-        The entries, 0 where missing.
-    observed : ndarray of bool, shape (F, N)
-        Entries that are neither NaN nor masked out.
-    rows, cols : ndarray or None
-        Labels carried by a :class:`BinaryMatrix`.
+    BinaryData
+        ``values`` (int8, (F, N): the entries, 0 where missing), ``observed`` (bool, (F, N): entries
+        that are neither NaN nor masked out), ``rows``, ``cols`` (labels carried by a
+        :class:`BinaryMatrix`, else None).
     """
     rows = cols = None
     if isinstance(V, BinaryMatrix):
@@ -442,7 +450,7 @@ def as_binary_matrix(V, mask=None, name: str = "V"):
     if not observed.any():
         raise ValueError(f"{name} has no observed entry (all NaN or masked out)")
     values = np.where(observed, arr, 0.0).astype(np.int8)
-    return values, observed, rows, cols
+    return BinaryData(values, observed, rows, cols)
 
 
 def match_dims(data: CountTensor, nodes: Sequence[str], name: str = "X") -> CountTensor:

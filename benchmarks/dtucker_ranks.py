@@ -30,6 +30,7 @@ import time
 import warnings
 
 PLANTED = (3, 2, 2, 3)
+ALPHA = 1.1
 SHAPE = (30, 8, 10, 12)
 TOTAL = 500
 GRID = {"K_M": [2, 3, 4], "K_S": [2, 3, 4]}
@@ -44,7 +45,7 @@ def planted_margin(X, seed: int) -> float:
     from bam_ppl.selection import DIRICHLET_TUCKER_FIT_OPTIONS, num_parameters
 
     def fit(k_m, k_s):
-        model = dirichlet_tucker(ranks=(k_m, FIXED["K_N"], FIXED["K_P"], k_s), alpha=1.1)
+        model = dirichlet_tucker(ranks=(k_m, FIXED["K_N"], FIXED["K_P"], k_s), alpha=ALPHA)
         idata = bam.infer(model, X, method="map", rng_key=seed, **DIRICHLET_TUCKER_FIT_OPTIONS)
         loglik = float(idata.sample_stats["final_log_likelihood"].values.ravel()[0])
         return loglik - num_parameters(model, model.as_data(X))
@@ -74,7 +75,7 @@ def main() -> None:
     hits = dict.fromkeys(labels, 0)
     top_hits = dict.fromkeys(labels, 0)
     for seed in args.seeds:
-        _, X = dirichlet_tucker(ranks=PLANTED, alpha=1.1).sample(seed, shape=SHAPE, total=TOTAL)
+        _, X = dirichlet_tucker(ranks=PLANTED, alpha=ALPHA).sample(seed, shape=SHAPE, total=TOTAL)
         cells = []
         for folds, label in zip(args.folds, labels):
             start = time.perf_counter()

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...convert import to_inference_data
-from ...data import as_binary_matrix
+from ...data import BinaryData, as_binary_matrix
 from ...models.nbmf import EXPECTATIONS_GROUP, NBMF
 from ...models.sampling import dirichlet_rows  # noqa: F401  (the NBMF backends draw W and H with it)
 from ...pointwise import bernoulli_log_likelihood
@@ -79,18 +79,8 @@ def core_problem(model: NBMF, values, observed):
     return model.prior, values, observed, hyper, False
 
 
-class BinaryData(NamedTuple):
-    """A checked binary matrix: its values, which entries are observed, and the row and column
-    labels (None: positions)."""
-
-    values: np.ndarray
-    observed: np.ndarray
-    rows: np.ndarray | None
-    cols: np.ndarray | None
-
-
 def check_data(model: NBMF, data, mask) -> BinaryData:
-    binary = BinaryData(*as_binary_matrix(data, mask))
+    binary = as_binary_matrix(data, mask)
     if model.prior == "dir-dir" and model.n_components < 2 and not (binary.values[binary.observed] == 1).all():
         raise ValueError("dir-dir with n_components=1 gives probability 1 to every entry; "
                          "the data have zeros, so use n_components >= 2")
