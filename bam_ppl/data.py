@@ -402,6 +402,12 @@ class BinaryData(NamedTuple):
     cols: np.ndarray | None
 
 
+def _is_data_frame(value) -> bool:
+    import pandas as pd
+
+    return isinstance(value, pd.DataFrame)
+
+
 def as_binary_matrix(V, mask=None, name: str = "V") -> BinaryData:
     """Validate a binary matrix with missing entries (Lumbreras et al. 2020 §3, V ∈ {0, 1, NA}^{F×N}).
 
@@ -417,11 +423,13 @@ def as_binary_matrix(V, mask=None, name: str = "V") -> BinaryData:
     BinaryData
         ``values`` (int8, (F, N): the entries, 0 where missing), ``observed`` (bool, (F, N): entries
         that are neither NaN nor masked out), ``rows``, ``cols`` (labels carried by a
-        :class:`BinaryMatrix`, else None).
+        :class:`BinaryMatrix` or a pandas DataFrame's index and columns, else None).
     """
     rows = cols = None
     if isinstance(V, BinaryMatrix):
         V, rows, cols = V.X, V.rows, V.cols
+    elif _is_data_frame(V):  # a labelled table keeps its labels, as a BinaryMatrix does
+        V, rows, cols = V.to_numpy(dtype=float), np.asarray(V.index), np.asarray(V.columns)
     if V is None or isinstance(V, (Mapping, str, bytes)):
         raise TypeError(f"{name} must be a 2-d array of 0/1 values, got {type(V).__name__}")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.special import gammaln
 
@@ -203,6 +204,18 @@ def test_masked_row_never_enters_a_count(animals_split, planted_split, method):
 
 
 # -- outputs --------------------------------------------------------------------------------------
+
+def test_a_data_frame_keeps_its_labels():
+    X = (np.random.default_rng(2).random((5, 5)) < 0.5).astype(float)
+    X[1, 2] = np.nan
+    frame = pd.DataFrame(X, index=list("abcde"), columns=list("zyxwv"))
+    idata = bam.infer(bam.models.nbmf(3), frame, method="vb", rng_key=0, num_iters=20, num_samples=4)
+    posterior = group(idata, "posterior")
+    assert list(posterior["row"].values) == list("abcde") and list(posterior["col"].values) == list("zyxwv")
+    plain = bam.infer(bam.models.nbmf(3), X, method="vb", rng_key=0, num_iters=20, num_samples=4)
+    np.testing.assert_array_equal(posterior["W"].values, group(plain, "posterior")["W"].values)
+    assert np.isnan(group(idata, "observed_data")["V"].sel(row="b", col="x").item())
+
 
 @pytest.mark.parametrize("prior", ["beta-dir", "dir-beta", "dir-dir"])
 def test_gibbs_inference_data_layout(prior):
