@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each test module on one worker (tests/conftest.py). `make test PARALLEL=` runs it in one process.
 PARALLEL ?= -n auto --maxprocesses=4 --dist loadgroup
 
-.PHONY: demo test test-stats test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
+.PHONY: install demo test test-stats test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[test,tutorials,dev,fast,distributed]"
 	touch $(STAMP)
+
+# The virtual environment with every extra the tests, tutorials and benchmarks use (`make test` and
+# `make demo` make it first where it is missing).
+install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/bam-ppl demo

@@ -64,6 +64,7 @@ def test_seconds(junit: Path) -> float:
 
 def summarise(log_dir: Path, top: int) -> None:
     by_test, count, by_program = collections.Counter(), collections.Counter(), collections.Counter()
+    program_count = collections.Counter()
     for path in log_dir.glob("*.log"):
         test = "(before the first test)"
         for line in path.read_text().splitlines():
@@ -76,26 +77,34 @@ def summarise(log_dir: Path, top: int) -> None:
                 by_test[test] += seconds
                 count[test] += 1
                 by_program[match.group(1)] += seconds
+                program_count[match.group(1)] += 1
     by_module = collections.Counter()
     for test, seconds in by_test.items():
         by_module[test.split("::")[0]] += seconds
     junit = log_dir / "junit.xml"
     total = f" of {test_seconds(junit):.0f} test-seconds" if junit.exists() else ""
     print(f"XLA compilation: {sum(by_test.values()):.0f} s in {sum(count.values())} programs{total}")
-    for title, table in (("module", by_module), ("test", by_test), ("program", by_program)):
-        print(f"\n| {title} | compile s |\n|---|---|")
+    for title, table, counts in (("module", by_module, None), ("test", by_test, count),
+                                 ("program", by_program, program_count)):
+        print(f"\n| {title} | compile s | programs |\n|---|---|---|")
         for name, seconds in table.most_common(top):
-            print(f"| {name} | {seconds:.1f} |")
+            programs = sum(n for test, n in count.items() if test.split("::")[0] == name) if counts is None \
+                else counts[name]
+            print(f"| {name} | {seconds:.1f} | {programs} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=25, help="rows per table (default 25)")
+    parser.add_argument("--keep", type=Path, default=None, help="write the per-worker compile logs into this folder")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = parser.parse_args()
     pytest_args = args.pytest_args or ["-q", "-n", "auto", "--maxprocesses=4", "--dist", "loadgroup"]
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="bam-ppl-compile-log-") as log_dir:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            log_dir = str(args.keep.resolve())
         env = {**os.environ, LOG_DIR: log_dir,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")]))}
         run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_compile_time", *pytest_args,

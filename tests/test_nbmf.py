@@ -155,6 +155,8 @@ def planted_split():
     return X, P, random_heldout_mask(X, 0.25, rng_key=1)
 
 
+@pytest.mark.slow
+@pytest.mark.stats
 def test_gibbs_bica_start_predicts_better_in_few_sweeps(planted_split):
     # The issue: from uniform labels over K = 100 components the sampler needs hundreds of sweeps
     # to merge them; the authors' code starts from a 10-component bICA fit instead. After 45 + 5

@@ -234,6 +234,8 @@ def test_kl_decreases_as_samples_grow():
 
 
 # -- SVB-PMF ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.stats
 def test_svb_dispatch_and_heldout_nll_close_to_vb(small_problem, small_fit):
     weights, factors, samples = small_problem
     model = pmf_tensor(10)
@@ -262,7 +264,25 @@ def test_svb_reaches_vb_heldout_nll_on_large_data():
     assert model.mean_nll(svb, test) <= 1.02 * model.mean_nll(vb, test)
 
 
+def test_em_criteria_are_the_formulas_and_pick_the_rank(small_problem):
+    """em_bic's sample_stats carry each candidate's log-likelihood, AIC and BIC, and it keeps the rank
+    of least BIC (the statistics of the choice: ``test_em_bic_and_aic_choose_a_rank``)."""
+    _, _, samples = small_problem
+    samples = samples[:500]
+    idata = bam.infer(pmf_tensor(2), samples, method="em_bic", ranks=[1, 2], num_categories=6)
+    stats = group(idata, "sample_stats")
+    loglik = np.asarray(stats["log_likelihood"])
+    k = np.array([0, 1]) + np.array([1, 2]) * 25  # weights, and 5 variables × (6 − 1) per component
+    np.testing.assert_allclose(np.asarray(stats["bic"]), -2 * loglik + k * np.log(500))
+    np.testing.assert_allclose(np.asarray(stats["aic"]), -2 * loglik + 2 * k)
+    rank = attrs_of(idata)["detected_rank"]
+    assert rank == 1 + np.argmin(np.asarray(stats["bic"]))
+    assert group(idata, "posterior")["theta_r"].shape == (1, 1, rank)
+
+
 # -- EM baseline -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.stats
 def test_em_bic_and_aic_choose_a_rank(small_problem):
     weights, factors, samples = small_problem
     from bam_ppl.families.pmf.em import information_criteria

@@ -72,19 +72,18 @@ def test_speckled_mask_of_one_axis_holds_out_slices():
     assert speckled_mask((10,), 0.3, rng_key=0).sum() == 3
 
 
-def test_select_ranks_finds_planted_mouse_rank():
-    X = planted_tensor()
-    fixed = {k: v for k, v in PLANTED.items() if k != "K_M"}
-    table = select_ranks(dirichlet_tucker, X, grid={"K_M": [2, 3, 4]}, fixed=fixed, heldout_fraction=0.1,
-                         rng_key=0, **FIT)
+def test_select_ranks_table_counts_parameters_and_plots_the_rule():
+    """The table of a Dirichlet-Tucker sweep (a small tensor, short fits: its layout, not its choice,
+    which ``test_select_ranks_finds_planted_mouse_rank`` checks)."""
+    _, X = dirichlet_tucker((2, 2, 2, 2), alpha=0.3).sample(0, shape=(10, 4, 5, 6), total=200)
+    table = select_ranks(dirichlet_tucker, X, grid={"K_M": [1, 2]}, fixed={"K_N": 2, "K_P": 2, "K_S": 2},
+                         heldout_fraction=0.1, rng_key=0, num_iters=30, num_chains=1)
     assert list(table.columns[:4]) == ["K_M", "K_N", "K_P", "K_S"]
-    assert len(table) == 3 and table["selected"].sum() == 1
-    assert table.loc[table["selected"], "K_M"].item() == PLANTED["K_M"]
-    assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] >= 0).all()
-    assert table.attrs["heldout"].shape == (30, 8) and abs(table.attrs["heldout"].sum() - 24) <= 2
-    assert (table["heldout_loglik_se"] > 0).all()
+    assert len(table) == 2 and table["selected"].sum() == 1
+    assert np.isfinite(table["heldout_loglik"]).all() and (table["heldout_loglik_se"] > 0).all()
+    assert table.attrs["heldout"].shape == (10, 4) and table.attrs["heldout"].sum() == 4
     # The paper's free parameters: M(K_M - 1) + N(K_N - 1) + K_P(P - 1) + K_S(S - 1) + K_M K_N (K_P K_S - 1).
-    expected = [30 * (k - 1) + 8 * 1 + 2 * 9 + 3 * 11 + k * 2 * (2 * 3 - 1) for k in (2, 3, 4)]
+    expected = [10 * (k - 1) + 4 * 1 + 2 * 4 + 2 * 5 + k * 2 * (2 * 2 - 1) for k in (1, 2)]
     assert table["num_parameters"].tolist() == expected
     fig = plot_rank_selection(table)
     assert len(fig.axes) == 1
@@ -96,6 +95,17 @@ def test_select_ranks_finds_planted_mouse_rank():
                                2 * table["heldout_loglik_diff_se"].fillna(0.0))
     best = table["heldout_loglik"].max()
     assert any(np.allclose(line.get_ydata(), best) for line in fig.axes[0].lines)
+
+
+@pytest.mark.slow
+@pytest.mark.stats
+def test_select_ranks_finds_planted_mouse_rank():
+    X = planted_tensor()
+    fixed = {k: v for k, v in PLANTED.items() if k != "K_M"}
+    table = select_ranks(dirichlet_tucker, X, grid={"K_M": [2, 3, 4]}, fixed=fixed, heldout_fraction=0.1,
+                         rng_key=0, **FIT)
+    assert table.loc[table["selected"], "K_M"].item() == PLANTED["K_M"]
+    assert table.attrs["heldout"].shape == (30, 8) and abs(table.attrs["heldout"].sum() - 24) <= 2
 
 
 @pytest.mark.slow
@@ -189,6 +199,8 @@ def planted_counts():
     return rng.poisson(3.0 * W @ H)
 
 
+@pytest.mark.slow
+@pytest.mark.stats
 def test_select_ranks_nmf_holds_out_cells():
     X = planted_counts()
     table = select_ranks(bam.models.nmf, X, grid={"rank": [1, 2, 3]}, heldout_axes=(0, 1), rng_key=0,

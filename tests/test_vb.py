@@ -110,6 +110,8 @@ def test_elbo_bounds_exact_and_never_decreases(case):
     assert elbo.max() <= exact_log_evidence(model, X) + 1e-9
 
 
+@pytest.mark.slow
+@pytest.mark.stats
 @pytest.mark.parametrize("seed", [1, 305])
 def test_default_start_leaves_the_symmetric_point_of_a_dirichlet_tucker_fit(seed):
     """Responsibilities drawn cell by cell average to uniform tables over a Dirichlet Tucker tensor's
