@@ -38,7 +38,7 @@ from .infer.registry import (  # noqa: F401
     resolve_options,
 )
 from .parallel import Task, check_executor, evidence_task, run_tasks, task_key
-from .types import KeyLike
+from .types import KeyLike, as_key
 from .validation import check_int, check_positive
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ def _log_evidence(model, data, method, rng_key, options, *, target_stderr=None, 
     the way are kept in the estimate's ``warnings`` (:func:`_recording`)."""
     fn = find_evidence(method, model)
     options = resolve_options(fn, options, f"bam.log_evidence(method={method!r})", stacklevel=5)
+    as_key(rng_key)  # a bad key is an error for every method, the exact ones that draw nothing included
     check_executor(executor)
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)

@@ -328,6 +328,17 @@ def test_effort_scales_the_work_that_buys_accuracy_and_nothing_else():
     assert (least.reference_candidates, least.tempered_particles, least.vb_restarts) == (2, 2, 1)
 
 
+@pytest.mark.parametrize("method", ["auto", "exact"])
+def test_a_bad_key_or_engine_is_an_error_where_the_exact_value_needs_neither(x1, method):
+    """On a table small enough to enumerate, auto computes the exact value, which draws nothing and runs
+    no kernel: a misspelt key or engine is still the user's error, not silently ignored."""
+    with pytest.raises(TypeError, match="rng_key must be"):
+        bam.log_evidence(bam.models.nmf(2), x1, method=method, rng_key="a")
+    if method == "auto":
+        with pytest.raises(ValueError, match="engine must be one of"):
+            bam.log_evidence(bam.models.nmf(2), x1, engine="cuda")
+
+
 def test_effort_is_checked_before_any_work_and_recorded(x1, monkeypatch):
     monkeypatch.setattr(auto, "choose_method", lambda *args: pytest.fail("ran before checking effort"))
     with pytest.raises(ValueError, match="effort must be > 0"):

@@ -36,10 +36,11 @@ import numpy as np
 from ..estimate import EvidenceEstimate, pool_runs
 from ..models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ..types import as_key
-from ..validation import check_int, check_positive, renamed_options
+from ..validation import check_choice, check_int, check_positive, renamed_options
 from .exact import log_count_allocations
 from .gibbs.chib import NO_SYMMETRIES
 from .info import AutoInfo, ReferenceStage, TemperedStage
+from .kernels import KERNELS
 from .prepare import prepare
 from .registry import find_evidence, option_names, register_evidence
 from .smc.references import (
@@ -232,6 +233,8 @@ def check_auto_options(model, options) -> None:
             check_int(options[name], name, minimum=minimum)
     if "effort" in options:
         check_positive(options["effort"], "effort")
+    if "engine" in options:  # the exact value takes no engine, but a misspelt one is still an error
+        check_choice(options["engine"], "engine", KERNELS)
 
 
 def advised_calls(est: EvidenceEstimate, num_tokens: int, config: AutoConfig | None = None) -> tuple[int, str | None]:
