@@ -491,9 +491,12 @@ def long_table(df, nodes: Sequence[str], name: str = "X") -> CountTensor:
     nodes = list(nodes)
     missing = [n for n in nodes if n not in df.columns]
     if missing:
+        wide = (f"; a DataFrame of counts laid out as the table itself (one axis per row and column) "
+                f"is read as a long table: pass df.to_numpy(), or CountTensor.from_dense(df.to_numpy(), "
+                f"dims={nodes}, coords=...) to keep the labels") if len(missing) == len(nodes) == 2 else ""
         raise ValueError(
             f"{name}: the DataFrame has no column for node(s) {missing}; columns are "
-            f"{list(df.columns)}, the model's visible nodes {nodes}"
+            f"{list(df.columns)}, the model's visible nodes {nodes}{wide}"
         )
     rest = [c for c in df.columns if c not in nodes]
     if len(rest) > 1:

@@ -65,6 +65,14 @@ def test_mismatched_names_raise_naming_both_lists(survey):
                          method="exact")
     with pytest.raises(ValueError, match="neither visible nodes"):
         bam.log_evidence(MODEL, survey.assign(extra=1), method="exact")
+    # A wide table of counts (rows and columns the two axes) is not read as one: the error says how to pass it.
+    wide = pd.DataFrame([[2, 1, 0], [0, 3, 1]], index=["r1", "r2"], columns=["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"no column for node\(s\) \['i', 'j'\].*df\.to_numpy\(\)"):
+        bam.log_evidence(bam.models.nmf(2), wide, method="exact")
+    labelled = CountTensor.from_dense(wide.to_numpy(), dims=["i", "j"], coords={"i": list(wide.index),
+                                                                              "j": list(wide.columns)})
+    assert bam.log_evidence(bam.models.nmf(2), labelled, method="exact").value == pytest.approx(
+        bam.log_evidence(bam.models.nmf(2), wide.to_numpy(), method="exact").value, abs=1e-12)
 
 
 def test_unnamed_and_foreign_names_are_positional():

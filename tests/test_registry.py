@@ -55,7 +55,7 @@ def test_registry_guards():
         pass
 
     @bam.register("toy_fit", models=(Toy,))
-    def toy_fit(model, data, *, rng_key=0, size=1):
+    def toy_fit(model, data, *, rng_key=0, size=1, _first_chain=0):  # a private option is not advertised
         return {"not": "inference data"}
 
     with pytest.raises(TypeError, match="returned dict, not InferenceData"):

@@ -193,8 +193,9 @@ def check_options(fn, options, caller: str) -> None:
         return
     valid = option_names(fn) | set(getattr(fn, "renamed_options", {}))
     unknown = sorted(set(options) - valid)
-    if unknown:
-        raise TypeError(f"{caller}: unknown option(s) {unknown}; valid options: {sorted(valid)}")
+    if unknown:  # private options (leading underscore) and old names are accepted but not advertised
+        public = sorted(n for n in option_names(fn) if not n.startswith("_"))
+        raise TypeError(f"{caller}: unknown option(s) {unknown}; valid options: {public}")
 
 
 def resolve_options(fn, options: dict, caller: str, stacklevel: int = 4) -> dict:
