@@ -491,12 +491,18 @@ def long_table(df, nodes: Sequence[str], name: str = "X") -> CountTensor:
     nodes = list(nodes)
     missing = [n for n in nodes if n not in df.columns]
     if missing:
-        wide = (f"; a DataFrame of counts laid out as the table itself (one axis per row and column) "
-                f"is read as a long table: pass df.to_numpy(), or CountTensor.from_dense(df.to_numpy(), "
-                f"dims={nodes}, coords=...) to keep the labels") if len(missing) == len(nodes) == 2 else ""
+        from pandas.api.types import is_numeric_dtype
+
+        numeric = all(is_numeric_dtype(dtype) for dtype in df.dtypes)
+        if len(missing) == len(nodes) == 2 and numeric:  # likely the table itself, rows by columns
+            hint = (f"; a DataFrame is read as a long table (a column per node), so a table of counts laid "
+                    f"out as rows by columns goes in as df.to_numpy(), or as CountTensor.from_dense("
+                    f"df.to_numpy(), dims={nodes}, coords=...) to keep its labels")
+        else:
+            hint = f"; rename the columns that hold the nodes' values to {missing} (df.rename(columns=...))"
         raise ValueError(
             f"{name}: the DataFrame has no column for node(s) {missing}; columns are "
-            f"{list(df.columns)}, the model's visible nodes {nodes}{wide}"
+            f"{list(df.columns)}, the model's visible nodes {nodes}{hint}"
         )
     rest = [c for c in df.columns if c not in nodes]
     if len(rest) > 1:

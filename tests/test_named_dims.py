@@ -69,6 +69,9 @@ def test_mismatched_names_raise_naming_both_lists(survey):
     wide = pd.DataFrame([[2, 1, 0], [0, 3, 1]], index=["r1", "r2"], columns=["a", "b", "c"])
     with pytest.raises(ValueError, match=r"no column for node\(s\) \['i', 'j'\].*df\.to_numpy\(\)"):
         bam.log_evidence(bam.models.nmf(2), wide, method="exact")
+    words = pd.DataFrame({"doc": ["d1", "d1", "d2"], "word": ["cat", "dog", "cat"]})  # a long table, other names
+    with pytest.raises(ValueError, match=r"rename the columns .* to \['d', 'w'\]"):
+        bam.log_evidence(bam.models.lda(2), words, method="exact")
     labelled = CountTensor.from_dense(wide.to_numpy(), dims=["i", "j"], coords={"i": list(wide.index),
                                                                               "j": list(wide.columns)})
     assert bam.log_evidence(bam.models.nmf(2), labelled, method="exact").value == pytest.approx(
