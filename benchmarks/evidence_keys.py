@@ -20,10 +20,12 @@ where there are several, each call's value is printed too.
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 --min-calls 3
     .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
     .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008 --chib-at-best
+    .venv/bin/python benchmarks/evidence_keys.py lda "LDA(3)" --keys 0 1 2
 
 ``nmf``: the synthetic 50 × 70 counts of ``benchmarks/evidence_accuracy.py`` (``--tokens``);
 ``confusion``: tensor 0 of ``--true-rank`` of ``benchmarks/rank_confusion.py`` (a = 10; that
-script's key for CP(R) is 100 000 · true rank + R).
+script's key for CP(R) is 100 000 · true rank + R); ``lda``: :func:`documents`, 40 documents of 50
+tokens from 3 sparse topics (the totals conditioned on: ``bam.models.lda``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ def chib_at_best(model, X, key: int, est) -> None:
           f"{time.perf_counter() - start:.1f} s", flush=True)
 
 
+def documents(num_docs: int = 40, num_words: int = 60, length: int = 50, topics: int = 3, seed: int = 11):
+    """Documents of ``length`` tokens each: topic mixtures ~ Dirichlet(0.3), topics ~ Dirichlet(0.1)
+    over ``num_words`` words (sparse topics, few topics per document)."""
+    rng = np.random.default_rng(seed)
+    word_probs = rng.dirichlet(np.full(num_words, 0.1), size=topics)
+    mixtures = rng.dirichlet(np.full(topics, 0.3), size=num_docs)
+    return np.stack([rng.multinomial(length, mixture @ word_probs) for mixture in mixtures])
+
+
 def with_fields(config, settings):
     """``config`` (a frozen dataclass) with ``settings``, strings "field=value", replaced, each value
     read as the field's type."""
@@ -71,7 +82,7 @@ def with_fields(config, settings):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=("abalone", "letters", "icews", "nmf", "confusion"))
+    parser.add_argument("experiment", choices=("abalone", "letters", "icews", "nmf", "confusion", "lda"))
     parser.add_argument("model", help='a model name of that experiment, e.g. "NMF(4)", "CP(3)", "Tucker(4, 4, 1)"')
     parser.add_argument("--a", type=float, default=1.0)
     parser.add_argument("--keys", type=int, nargs="+", default=[1, 2, 3])
@@ -88,6 +99,8 @@ def main(argv=None) -> None:
     rank = int(re.findall(r"\d+", args.model)[0])
     if args.experiment == "nmf":
         X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)
+    elif args.experiment == "lda":
+        X, model = documents(), bam.models.lda(rank, a=args.a)
     elif args.experiment == "confusion":
         _, X = bam.models.cp(args.true_rank, a=confusion.DEFAULT_A).sample(1000 * args.true_rank,
                                                                           shape=confusion.SHAPE, total=1000)
