@@ -402,7 +402,8 @@ class BinaryData(NamedTuple):
     cols: np.ndarray | None
 
 
-def _is_data_frame(value) -> bool:
+def is_data_frame(value) -> bool:
+    """Whether ``value`` is a pandas DataFrame (read as a long table of counts, or a labelled binary matrix)."""
     import pandas as pd
 
     return isinstance(value, pd.DataFrame)
@@ -428,7 +429,7 @@ def as_binary_matrix(V, mask=None, name: str = "V") -> BinaryData:
     rows = cols = None
     if isinstance(V, BinaryMatrix):
         V, rows, cols = V.X, V.rows, V.cols
-    elif _is_data_frame(V):  # a labelled table keeps its labels, as a BinaryMatrix does
+    elif is_data_frame(V):  # a labelled table keeps its labels, as a BinaryMatrix does
         V, rows, cols = V.to_numpy(dtype=float), np.asarray(V.index), np.asarray(V.columns)
     if V is None or isinstance(V, (Mapping, str, bytes)):
         raise TypeError(f"{name} must be a 2-d array of 0/1 values, got {type(V).__name__}")

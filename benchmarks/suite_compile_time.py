@@ -63,8 +63,9 @@ def test_seconds(junit: Path) -> float:
 
 
 def summarise(log_dir: Path, top: int) -> None:
-    by_test, count, by_program = collections.Counter(), collections.Counter(), collections.Counter()
-    program_count = collections.Counter()
+    """Compile seconds and programs per module, test and program, from the workers' logs in ``log_dir``."""
+    seconds = {title: collections.Counter() for title in ("module", "test", "program")}
+    programs = {title: collections.Counter() for title in seconds}
     for path in log_dir.glob("*.log"):
         test = "(before the first test)"
         for line in path.read_text().splitlines():
@@ -73,24 +74,17 @@ def summarise(log_dir: Path, top: int) -> None:
                 continue
             match = FINISHED.match(line)
             if match:
-                seconds = float(match.group(2))
-                by_test[test] += seconds
-                count[test] += 1
-                by_program[match.group(1)] += seconds
-                program_count[match.group(1)] += 1
-    by_module = collections.Counter()
-    for test, seconds in by_test.items():
-        by_module[test.split("::")[0]] += seconds
+                for title, name in (("module", test.split("::")[0]), ("test", test), ("program", match.group(1))):
+                    seconds[title][name] += float(match.group(2))
+                    programs[title][name] += 1
     junit = log_dir / "junit.xml"
     total = f" of {test_seconds(junit):.0f} test-seconds" if junit.exists() else ""
-    print(f"XLA compilation: {sum(by_test.values()):.0f} s in {sum(count.values())} programs{total}")
-    for title, table, counts in (("module", by_module, None), ("test", by_test, count),
-                                 ("program", by_program, program_count)):
+    print(f"XLA compilation: {sum(seconds['test'].values()):.0f} s in {sum(programs['test'].values())} "
+          f"programs{total}")
+    for title, table in seconds.items():
         print(f"\n| {title} | compile s | programs |\n|---|---|---|")
-        for name, seconds in table.most_common(top):
-            programs = sum(n for test, n in count.items() if test.split("::")[0] == name) if counts is None \
-                else counts[name]
-            print(f"| {name} | {seconds:.1f} | {programs} |")
+        for name, s in table.most_common(top):
+            print(f"| {name} | {s:.1f} | {programs[title][name]} |")
 
 
 def main() -> None:
@@ -101,16 +95,15 @@ def main() -> None:
     args = parser.parse_args()
     pytest_args = args.pytest_args or ["-q", "-n", "auto", "--maxprocesses=4", "--dist", "loadgroup"]
     here = Path(__file__).resolve().parent
-    with tempfile.TemporaryDirectory(prefix="bam-ppl-compile-log-") as log_dir:
-        if args.keep is not None:
-            args.keep.mkdir(parents=True, exist_ok=True)
-            log_dir = str(args.keep.resolve())
-        env = {**os.environ, LOG_DIR: log_dir,
+    with tempfile.TemporaryDirectory(prefix="bam-ppl-compile-log-") as scratch:
+        log_dir = Path(scratch) if args.keep is None else args.keep.resolve()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, LOG_DIR: str(log_dir),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")]))}
         run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_compile_time", *pytest_args,
-                              f"--junitxml={Path(log_dir) / 'junit.xml'}"],
+                              f"--junitxml={log_dir / 'junit.xml'}"],
                              cwd=here.parent, env=env)
-        summarise(Path(log_dir), args.top)
+        summarise(log_dir, args.top)
     sys.exit(run.returncode)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from ..dag import DAG
-from ..data import MISSING, CountTensor, as_count_tensor, long_table, match_dims
+from ..data import MISSING, CountTensor, as_count_tensor, is_data_frame, long_table, match_dims
 from ..priors import log_beta, table_concentration
 from ..types import KeyLike, as_key
 
@@ -32,10 +32,6 @@ def _positive(value, name: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value}")
     return value
-
-
-def _is_dataframe(data) -> bool:
-    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
 
 
 class Table(NamedTuple):
@@ -475,7 +471,7 @@ class AllocationModel:
         (CountTensor dims, xarray dims, the columns of a long-format DataFrame) are matched to the
         visible nodes by name (:func:`~bam_ppl.data.match_dims`); unnamed axes follow ``observed``.
         """
-        if _is_dataframe(data):
+        if is_data_frame(data):
             return long_table(data, self.observed)
         return match_dims(as_count_tensor(data), self.observed)
 

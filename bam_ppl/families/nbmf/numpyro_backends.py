@@ -7,10 +7,11 @@ import functools
 
 import numpy as np
 
+from ...data import BinaryData
 from ...infer.numpyro_backends import check_nuts_options, check_svi_options, run_nuts, run_svi
 from ...infer.registry import register
 from ...models.nbmf import NBMF
-from .common import BinaryData, check_data, nbmf_inference_data
+from .common import check_data, nbmf_inference_data
 
 
 def _nbmf_result(model, binary: BinaryData, draws, stats, method, attrs):
