@@ -103,6 +103,30 @@ CASES = {
 }
 
 
+def test_one_search_feeds_every_run_with_vb_fits_among_its_starts():
+    # The call's starts: the annealed and drawn scouts, then the VB fits; every run anneals from all of them.
+    model, X = CASES["nmf"]
+    est = bam.log_evidence(model, X, method="mixture", rng_key=2, num_scouts=3, num_particles=16, vb_restarts=8)
+    info = est.info
+    assert len(info.scout_log_evidence) == len(info.chain_sweeps) == 2 * 3 + mixture.ENGINE.vb_starts
+    annealed = np.asarray(info.scout_log_evidence[0:6:2])
+    assert np.all(np.isfinite(annealed)) and np.all(np.isnan(info.scout_log_evidence[1::2]))
+    # The VB bound: the best restart's ELBO, below log p(X), and what vb's own estimator gives for those restarts.
+    exact = exact_log_evidence(model, X)
+    assert est.details["vb_bound"] <= exact
+    keys = mixture.call_seeds(jax.random.PRNGKey(2), 4, 10).vb
+    options = mixture.effort_sizes(1.0)._replace(vb_restarts=8)
+    data, bound, layout, _ = prepare(model, X)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
+    configs, vb_bound = mixture.vb_start_configs((bound, data, layout), tp, keys, options)
+    assert vb_bound == est.details["vb_bound"] and len(configs) == mixture.ENGINE.vb_starts
+    for config in configs:  # allocations of X: each cell's tokens, every one in a configuration
+        assert config.shape == tp.token_cell.shape and config.min() >= 0 and config.max() < tp.num_configs
+    # Without VB restarts the search has only its scouts, and no VB bound.
+    plain = bam.log_evidence(model, X, method="mixture", rng_key=2, num_scouts=3, num_particles=16, vb_restarts=0)
+    assert len(plain.info.chain_sweeps) == 6 and plain.details["vb_bound"] == -np.inf
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_mixture_estimate_matches_exact(name):
     model, X = CASES[name]
@@ -116,7 +140,7 @@ def test_mixture_estimate_matches_exact(name):
 @pytest.mark.parametrize("option, value, error", [
     ("effort", 0.0, ValueError), ("effort", "high", TypeError), ("num_chains", 0, ValueError),
     ("num_particles", 1, ValueError), ("num_scouts", 0, ValueError), ("rho", 1.0, ValueError),
-    ("reference_sweeps", -1, ValueError),
+    ("reference_sweeps", -1, ValueError), ("vb_restarts", -1, ValueError), ("vb_restarts", 1.5, TypeError),
 ])
 def test_bad_options_are_refused_before_any_work(option, value, error, monkeypatch):
     monkeypatch.setattr(mixture, "prepare", lambda *a, **k: pytest.fail("prepared before checking the options"))

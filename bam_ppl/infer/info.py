@@ -132,17 +132,17 @@ class VBInfo(NamedTuple):
 
 
 class MixtureInfo(NamedTuple):
-    """``method="mixture"``: the tempered SMC from a mixture of references, one entry per run where a list."""
+    """``method="mixture"``: the tempered SMC from a mixture of references found by one search."""
 
     #: Temperatures of each run's schedule.
     num_temperatures: list
-    #: Each run's scouts' log evidence.
+    #: The search's starts' log evidence: each annealed scout's, nan for a drawn scout or a VB fit.
     scout_log_evidence: list
-    #: Sweeps of each run's reference chains.
+    #: Sweeps of each reference's chain, in the order of the starts.
     chain_sweeps: list
     #: Particles per run.
     num_particles: int
-    #: Scouts per run.
+    #: Scouts of each kind in the search.
     num_scouts: int
     #: Independent runs.
     num_runs: int

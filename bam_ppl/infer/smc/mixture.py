@@ -27,6 +27,11 @@ so Ẑ Σ_p W_p f(b_p, z_p) stays an unbiased estimate of p(X) on the natural sc
 only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every found basin and of every
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
+
+One search per call feeds every run: the identity holds for any start, so each run stays unbiased
+given the search, and a search as wide as all runs' together finds basins that each run's share
+of it would miss (the runs' spread then leaves out which basins the search found; the spread
+across keys includes it: benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -43,13 +48,14 @@ import numpy as np
 
 from ...estimate import EvidenceEstimate, EvidenceWarning
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
+from ...parallel import chain_keys
 from ...progress import make_bar, resolve_progress
 from ...types import as_key
 from ...validation import check_int, check_positive
 from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
-from .references import settled_reference, with_reference
+from .references import configs_from_counts, kernel_counts, settled_reference, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, kernel_tables, numba
@@ -139,20 +145,16 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
 
 
 class MixtureRun(NamedTuple):
-    """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run
-    and the search: the scouts' best allocations and log evidence estimates."""
+    """One run of :func:`run_mixture`: its log evidence (with the last reweighting) and the tempered run."""
 
     log_evidence: float
     run: TemperedRun
-    scout_configs: list
-    scout_log_evidence: list
-    chain_sweeps: list
 
 
 class Scouted(NamedTuple):
-    """What one scout of the search found (:func:`scout`): the reference ``log_q`` (U, L), the
-    annealed scout's ``log_evidence`` (nan for a drawn one), the ``config`` its chain started from
-    and the ``sweeps`` that chain ran."""
+    """What one start of the search found (:func:`scout`): the reference ``log_q`` (U, L), the
+    annealed scout's ``log_evidence`` (nan for a drawn one or a VB fit), the ``config`` its chain
+    started from and the ``sweeps`` that chain ran."""
 
     log_q: np.ndarray
     log_evidence: float
@@ -170,7 +172,8 @@ class MixtureProblem(NamedTuple):
 
 
 class MixtureOptions(NamedTuple):
-    """The sizes of one run (:func:`run_mixture`)."""
+    """The sizes of one call: each run's particles, the search's scouts of each kind and VB restarts,
+    and the reference chains (:func:`search`, :func:`run_mixture`)."""
 
     num_particles: int
     num_scouts: int
@@ -178,14 +181,28 @@ class MixtureOptions(NamedTuple):
     reference_sweeps: int
     chain_token_moves: int
     rho: float
+    vb_restarts: int
+    vb_starts: int
 
 
-def run_seeds(key, num_runs: int, num_scouts: int) -> np.ndarray:
-    """(R, NUM_BLOCKS + 2 + 4·S, 2) uint32: every random stream of every run (:func:`run_mixture`):
-    the main run's blocks and resampling, then two for each of the 2·S scouts."""
-    width = NUM_BLOCKS + 2 + 4 * num_scouts
-    return np.asarray(jax.random.key_data(jax.random.split(key, num_runs * width))).reshape(
-        num_runs, width, -1).astype(np.uint32)
+class CallSeeds(NamedTuple):
+    """Every random stream of one call: ``runs`` (R, NUM_BLOCKS + 1, 2) uint32, each run's particle
+    blocks and resampling; ``starts`` (2·S + V, 2, 2) uint32, two for each start of the search
+    (:func:`search`); ``vb`` the VB restarts' key."""
+
+    runs: np.ndarray
+    starts: np.ndarray
+    vb: jax.Array
+
+
+def call_seeds(key, num_runs: int, num_starts: int) -> CallSeeds:
+    run_key, start_key, vb_key = jax.random.split(key, 3)
+
+    def streams(key, num):
+        return np.asarray(jax.random.key_data(jax.random.split(key, num))).astype(np.uint32)
+
+    return CallSeeds(streams(run_key, num_runs * (NUM_BLOCKS + 1)).reshape(num_runs, NUM_BLOCKS + 1, -1),
+                     streams(start_key, 2 * num_starts).reshape(num_starts, 2, -1), vb_key)
 
 
 class _Inline:
@@ -194,18 +211,22 @@ class _Inline:
     map = staticmethod(lambda fn, *items: list(map(fn, *items)))
 
 
-def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, annealed: bool) -> Scouted:
-    """One start of the search and its reference: an annealed scout (a tempered SMC run of
-    ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached) or a
-    drawn one (one draw from the urn), then a posterior chain from there that runs until it stops
-    climbing (``settled_reference``: at least ``reference_sweeps``, at most ``chain_token_moves`` / T),
-    whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
+def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind) -> Scouted:
+    """One start of the search and its reference: an annealed scout (``kind`` "annealed": a tempered
+    SMC run of ``scout_particles`` from the latent urn, whose best allocation marks a basin it
+    reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
+    configurations (an array: a VB fit rounded), then a posterior chain from there that runs until
+    it stops climbing (``settled_reference``: at least ``reference_sweeps``, at most
+    ``chain_token_moves`` / T), whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
     scout_tp = problem.scout_tp
-    particles = NumbaParticles(scout_tp, options.scout_particles if annealed else 1, seeds[:1], _Inline())
-    if annealed:
+    if isinstance(kind, np.ndarray):
+        config, value = kind, np.nan
+    elif kind == "annealed":
+        particles = NumbaParticles(scout_tp, options.scout_particles, seeds[:1], _Inline())
         result = _one_run(particles, scout_tp, np.random.default_rng(seeds[1]), PathOptions(options.rho))
         config, value = result.best_config, result.log_evidence
     else:
+        particles = NumbaParticles(scout_tp, 1, seeds[:1], _Inline())
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     max_sweeps = max(options.reference_sweeps, options.chain_token_moves // problem.tp.token_cell.shape[0])
@@ -213,18 +234,44 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, a
     return Scouted(log_q, value, config, sweeps)
 
 
-def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool) -> MixtureRun:
-    """One independent run: the search (``num_scouts`` annealed and as many drawn scouts,
-    ``scout``, in parallel), then the tempered SMC of ``num_particles`` from the equal-weight
-    mixture of their references. The two kinds find different basins: annealing carries a scout
-    across the allocations of sparse tables, a chain from a draw mixes between groupings of the
-    cells of dense ones. Each run searches on its own, so that the spread of the runs includes
-    which basins the search finds."""
+def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
+    """Token configurations of the ``vb_starts`` best of ``vb_restarts`` random VB restarts (screened:
+    :func:`~bam_ppl.infer.variational.vb.run`), each fit rounded to an allocation
+    (:func:`~bam_ppl.infer.smc.references.configs_from_counts`): coordinate ascent climbs to basins
+    that neither annealing nor chains from urn draws reach; and the best ELBO, a lower bound on
+    log p(X) (-inf without restarts)."""
+    from ..variational import vb
+
+    if options.vb_restarts == 0:
+        return [], -np.inf
+    bound, data, layout = prepared
+    with jax.enable_x64(True):
+        problem = vb.build_problem(bound, data, layout)
+        init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
+        result = vb.run(init_keys, problem, num_iters=ENGINE.vb_iters, tol=ENGINE.vb_tol,
+                        screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts, min_batch=vb.MIN_BATCH)
+    best = np.argsort(-np.asarray(result.elbo), kind="stable")[:options.vb_starts]
+    expected = result.alpha_hat[best] - bound.flat_concentration
+    return ([configs_from_counts(tp, kernel_counts(tp, counts, bound.column_of)) for counts in expected],
+            float(result.elbo[best[0]]))
+
+
+def search(problem: MixtureProblem, options: MixtureOptions, seeds: CallSeeds, pool,
+           vb_configs: list) -> list[Scouted]:
+    """The call's search, in parallel: ``num_scouts`` annealed and as many drawn scouts, and the
+    allocations of ``vb_configs`` (:func:`scout`). The kinds find different basins: annealing
+    carries a scout across the allocations of sparse tables, a chain from a draw mixes between
+    groupings of the cells of dense ones, VB's coordinate ascent climbs to optima that sampling
+    rarely visits on real data."""
+    kinds = ["annealed", "drawn"] * options.num_scouts + list(vb_configs)
+    return list(pool.map(lambda seed, kind: scout(problem, options, seed, kind), seeds.starts, kinds))
+
+
+def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
+                start: MixtureStart) -> MixtureRun:
+    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles``
+    from the mixture ``start`` of the search's references (module docstring)."""
     tp = problem.tp
-    kinds = [True, False] * options.num_scouts
-    own = [seeds[NUM_BLOCKS + 2 + 2 * s: NUM_BLOCKS + 4 + 2 * s] for s in range(len(kinds))]
-    found = list(pool.map(lambda seed, annealed: scout(problem, options, seed, annealed), own, kinds))
-    start = uniform_start([f.log_q for f in found])
     particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
@@ -233,43 +280,54 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
                    final_log_weights=last_weights)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run, [f.config for f in found],
-                      [f.log_evidence for f in found], [f.sweeps for f in found])
+    return MixtureRun(run.log_evidence + run.log_relabelled, run)
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The numbers of the engine (one line of why each); ``effort`` scales the first four."""
+    """The numbers of the engine (one line of why each); ``effort`` scales the first five."""
 
-    # Particles of the main run: enough that resampling can move them between the components.
-    num_particles: int = 64
-    # Scouts of each kind per run: how many basins a run can find.
-    num_scouts: int = 8
+    # Particles of each run: about four per reference, so that resampling can move them between components.
+    num_particles: int = 256
+    # Scouts of each kind per call: how many basins the search can find.
+    num_scouts: int = 32
     # Posterior sweeps of each reference's chain before it is first checked for a climb (settled_reference).
     reference_sweeps: int = 200
     # Token moves a reference's chain may make at most: its cost stays bounded at any number of tokens.
     chain_token_moves: int = 25_600_000
+    # Random VB restarts, cheap side by side (vmapped) and screened, so that many cost little.
+    vb_restarts: int = 100
+    # The best VB fits that start references: optima of different restarts can be different basins.
+    vb_starts: int = 4
+    # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
+    vb_screen_iters: int = 200
+    # Iterations and relative tolerance of the kept VB restarts: to their optimum.
+    vb_iters: int = 1000
+    vb_tol: float = 1e-8
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
     # Independent runs: their spread is the stated error.
     num_chains: int = 4
-    # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016).
-    rho: float = 0.9
+    # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016): steps
+    # fine enough that the moves carry the particles of each component between temperatures.
+    rho: float = 0.97
 
 
 ENGINE = EngineConfig()
 
 
 def effort_sizes(effort: float, config: EngineConfig = ENGINE) -> MixtureOptions:
-    """The sizes of a run at ``effort``: particles, scouts, sweeps and the chains' budgets grow with it
-    (never below 16, one, 10 and one)."""
-    return MixtureOptions(max(16, int(round(config.num_particles * effort))),
-                          max(1, int(round(config.num_scouts * effort))), config.scout_particles,
-                          max(10, int(round(config.reference_sweeps * effort))),
-                          max(1, int(round(config.chain_token_moves * effort))), config.rho)
+    """The sizes of a call at ``effort``: particles, scouts, sweeps, the chains' budgets and the VB
+    restarts grow with it (never below 16, one, 10, one and one)."""
+    def grow(size, least):
+        return max(least, int(round(size * effort)))
+
+    return MixtureOptions(grow(config.num_particles, 16), grow(config.num_scouts, 1), config.scout_particles,
+                          grow(config.reference_sweeps, 10), grow(config.chain_token_moves, 1), config.rho,
+                          grow(config.vb_restarts, 1), config.vb_starts)
 
 
-def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> MixtureOptions:
+def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts) -> MixtureOptions:
     """The sizes of a run from the options given, checked before any work."""
     check_positive(effort, "effort")
     sizes = effort_sizes(float(effort))
@@ -279,49 +337,58 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps) -> Mixtur
         sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1))
     if reference_sweeps is not None:
         sizes = sizes._replace(reference_sweeps=check_int(reference_sweeps, "reference_sweeps", minimum=0))
+    if vb_restarts is not None:
+        sizes = sizes._replace(vb_restarts=check_int(vb_restarts, "vb_restarts", minimum=0))
+    sizes = sizes._replace(vb_starts=min(sizes.vb_starts, sizes.vb_restarts))
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
-    if sizes.num_particles < 2 * sizes.num_scouts:
-        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 2 · num_scouts "
-                         f"({2 * sizes.num_scouts}): every reference of the mixture needs a particle")
+    references = 2 * sizes.num_scouts + sizes.vb_starts
+    if sizes.num_particles < references:
+        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 2 · num_scouts + "
+                         f"{sizes.vb_starts} VB starts ({references}): every reference of the mixture needs a particle")
     return sizes._replace(rho=float(rho))
 
 
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
                          num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
-                         reference_sweeps: int | None = None, progress_bar: bool | None = None,
-                         max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
+                         reference_sweeps: int | None = None, vb_restarts: int | None = None,
+                         progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
-    Each of ``num_chains`` independent runs searches for basins with ``num_scouts`` annealed
-    scouts (cheap runs of the tempered SMC from the latent urn) and as many drawn ones, builds a
-    reference around each by a posterior chain, and anneals ``num_particles`` particles from
-    their mixture to the posterior (:func:`run_mixture`); the runs' values are pooled on the
-    natural scale (log-mean-exp) and their spread is the standard error.
+    One search per call finds basins (:func:`search`): ``num_scouts`` annealed scouts (cheap runs
+    of the tempered SMC from the latent urn), as many drawn ones and the best fits of
+    ``vb_restarts`` VB restarts, and builds a reference around each by a posterior chain; then
+    each of ``num_chains`` independent runs anneals ``num_particles`` particles from their mixture
+    to the posterior (:func:`run_mixture`). The runs' values are pooled on the natural scale
+    (log-mean-exp) and their spread is the standard error.
 
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (64 · effort, at least 16), the scouts of each kind per run
-        (8 · effort, at least 1), the sweeps of each reference's chain before it is first checked
-        for a climb (200 · effort, at least 10) and its budget of token moves (25.6 million ·
-        effort) unless given one by one (:class:`EngineConfig`): more effort finds more basins,
-        covers them better and weighs them with more particles.
+        Scales the particles (256 · effort, at least 16), the scouts of each kind (32 · effort, at
+        least 1), the sweeps of each reference's chain before it is first checked for a climb
+        (200 · effort, at least 10), its budget of token moves (25.6 million · effort) and the VB
+        restarts (100 · effort) unless given one by one (:class:`EngineConfig`): more effort finds
+        more basins, covers them better and weighs them with more particles.
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
     reference_sweeps : int, optional
         Posterior sweeps of each reference's chain before it is first checked for a climb.
+    vb_restarts : int, optional
+        Random VB restarts whose best fits start references (0: none).
 
     The sure ``lower_bound`` is the largest log π(S) visited, its allocation ``details["best_cells"]``,
-    ``details["best_counts"]``; ``info`` (a :class:`~bam_ppl.infer.info.MixtureInfo`) holds every
-    run's temperatures, scouts' values and chain sweeps, and the settings.
+    ``details["best_counts"]``; ``details["vb_bound"]`` is the best VB restart's ELBO, a
+    deterministic lower bound (an estimate well below it gets an EvidenceWarning). ``info`` (a
+    :class:`~bam_ppl.infer.info.MixtureInfo`) holds every run's temperatures, the scouts' values,
+    the reference chains' sweeps and the settings.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
-    options = _options(effort, num_particles, num_scouts, rho, reference_sweeps)
+    options = _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts)
     check_int(max_configs, "max_configs", minimum=1)
     resolve_progress(progress_bar)  # validates
     if numba is None:
@@ -336,17 +403,21 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-            seeds = run_seeds(key, num_runs, options.num_scouts)
+            seeds = call_seeds(key, num_runs, 2 * options.num_scouts + options.vb_starts)
+            vb_configs, vb_bound = vb_start_configs((bound, data, layout), tp, seeds.vb, options)
+            found = search(problem, options, seeds, pool, vb_configs)
+            start = uniform_start([f.log_q for f in found])
             runs = []
             for r in range(num_runs):
-                runs.append(run_mixture(problem, options, seeds[r], pool))
+                runs.append(run_mixture(problem, options, seeds.runs[r], pool, start))
                 bar.update(1)
     finally:
         bar.close()
-    return _estimate(runs, problem, options, (bound, data, layout), began, effort)
+    return _estimate(runs, found, vb_bound, problem, options, (bound, data, layout), began, effort)
 
 
-def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, began: float, effort) -> EvidenceEstimate:
+def _estimate(runs, found: list[Scouted], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
+              began: float, effort) -> EvidenceEstimate:
     """The :class:`~bam_ppl.estimate.EvidenceEstimate` of the runs, built at the boundary."""
     bound, data, layout = prepared
     values = np.array([run.log_evidence for run in runs])
@@ -356,6 +427,10 @@ def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, 
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
     value, stderr = pooled(values)
+    if value + 3 * stderr < vb_bound:
+        warnings.warn(f"tempered SMC from a mixture: the estimate {value:.2f} ± {stderr:.2f} lies below the VB bound "
+                      f"{vb_bound:.2f}, a sure lower bound: its runs missed the posterior's bulk; raise effort",
+                      EvidenceWarning, stacklevel=3)
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))
@@ -364,9 +439,9 @@ def _estimate(runs, problem: MixtureProblem, options: MixtureOptions, prepared, 
         value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
-                     seconds=seconds),
+                     vb_bound=vb_bound, seconds=seconds),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
-                         scout_log_evidence=[run.scout_log_evidence for run in runs],
-                         chain_sweeps=[run.chain_sweeps for run in runs], num_particles=options.num_particles,
+                         scout_log_evidence=[f.log_evidence for f in found],
+                         chain_sweeps=[f.sweeps for f in found], num_particles=options.num_particles,
                          num_scouts=options.num_scouts, num_runs=len(runs), effort=float(effort),
                          reference_sweeps=options.reference_sweeps))
