@@ -148,9 +148,11 @@ def test_bad_options_are_refused_before_any_work(option, value, error, monkeypat
         mixture.mixture_log_evidence(bam.models.nmf(2), np.array([[2, 1], [0, 2]]), **{option: value})
 
 
-def test_more_scouts_than_particles_is_refused():
-    with pytest.raises(ValueError, match="num_scouts"):
-        mixture.mixture_log_evidence(bam.models.nmf(2), np.array([[2, 1], [0, 2]]), num_particles=4, num_scouts=8)
+def test_fewer_particles_than_references_keep_a_mixture_of_some():
+    # Components without a particle leave the mixture (the start is then the mixture of the others).
+    model, X = CASES["nmf"]
+    est = bam.log_evidence(model, X, method="mixture", rng_key=0, num_particles=4, num_scouts=4, vb_restarts=0)
+    assert np.isfinite(est.value) and est.info.num_particles == 4 and len(est.info.chain_sweeps) == 8
 
 
 def test_log_joint_of_counts_is_the_closed_form_up_to_one_constant():

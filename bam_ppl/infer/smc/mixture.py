@@ -130,14 +130,10 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
                         component: np.ndarray) -> np.ndarray | None:
     """log f(b_p, z_p) of every particle (module docstring), or None where a sum over the label
     symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`)."""
-    own, orbit = [], []
-    for log_q in start.log_q:
-        sums = orbit_log_sums(tp, log_q, config, symmetry)
-        if sums is None:
-            return None
-        own.append(sums[0])
-        orbit.append(sums[1])
-    own, orbit = np.stack(own), np.stack(orbit)  # (B, P)
+    sums = orbit_log_sums(tp, start.log_q, config, symmetry)
+    if sums is None:
+        return None
+    own, orbit = sums  # (B, P)
     mixed = orbit + start.log_weights[:, None]
     peak = mixed.max(0)
     log_mixture = peak + np.log(np.exp(mixed - peak).sum(0))
@@ -316,9 +312,10 @@ class EngineConfig:
 ENGINE = EngineConfig()
 
 
-def effort_sizes(effort: float, config: EngineConfig = ENGINE) -> MixtureOptions:
-    """The sizes of a call at ``effort``: particles, scouts, sweeps, the chains' budgets and the VB
-    restarts grow with it (never below 16, one, 10, one and one)."""
+def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOptions:
+    """The sizes of a call at ``effort`` under ``config`` (default :data:`ENGINE`): particles, scouts,
+    sweeps, the chains' budgets and the VB restarts grow with it (never below 16, one, 10, one and one)."""
+    config = config or ENGINE
     def grow(size, least):
         return max(least, int(round(size * effort)))
 
@@ -343,11 +340,20 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
-    references = 2 * sizes.num_scouts + sizes.vb_starts
-    if sizes.num_particles < references:
-        raise ValueError(f"num_particles ({sizes.num_particles}) must be at least 2 · num_scouts + "
-                         f"{sizes.vb_starts} VB starts ({references}): every reference of the mixture needs a particle")
     return sizes._replace(rho=float(rho))
+
+
+def check_options(options: dict) -> None:
+    """The engine's options in ``options`` (those given, by name) checked as :func:`mixture_log_evidence`
+    checks them, before any work: for ``method="auto"``, which may enumerate instead."""
+    _options(options.get("effort", 1.0), options.get("num_particles"), options.get("num_scouts"),
+             options.get("rho", ENGINE.rho), options.get("reference_sweeps"), options.get("vb_restarts"))
+    if "num_chains" in options:
+        check_int(options["num_chains"], "num_chains", minimum=1)
+    if "max_configs" in options:
+        check_int(options["max_configs"], "max_configs", minimum=1)
+    if "progress_bar" in options:
+        resolve_progress(options["progress_bar"])
 
 
 @register_evidence("mixture", models=(AllocationModel,))
@@ -383,7 +389,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
 
     The sure ``lower_bound`` is the largest log π(S) visited, its allocation ``details["best_cells"]``,
     ``details["best_counts"]``; ``details["vb_bound"]`` is the best VB restart's ELBO, a
-    deterministic lower bound (an estimate well below it gets an EvidenceWarning). ``info`` (a
+    deterministic lower bound (``bam.log_evidence`` warns of an estimate well below either). ``info`` (a
     :class:`~bam_ppl.infer.info.MixtureInfo`) holds every run's temperatures, the scouts' values,
     the reference chains' sweeps and the settings.
     """
@@ -427,10 +433,6 @@ def _estimate(runs, found: list[Scouted], vb_bound: float, problem: MixtureProbl
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
     value, stderr = pooled(values)
-    if value + 3 * stderr < vb_bound:
-        warnings.warn(f"tempered SMC from a mixture: the estimate {value:.2f} ± {stderr:.2f} lies below the VB bound "
-                      f"{vb_bound:.2f}, a sure lower bound: its runs missed the posterior's bulk; raise effort",
-                      EvidenceWarning, stacklevel=3)
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))

@@ -46,7 +46,6 @@ PERMANENT_MAX_NODES = 2_000_000  # partial assignments a sum may visit before it
 # Up to this many values the sum falls back, where the depth-first one gives up (many terms of
 # similar size), to the exact one over subsets of values (K 2^K steps).
 PERMANENT_SUBSET_MAX = 20
-SINKHORN_STEPS = 20
 # The relabellings of the other symmetric nodes enumerated around the permanent of the largest
 # (Tucker(6, 6, 2): 6! · 2!), at most this many: each particle then sums this many permanents.
 PERMANENT_MAX_OUTER = 5040
@@ -72,42 +71,29 @@ def _log_permanents(M, occupied, drop, max_nodes, subset_max):
 
 def _log_permanent_by_subsets(M):
     """log Σ_g exp(Σ_k M[k, g(k)]) over the permutations g of the K columns, exactly, by dynamic
-    programming over the subsets S of columns given to the first |S| rows: f(S) = Σ_(j ∈ S)
-    f(S − {j}) A[|S| − 1, j], with A = exp(M) (a sum of nonnegative terms, so no cancellation;
-    K 2^K steps). A is first balanced towards doubly stochastic by Sinkhorn steps in log space
-    (each scales the permanent by a known factor), so that the products neither under- nor
-    overflow. nan if the sum underflows all the same."""
+    programming over the subsets S of columns given to the first |S| rows, in log space so that
+    entries thousands of nats apart neither under- nor overflow: f(S) = log Σ_(j ∈ S)
+    exp(f(S − {j}) + M[|S| − 1, j]) (K 2^K steps). nan if no permutation has a finite sum."""
     K = M.shape[0]
-    L = M.copy()
-    log_scale = 0.0
-    for _ in range(SINKHORN_STEPS):
-        for i in range(K):
-            top = L[i].max()
-            s = top + math.log(np.exp(L[i] - top).sum())
-            L[i] -= s
-            log_scale += s
-        for j in range(K):
-            top = L[:, j].max()
-            s = top + math.log(np.exp(L[:, j] - top).sum())
-            L[:, j] -= s
-            log_scale += s
-    A = np.exp(L)
     size = 1 << K
     count = np.zeros(size, np.int64)  # |S|; row |S| − 1 takes the last column of S
-    f = np.zeros(size)
-    f[0] = 1.0
+    f = np.full(size, -np.inf)
+    f[0] = 0.0
     for S in range(1, size):
         count[S] = count[S >> 1] + (S & 1)
         row = count[S] - 1
+        peak = -np.inf
+        for j in range(K):
+            if (S >> j) & 1:
+                peak = max(peak, f[S ^ (1 << j)] + M[row, j])
+        if peak == -np.inf:
+            continue
         total = 0.0
         for j in range(K):
             if (S >> j) & 1:
-                total += f[S ^ (1 << j)] * A[row, j]
-        f[S] = total
-    permanent = f[size - 1]
-    if not (permanent > 0.0 and np.isfinite(permanent)):
-        return np.nan
-    return log_scale + math.log(permanent)
+                total += math.exp(f[S ^ (1 << j)] + M[row, j] - peak)
+        f[S] = peak + math.log(total)
+    return f[size - 1] if np.isfinite(f[size - 1]) else np.nan
 
 
 def _log_permanent(M, occupied, drop, max_nodes):
@@ -181,44 +167,76 @@ def symmetric_log_weights(tp: TemperedProblem, config: np.ndarray, symmetry: Lab
     return None if sums is None else symmetry.log_order + sums[0] - sums[1]
 
 
-def orbit_log_sums(tp: TemperedProblem, log_ref: np.ndarray, config: np.ndarray,
+# Entries of the particles' token counts per cell and configuration held at once (C · U · L floats).
+CHUNK_ENTRIES = 4_000_000
+
+
+def orbit_log_sums(tp: TemperedProblem, log_refs: np.ndarray, config: np.ndarray,
                    symmetry: LabelSymmetry) -> tuple[np.ndarray, np.ndarray] | None:
-    """(log q(z), log Σ_g q(g(z))) of every particle (``config`` (P, T)) for the product reference
-    ``log_ref`` (U, L), over the label symmetries g of ``symmetry``; None when a permanent cannot
-    be summed (:func:`_log_permanents`)."""
-    num_configs = tp.num_configs
-    own, orbit = np.empty(config.shape[0]), np.empty(config.shape[0])
-    rows = np.arange(num_configs)
-    if symmetry.swap is not None:
-        K = symmetry.swap.shape[1]
-        one_hot = (symmetry.value[:, None] == np.arange(K)).astype(np.float64)  # (L, K)
-        targets = symmetry.swap[symmetry.relabellings]  # (H, L, K): h(l) with the node set to k
-        sums = []  # (M, occupied) of every particle, summed below on every core
-    for p in range(config.shape[0]):
-        groups = np.bincount(tp.token_cell.astype(np.int64) * num_configs + config[p],
-                             minlength=log_ref.shape[0] * num_configs).reshape(-1, num_configs)
-        # log q(g(z)) = Σ_(u, l) S[u, l] log q[u, g(l)] for every g
-        scores = groups.T @ log_ref  # (L, L): [l, l'] = Σ_u S[u, l] log q[u, l']
+    """(log q_b(z), log Σ_g q_b(g(z))) of every particle (``config`` (P, T)) for each product
+    reference of ``log_refs`` (B, U, L), over the label symmetries g of ``symmetry``: two (B, P)
+    arrays, or (P,) ones for one reference (U, L); None when a permanent cannot be summed
+    (:func:`_log_permanents`). A particle's counts S[u, l] of tokens per cell and configuration
+    serve every reference: log q_b(g(z)) = Σ_(u, l) S[u, l] log q_b[u, g(l)]."""
+    log_refs = np.asarray(log_refs, np.float64)
+    single = log_refs.ndim == 2
+    log_refs = log_refs[None] if single else log_refs
+    B, U, L = log_refs.shape
+    P = config.shape[0]
+    by_cell = log_refs.transpose(1, 0, 2).reshape(U, B * L)  # [u, (b, l')]
+    rows = np.arange(L)
+    own, orbit = np.empty((P, B)), np.empty((P, B))
+    per_particle = max(U * L, B * symmetry.relabellings.shape[0] * L * (1 if symmetry.swap is None else K_of(symmetry)))
+    chunk = max(1, CHUNK_ENTRIES // per_particle)
+    for first in range(0, P, chunk):
+        z = np.asarray(config[first:first + chunk], np.int64)
+        C = z.shape[0]
+        index = (np.arange(C)[:, None] * U + tp.token_cell[None, :].astype(np.int64)) * L + z
+        groups = np.bincount(index.ravel(), minlength=C * U * L).reshape(C, U, L).astype(np.float64)
+        # scores[c, b, l, l'] = Σ_u S[u, l] log q_b[u, l']
+        scores = (groups.transpose(0, 2, 1).reshape(C * L, U) @ by_cell).reshape(C, L, B, L).transpose(0, 2, 1, 3)
+        part = slice(first, first + C)
         if symmetry.swap is None:
-            by_relabelling = scores[rows[None, :], symmetry.relabellings].sum(1)
-            own[p], orbit[p] = by_relabelling[0], _log_sum_exp(by_relabelling)
+            by_relabelling = scores[:, :, rows[None, :], symmetry.relabellings].sum(-1)  # (C, B, G)
+            own[part] = by_relabelling[..., 0]
+            peak = by_relabelling.max(-1)
+            orbit[part] = peak + np.log(np.exp(by_relabelling - peak[..., None]).sum(-1))
             continue
         # g = σ ∘ h, σ permuting the values of the node of ``value``, h the others' (``relabellings``):
         # Σ_l scores[l, g(l)] = Σ_k M_h[k, σ(k)], M_h[k, j] = Σ over l with value k of scores[l, h(l) with value j]
-        M = np.einsum("hlj,lk->hkj", scores[rows[None, :, None], targets], one_hot)
-        occupied = np.bincount(symmetry.value, weights=groups.sum(0), minlength=K) > 0
-        own[p] = np.trace(M[0])
-        sums.append((M, occupied))
-    if symmetry.swap is None:
-        return own, orbit
+        K = symmetry.swap.shape[1]
+        one_hot = (symmetry.value[:, None] == np.arange(K)).astype(np.float64)  # (L, K)
+        targets = symmetry.swap[symmetry.relabellings]  # (H, L, K): h(l) with the node set to k
+        M = np.ascontiguousarray(np.einsum("cbhlj,lk->cbhkj", scores[:, :, rows[None, :, None], targets], one_hot))
+        occupied = groups.sum(1) @ one_hot > 0  # (C, K)
+        own[part] = np.trace(M[:, :, 0], axis1=-2, axis2=-1)
+        orbit[part] = _summed_permanents(M, occupied)
+        if np.isnan(orbit[part]).any():
+            return None
+    own, orbit = own.T, orbit.T
+    return (own[0], orbit[0]) if single else (own, orbit)
 
-    def log_sum(item):
-        log_sums = _log_permanents(*item, PERMANENT_DROP_NATS, PERMANENT_MAX_NODES, PERMANENT_SUBSET_MAX)
-        return _log_sum_exp(log_sums) if not np.isnan(log_sums).any() else np.nan
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # the sums release the GIL
-        orbit = np.array(list(pool.map(log_sum, sums)))
-    return None if np.isnan(orbit).any() else (own, orbit)
+def K_of(symmetry: LabelSymmetry) -> int:
+    return symmetry.swap.shape[1]
+
+
+def _summed_permanents(M: np.ndarray, occupied: np.ndarray) -> np.ndarray:
+    """log Σ_h permanent(exp M[c, b, h]) (C, B) of every particle c and reference b, the rows of
+    particle c not ``occupied[c]`` left out (:func:`_log_permanents`), on every core (the sums
+    release the GIL); nan where one cannot be summed."""
+    C, B = M.shape[:2]
+
+    def log_sums(c):
+        out = np.empty(B)
+        for b in range(B):
+            sums = _log_permanents(M[c, b], occupied[c], PERMANENT_DROP_NATS, PERMANENT_MAX_NODES,
+                                   PERMANENT_SUBSET_MAX)
+            out[b] = np.nan if np.isnan(sums).any() else _log_sum_exp(sums)
+        return out
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return np.stack(list(pool.map(log_sums, range(C))))
 
 
 def _log_sum_exp(x: np.ndarray) -> float:
@@ -246,10 +264,14 @@ def label_symmetries_of(bound, data, layout) -> LabelSymmetry:
     nodes = symmetric_nodes(bound, layout, *arrays)
     sizes = [bound.sizes[name] for name in layout.free]
     order = math.prod(math.factorial(sizes[p]) for p in nodes)
-    if nodes and order > MAX_RELABELLINGS:
-        largest = max(nodes, key=lambda p: sizes[p])
+    largest = max(nodes, key=lambda p: sizes[p]) if nodes else None
+    # The permanent where enumerating costs more (|G| · L per particle against at most K² 2^K steps
+    # per permanent, the sum over subsets, one for each relabelling of the other nodes) or is not allowed.
+    K = sizes[largest] if nodes else 0
+    outer = order // math.factorial(K) if nodes else 1
+    if nodes and (order > MAX_RELABELLINGS or outer * K * K * 2 ** K < order * layout.num_configs):
         others = [p for p in nodes if p != largest]
-        if order // math.factorial(sizes[largest]) <= PERMANENT_MAX_OUTER:
+        if outer <= PERMANENT_MAX_OUTER:
             swap = np.stack([configs_with_node(layout, sizes, largest, k) for k in range(sizes[largest])], axis=1)
             return LabelSymmetry(node_relabellings(layout, sizes, others), np.asarray(layout.configs)[:, largest].copy(),
                                  swap, math.log(order))
