@@ -343,19 +343,6 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
     return sizes._replace(rho=float(rho))
 
 
-def check_options(options: dict) -> None:
-    """The engine's options in ``options`` (those given, by name) checked as :func:`mixture_log_evidence`
-    checks them, before any work: for ``method="auto"``, which may enumerate instead."""
-    _options(options.get("effort", 1.0), options.get("num_particles"), options.get("num_scouts"),
-             options.get("rho", ENGINE.rho), options.get("reference_sweeps"), options.get("vb_restarts"))
-    if "num_chains" in options:
-        check_int(options["num_chains"], "num_chains", minimum=1)
-    if "max_configs" in options:
-        check_int(options["max_configs"], "max_configs", minimum=1)
-    if "progress_bar" in options:
-        resolve_progress(options["progress_bar"])
-
-
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
                          num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
@@ -363,12 +350,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
                          progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
-    One search per call finds basins (:func:`search`): ``num_scouts`` annealed scouts (cheap runs
-    of the tempered SMC from the latent urn), as many drawn ones and the best fits of
-    ``vb_restarts`` VB restarts, and builds a reference around each by a posterior chain; then
-    each of ``num_chains`` independent runs anneals ``num_particles`` particles from their mixture
-    to the posterior (:func:`run_mixture`). The runs' values are pooled on the natural scale
-    (log-mean-exp) and their spread is the standard error.
+    One search per call (:func:`search`) builds a reference around each basin its scouts and VB
+    fits find; each of ``num_chains`` independent runs anneals ``num_particles`` particles from
+    their mixture to the posterior (:func:`run_mixture`), pooled by log-mean-exp.
 
     Parameters
     ----------
@@ -387,11 +371,10 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     vb_restarts : int, optional
         Random VB restarts whose best fits start references (0: none).
 
-    The sure ``lower_bound`` is the largest log π(S) visited, its allocation ``details["best_cells"]``,
-    ``details["best_counts"]``; ``details["vb_bound"]`` is the best VB restart's ELBO, a
-    deterministic lower bound (``bam.log_evidence`` warns of an estimate well below either). ``info`` (a
-    :class:`~bam_ppl.infer.info.MixtureInfo`) holds every run's temperatures, the scouts' values,
-    the reference chains' sweeps and the settings.
+    The sure ``lower_bound`` is the largest log π(S) visited (allocation: ``details["best_cells"]``,
+    ``details["best_counts"]``), ``details["vb_bound"]`` the best VB ELBO, a second sure bound
+    (``bam.log_evidence`` warns of an estimate well below either); ``info``
+    (:class:`~bam_ppl.infer.info.MixtureInfo`): temperatures, scouts, chain sweeps, settings.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     options = _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts)
