@@ -136,7 +136,7 @@ class MixtureInfo(NamedTuple):
 
     #: Temperatures of each run's schedule.
     num_temperatures: list
-    #: The search's starts' log evidence: each annealed scout's, nan for a drawn scout or a VB fit.
+    #: Log evidence of each start of the search, in order (an annealed scout's run; nan for a drawn scout or a VB fit).
     scout_log_evidence: list
     #: Sweeps of each reference's chain, in the order of the starts.
     chain_sweeps: list
