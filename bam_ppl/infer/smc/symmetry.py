@@ -186,7 +186,8 @@ def orbit_log_sums(tp: TemperedProblem, log_refs: np.ndarray, config: np.ndarray
     by_cell = log_refs.transpose(1, 0, 2).reshape(U, B * L)  # [u, (b, l')]
     rows = np.arange(L)
     own, orbit = np.empty((P, B)), np.empty((P, B))
-    per_particle = max(U * L, B * symmetry.relabellings.shape[0] * L * (1 if symmetry.swap is None else K_of(symmetry)))
+    per_value = 1 if symmetry.swap is None else symmetry.swap.shape[1]  # the gathered (L, K) per relabelling
+    per_particle = max(U * L, B * symmetry.relabellings.shape[0] * L * per_value)
     chunk = max(1, CHUNK_ENTRIES // per_particle)
     for first in range(0, P, chunk):
         z = np.asarray(config[first:first + chunk], np.int64)
@@ -215,10 +216,6 @@ def orbit_log_sums(tp: TemperedProblem, log_refs: np.ndarray, config: np.ndarray
             return None
     own, orbit = own.T, orbit.T
     return (own[0], orbit[0]) if single else (own, orbit)
-
-
-def K_of(symmetry: LabelSymmetry) -> int:
-    return symmetry.swap.shape[1]
 
 
 def _summed_permanents(M: np.ndarray, occupied: np.ndarray) -> np.ndarray:
