@@ -155,27 +155,15 @@ def test_fewer_particles_than_references_keep_a_mixture_of_some():
     assert np.isfinite(est.value) and est.info.num_particles == 4 and len(est.info.chain_sweeps) == 8
 
 
-def test_log_joint_of_counts_is_the_closed_form_up_to_one_constant():
-    model, X = bam.models.nmf(2), np.array([[3, 0, 2], [1, 4, 0], [0, 2, 5]])
-    tp, _ = _problem(model, X)
-    offsets = []
-    for seed in range(4):
-        config = np.random.default_rng(seed).integers(0, tp.num_configs, tp.token_cell.size)
-        counts = tempered_problem.counts_of_configs(tp, config)
-        offsets.append(sum(tempered_problem.exact_log_terms(tp, counts))
-                       - references.log_joint_of_counts(tp, tp.concentration + counts))
-    np.testing.assert_allclose(offsets, offsets[0], atol=1e-9)
-
-
-def test_settled_chain_doubles_while_it_climbs_within_its_budget():
-    # A chain from a bad allocation of a sparse, well-separated table climbs; one from where it ended does not.
-    _, X = bam.models.nmf(3, a=200.0).sample(jax.random.key(2), shape=(12, 14), total=600)
-    tp, _ = _problem(bam.models.nmf(3), np.asarray(X))
-    bad = np.zeros(tp.token_cell.size, np.int64)
-    seed = np.array([5, 6], np.uint32)
-    log_q, climbed = references.settled_reference(tp, bad, seed, 8, 4096)
-    assert 16 < climbed <= 4096 and log_q.shape == (tp.cell_start.size - 1, tp.num_configs)
-    np.testing.assert_allclose(np.exp(log_q).sum(1), 1.0)
-    again, sweeps = references.settled_reference(tp, bad, seed, 8, 4096)
-    assert sweeps == climbed and np.array_equal(again, log_q)  # the same seed, the same chain
-    assert references.settled_reference(tp, bad, seed, 8, 24)[1] == 24  # the budget bounds the chain
+def test_search_sizes_follow_the_tokens_within_the_budgets():
+    # Chains of 0.8 T sweeps (at least 200, at most the budget); fewer scouts where their chains exceed the
+    # search's budget, never none; four particles per reference, at least 64; a number given is used as it is.
+    options = mixture.effort_sizes(1.0)
+    assert [mixture.chain_sweeps(options, T) for T in (100, 1000, 16_000, 64_000)] == [200, 800, 12_800, 3200]
+    scouts = [mixture.scouts_per_kind(options, T) for T in (1000, 4000, 8000, 16_000, 64_000)]
+    assert scouts == [32, 32, 16, 4, 4]  # from 16 000 tokens on, chains of the budget
+    assert [mixture.particles_for(options, B) for B in (4, 68)] == [64, 272]
+    given = mixture._options(1.0, 100, 8, 0.9, 50, None)
+    assert (mixture.scouts_per_kind(given, 64_000), mixture.chain_sweeps(given, 64_000),
+            mixture.particles_for(given, 68)) == (8, 50, 100)
+    assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 8  # effort widens the search

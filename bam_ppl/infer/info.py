@@ -148,8 +148,6 @@ class MixtureInfo(NamedTuple):
     num_runs: int
     #: The cost knob the call ran at.
     effort: float
-    #: Sweeps the reference chains start from.
-    reference_sweeps: int
 
 
 class UpperBoundInfo(NamedTuple):

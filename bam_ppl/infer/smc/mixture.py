@@ -55,7 +55,7 @@ from ...validation import check_int, check_positive
 from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
-from .references import configs_from_counts, kernel_counts, settled_reference, with_reference
+from .references import configs_from_counts, kernel_counts, reference_from_chain, with_reference
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, kernel_tables, numba
@@ -168,17 +168,46 @@ class MixtureProblem(NamedTuple):
 
 
 class MixtureOptions(NamedTuple):
-    """The sizes of one call: each run's particles, the search's scouts of each kind and VB restarts,
-    and the reference chains (:func:`search`, :func:`run_mixture`)."""
+    """The sizes of one call (:class:`EngineConfig` says why each): the particles of each run (``num_particles``
+    if given, else :func:`particles_for`), the scouts of each kind (:func:`scouts_per_kind`), the sweeps
+    of each reference's chain (:func:`chain_sweeps`), the path's ``rho`` and the VB restarts."""
 
-    num_particles: int
+    num_particles: int | None
+    particles_per_reference: int
+    min_particles: int
     num_scouts: int
+    search_token_moves: int | None  # None: num_scouts given, whatever the search costs
     scout_particles: int
     reference_sweeps: int
+    sweeps_per_token: float
     chain_token_moves: int
     rho: float
     vb_restarts: int
     vb_starts: int
+
+
+def chain_sweeps(options: MixtureOptions, num_tokens: int) -> int:
+    """Sweeps of each reference's chain: ``sweeps_per_token`` · T, at least ``reference_sweeps``, at
+    most ``chain_token_moves`` / T."""
+    wanted = max(options.reference_sweeps, int(round(options.sweeps_per_token * num_tokens)))
+    return max(1, min(wanted, options.chain_token_moves // num_tokens))
+
+
+def scouts_per_kind(options: MixtureOptions, num_tokens: int) -> int:
+    """Scouts of each kind: ``num_scouts``, fewer (at least one) where their chains would not fit in
+    ``search_token_moves``."""
+    if options.search_token_moves is None:
+        return options.num_scouts
+    affordable = options.search_token_moves // (2 * chain_sweeps(options, num_tokens) * num_tokens)
+    return int(np.clip(affordable, 1, options.num_scouts))
+
+
+def particles_for(options: MixtureOptions, num_references: int) -> int:
+    """Particles of each run: ``num_particles`` if given, else ``particles_per_reference`` for each
+    reference, at least ``min_particles``."""
+    if options.num_particles is not None:
+        return options.num_particles
+    return max(options.min_particles, options.particles_per_reference * num_references)
 
 
 class CallSeeds(NamedTuple):
@@ -211,9 +240,10 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     """One start of the search and its reference: an annealed scout (``kind`` "annealed": a tempered
     SMC run of ``scout_particles`` from the latent urn, whose best allocation marks a basin it
     reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
-    configurations (an array: a VB fit rounded), then a posterior chain from there that runs until
-    it stops climbing (``settled_reference``: at least ``reference_sweeps``, at most
-    ``chain_token_moves`` / T), whose last ``reference_sweeps`` / 2 sweeps average into the reference."""
+    configurations (an array: a VB fit rounded), then a posterior chain of :func:`chain_sweeps` sweeps
+    from there, whose last half averages into the reference
+    (:func:`~bam_ppl.infer.smc.references.reference_from_chain`): its first half is the way from a
+    mode, or from an urn draw, into the posterior's bulk that q should cover."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -225,9 +255,8 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
         particles = NumbaParticles(scout_tp, 1, seeds[:1], _Inline())
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
-    max_sweeps = max(options.reference_sweeps, options.chain_token_moves // problem.tp.token_cell.shape[0])
-    log_q, sweeps = settled_reference(problem.tp, config, seeds[1], options.reference_sweeps // 2, max_sweeps)
-    return Scouted(log_q, value, config, sweeps)
+    sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
+    return Scouted(reference_from_chain(problem.tp, config, sweeps, seeds[1], skip=sweeps // 2), value, config, sweeps)
 
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
@@ -265,10 +294,10 @@ def search(problem: MixtureProblem, options: MixtureOptions, seeds: CallSeeds, p
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
                 start: MixtureStart) -> MixtureRun:
-    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles``
-    from the mixture ``start`` of the search's references (module docstring)."""
+    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of :func:`particles_for`
+    particles from the mixture ``start`` of the search's references (module docstring)."""
     tp = problem.tp
-    particles = MixtureParticles(tp, options.num_particles, seeds[:NUM_BLOCKS], pool, start)
+    particles = MixtureParticles(tp, particles_for(options, start.log_q.shape[0]), seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
         return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
@@ -281,16 +310,24 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The numbers of the engine (one line of why each); ``effort`` scales the first five."""
+    """The numbers of the engine (one line of why each); ``effort`` scales the particles, the scouts,
+    the chains' least sweeps and budgets and the VB restarts."""
 
-    # Particles of each run: about four per reference, so that resampling can move them between components.
-    num_particles: int = 256
-    # Scouts of each kind per call: how many basins the search can find.
+    # Particles of each run per reference, so that resampling can move them between components ...
+    particles_per_reference: int = 4
+    # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
+    min_particles: int = 64
+    # Scouts of each kind per call: how many basins the search can find ...
     num_scouts: int = 32
-    # Posterior sweeps of each reference's chain before it is first checked for a climb (settled_reference).
+    # ... as long as their chains' token moves together stay within this: the search's cost on large tables.
+    search_token_moves: int = 1_638_400_000
+    # A chain falls from a mode into the posterior's bulk, or climbs to it from an urn draw, in a number of
+    # sweeps that grows with T (each sweep moves every count by about one token at a time): its length per token,
+    sweeps_per_token: float = 0.8
+    # at least this many sweeps, so that q averages over many states on small tables,
     reference_sweeps: int = 200
-    # Token moves a reference's chain may make at most: its cost stays bounded at any number of tokens.
-    chain_token_moves: int = 25_600_000
+    # and at most this many token moves: a chain's cost stays bounded at any number of tokens.
+    chain_token_moves: int = 204_800_000
     # Random VB restarts, cheap side by side (vmapped) and screened, so that many cost little.
     vb_restarts: int = 100
     # The best VB fits that start references: optima of different restarts can be different basins.
@@ -314,26 +351,31 @@ ENGINE = EngineConfig()
 
 def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOptions:
     """The sizes of a call at ``effort`` under ``config`` (default :data:`ENGINE`): particles, scouts,
-    sweeps, the chains' budgets and the VB restarts grow with it (never below 16, one, 10, one and one)."""
+    the chains' least sweeps and budgets and the VB restarts grow with it (never below one, 16 particles
+    and 10 sweeps)."""
     config = config or ENGINE
-    def grow(size, least):
+
+    def grow(size, least=1):
         return max(least, int(round(size * effort)))
 
-    return MixtureOptions(grow(config.num_particles, 16), grow(config.num_scouts, 1), config.scout_particles,
-                          grow(config.reference_sweeps, 10), grow(config.chain_token_moves, 1), config.rho,
-                          grow(config.vb_restarts, 1), config.vb_starts)
+    return MixtureOptions(None, grow(config.particles_per_reference), grow(config.min_particles, 16),
+                          grow(config.num_scouts), grow(config.search_token_moves), config.scout_particles,
+                          grow(config.reference_sweeps, 10), config.sweeps_per_token, grow(config.chain_token_moves),
+                          config.rho, grow(config.vb_restarts), config.vb_starts)
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts) -> MixtureOptions:
-    """The sizes of a run from the options given, checked before any work."""
+    """The sizes of a run from the options given, checked before any work: a number given is used as
+    it is (``reference_sweeps`` then fixes every chain's length)."""
     check_positive(effort, "effort")
     sizes = effort_sizes(float(effort))
     if num_particles is not None:
         sizes = sizes._replace(num_particles=check_int(num_particles, "num_particles", minimum=2))
     if num_scouts is not None:
-        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1))
+        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1), search_token_moves=None)
     if reference_sweeps is not None:
-        sizes = sizes._replace(reference_sweeps=check_int(reference_sweeps, "reference_sweeps", minimum=0))
+        sweeps = check_int(reference_sweeps, "reference_sweeps", minimum=0)
+        sizes = sizes._replace(reference_sweeps=sweeps, sweeps_per_token=0.0, chain_token_moves=np.iinfo(np.int64).max)
     if vb_restarts is not None:
         sizes = sizes._replace(vb_restarts=check_int(vb_restarts, "vb_restarts", minimum=0))
     sizes = sizes._replace(vb_starts=min(sizes.vb_starts, sizes.vb_restarts))
@@ -351,23 +393,28 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
     One search per call (:func:`search`) builds a reference around each basin its scouts and VB
-    fits find; each of ``num_chains`` independent runs anneals ``num_particles`` particles from
-    their mixture to the posterior (:func:`run_mixture`), pooled by log-mean-exp.
+    fits find; each of ``num_chains`` independent runs anneals particles from their mixture to the
+    posterior (:func:`run_mixture`), pooled by log-mean-exp.
 
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (256 · effort, at least 16), the scouts of each kind (32 · effort, at
-        least 1), the sweeps of each reference's chain before it is first checked for a climb
-        (200 · effort, at least 10), its budget of token moves (25.6 million · effort) and the VB
-        restarts (100 · effort) unless given one by one (:class:`EngineConfig`): more effort finds
-        more basins, covers them better and weighs them with more particles.
+        Scales the particles (4 · effort per reference, at least 64 · effort), the scouts of each kind
+        (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), the
+        least sweeps of each reference's chain (200 · effort; 0.8 T sweeps where more, at most
+        205 million · effort token moves) and the VB restarts (100 · effort) unless given one by one
+        (:class:`EngineConfig`): more effort finds more basins, covers them better and weighs them
+        with more particles.
+    num_particles : int, optional
+        Particles of each run.
+    num_scouts : int, optional
+        Scouts of each kind (annealed and drawn), whatever their chains cost.
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
     reference_sweeps : int, optional
-        Posterior sweeps of each reference's chain before it is first checked for a climb.
+        Posterior sweeps of each reference's chain (the last half average into its reference).
     vb_restarts : int, optional
         Random VB restarts whose best fits start references (0: none).
 
@@ -388,7 +435,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     tp = build_tempered_problem(bound, data, layout)
     problem = MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
                              label_symmetries_of(bound, data, layout))
-    show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.num_particles > 2_000_000)
+    options = options._replace(num_scouts=scouts_per_kind(options, data.total), search_token_moves=None)
+    show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.min_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
@@ -427,6 +475,5 @@ def _estimate(runs, found: list[Scouted], vb_bound: float, problem: MixtureProbl
                      vb_bound=vb_bound, seconds=seconds),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[f.log_evidence for f in found],
-                         chain_sweeps=[f.sweeps for f in found], num_particles=options.num_particles,
-                         num_scouts=options.num_scouts, num_runs=len(runs), effort=float(effort),
-                         reference_sweeps=options.reference_sweeps))
+                         chain_sweeps=[f.sweeps for f in found], num_particles=particles_for(options, len(found)),
+                         num_scouts=options.num_scouts, num_runs=len(runs), effort=float(effort)))

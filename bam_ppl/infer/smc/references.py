@@ -10,7 +10,6 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from scipy.special import gammaln
 
 from ...models.allocation import DEFAULT_MAX_CONFIGS
 from ...types import as_key
@@ -61,24 +60,24 @@ REFERENCE_THIN = 4
 
 
 def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed,
-                         floor: float = REFERENCE_FLOOR) -> np.ndarray:
+                         floor: float = REFERENCE_FLOOR, skip: int = 0) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
     ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
     start; with ``num_sweeps`` 0 the allocation's own conditionals) by one chain started there
-    and seeded by ``seed``, then mixed with ``floor`` of the uniform distribution over the
+    and seeded by ``seed``, the first ``skip`` sweeps left out, then mixed with ``floor`` of the uniform distribution over the
     configurations the cell allows so that none is out of reach. The average over a long chain
     estimates the posterior's marginals in the mode it settles in, the product over tokens of
-    which is the closest product distribution to the posterior there (KL(π ‖ q)). No burn-in is
-    left out: a chain started at a high-probability allocation falls from it into the posterior's
-    bulk, and the sweeps on its way there are part of the mass q should cover. The chain runs the
+    which is the closest product distribution to the posterior there (KL(π ‖ q)). A chain started
+    at a high-probability allocation falls from it into the posterior's bulk; ``skip`` leaves its
+    way there out of q. The chain runs the
     collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`,
     faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
     chain = _Chain.start(tp, config, seed)
     total = np.zeros_like(chain.out)
-    done = 0
+    done = chain.sweep(min(int(skip), num_sweeps)) if skip > 0 else 0
     while True:
         total += chain.conditionals(tp)
         if done >= num_sweeps:
@@ -123,45 +122,6 @@ def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndar
     allowed = last > 0.0
     q = (1.0 - floor) * total / total.sum(1, keepdims=True) + floor * allowed / allowed.sum(1, keepdims=True)
     return np.where(allowed, np.log(np.where(allowed, q, 1.0)), 0.0)
-
-
-def log_joint_of_counts(tp: TemperedProblem, shifted: np.ndarray) -> float:
-    """log π₀(z) + log L(z) up to a constant, from a chain's α + counts (kernel numbering): the
-    Dirichlet-multinomial terms Σ lnΓ(α + n) of the table entries less those of their columns."""
-    logs = gammaln(shifted[tp.new_of_old])
-    return float(logs[:tp.num_table_entries].sum() - logs[tp.num_table_entries:].sum())
-
-
-def settled_reference(tp: TemperedProblem, config: np.ndarray, seed, window: int, max_sweeps: int,
-                      floor: float = REFERENCE_FLOOR) -> tuple[np.ndarray, int]:
-    """A reference (log q (U, L), as :func:`reference_from_chain`) from the last ``window`` sweeps of
-    a posterior chain that ran until it stopped climbing, and the number of sweeps the chain ran.
-
-    The chain runs ``2 · window`` sweeps, then doubles its length while the mean of its log joint
-    over the last quarter exceeds that over the third by more than two standard errors of the
-    difference (a rise the chain's own fluctuation does not explain: it still climbs towards
-    better allocations), up to ``max_sweeps`` (a bound on the cost). A chain on a sparse table
-    climbs for many sweeps; on a dense one it settles at once. Only the last ``window`` sweeps are
-    averaged into q, however long the chain: a longer average would blur the groupings of the
-    cells the chain wanders between into one reference."""
-    chain = _Chain.start(tp, config, seed)
-    window = max(2 * REFERENCE_THIN, int(window))
-    done, length = 0, 2 * window
-    while True:
-        total = np.zeros_like(chain.out)
-        third, last = [], []
-        while done < length:
-            done += chain.sweep(min(REFERENCE_THIN, length - done))
-            if 2 * done > length:  # the last half: its log joint, and the conditionals of the window
-                (last if 4 * done > 3 * length else third).append(log_joint_of_counts(tp, chain.shifted))
-                if done > length - window:
-                    total += chain.conditionals(tp)
-        rise = np.mean(last) - np.mean(third) if third else 0.0
-        spread = np.sqrt(np.var(third) / max(len(third), 1) + np.var(last) / len(last))
-        if length >= max_sweeps or rise <= 2.0 * spread:
-            break
-        length = min(2 * length, max(int(max_sweeps), length))
-    return _floored_log_q(total, chain.out, floor), done
 
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
