@@ -242,7 +242,7 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
     configurations (an array: a VB fit rounded), then a posterior chain of :func:`chain_sweeps` sweeps
     from there, whose last half averages into the reference
-    (:func:`~bam_ppl.infer.smc.references.reference_from_chain`): its first half is the way from a
+    (``references.reference_from_chain``): its first half is the way from a
     mode, or from an urn draw, into the posterior's bulk that q should cover."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
