@@ -55,7 +55,13 @@ from ...validation import check_int, check_positive
 from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
-from .references import configs_from_counts, kernel_counts, reference_from_chain, with_reference
+from .references import (
+    configs_from_counts,
+    kernel_counts,
+    reference_from_chain,
+    uniform_reference,
+    with_reference,
+)
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, kernel_tables, numba
@@ -456,7 +462,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
             seeds = call_seeds(key, num_runs, 2 * options.num_scouts + options.vb_starts)
             vb_configs, vb_bound = vb_start_configs((bound, data, layout), tp, seeds.vb, options)
             found = search(problem, options, seeds, pool, vb_configs)
-            start = uniform_start([f.log_q for f in found])
+            # The uniform distribution over every cell's configurations as one more component, a defensive
+            # one (Hesterberg 1995): it covers what no reference does, so that the weights stay bounded.
+            start = uniform_start([f.log_q for f in found] + [uniform_reference(tp)])
             runs = []
             for r in range(num_runs):
                 runs.append(run_mixture(problem, options, seeds.runs[r], pool, start))

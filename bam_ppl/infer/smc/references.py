@@ -159,6 +159,16 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
     return np.repeat(np.tile(np.arange(tp.num_configs), num_cells), whole.reshape(-1)).astype(np.int64)
 
 
+def uniform_reference(tp: TemperedProblem) -> np.ndarray:
+    """log q (U, L) of the uniform distribution over the configurations each cell allows (0 where
+    not allowed, as :func:`reference_from_chain` gives it)."""
+    probability = np.empty((tp.cell_start.shape[0] - 1, tp.num_configs))
+    _cell_probabilities(np.asarray(tp.concentration, np.float64), kernel_tables(tp, False), token_layout(tp),
+                        probability)
+    allowed = probability > 0.0
+    return np.where(allowed, -np.log(allowed.sum(1, keepdims=True)), 0.0)
+
+
 def with_reference(tp: TemperedProblem, log_reference: np.ndarray) -> TemperedProblem:
     """``tp`` starting from the product q(z) = Π_τ q(cell of τ, z_τ) on the geometric path
     q^(1−β) (π₀ L)^β: ``log_reference`` (U, L) holds log q, normalised over the configurations
