@@ -103,9 +103,8 @@ def below_bound(value, stderr, bound) -> bool:
 
 
 def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> EvidenceEstimate:
-    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree, when its estimator states a
-    caveat that one call cannot show (``details["caveat"]``, e.g. ``method="auto"``'s search rests on
-    a basin that one start reached), or when it lies below a sure lower bound; returns the estimate
+    """Warn (:class:`EvidenceWarning`) when an estimate's runs disagree or when it lies below a sure
+    lower bound (of a visited allocation, or ``details["vb_bound"]``); returns the estimate
     with the warnings' messages added to its ``warnings``."""
     if not isinstance(estimate, EvidenceEstimate):
         raise TypeError(f"estimate must be an EvidenceEstimate, got {type(estimate).__name__}")
@@ -129,9 +128,6 @@ def check_estimate(estimate: EvidenceEstimate, *, stacklevel: int = 3) -> Eviden
             f"{name} evidence runs disagree: values {np.round(runs, 1).tolist()} "
             f"(sd {runs.std(ddof=1):.3g} nats); the pooled value {estimate.value:.6g} ± "
             f"{estimate.stderr:.3g} is decided by the best run and may be far too low. {advice}")
-    # What one call cannot show (the estimator's ``caveat``); several calls show it themselves.
-    if details.get("caveat") and details.get("num_calls", 1) == 1:
-        messages.append(f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} {details['caveat']}")
     if below_bound(estimate.value, estimate.stderr, bound):
         messages.append(
             f"{name} evidence {estimate.value:.6g} ± {estimate.stderr:.3g} lies "
@@ -182,9 +178,8 @@ class EvidenceEstimate:
     warnings : tuple of str
         The messages of the :class:`EvidenceWarning` raised about this estimate (empty when none).
     pipeline : str
-        What ran, as estimator names joined by "+": ``method`` itself, except for ``"auto"``,
-        where it names the estimators whose runs make ``value`` (``"exact"``, ``"smc"``,
-        ``"tempered+chib"``, ``"reference"`` for the tempered SMC from a reference, ...).
+        What ran: ``method`` itself, except for ``"auto"``, where it names the estimator that
+        made ``value`` (``"exact"`` or ``"mixture"``).
     info : NamedTuple or None
         The estimator's own diagnostics, typed: :class:`~bam_ppl.infer.info.TemperedInfo` for
         ``"tempered"``, :class:`~bam_ppl.infer.info.AutoInfo` for ``"auto"`` and so on

@@ -58,9 +58,9 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     model : AllocationModel or another registered model
     data : array-like or CountTensor
     method : str
-        "auto" (default: exact where enumeration is cheap, the Pólya-urn SMC on tiny data, else
-        the tempered SMC and the Chib-style estimate from its best allocation, the higher kept;
-        the estimate's ``pipeline`` names what ran, :mod:`bam_ppl.infer.auto`), "exact" (enumeration / closed form), "tempered"
+        "auto" (default: exact where enumeration is cheap, else the tempered SMC from a mixture of
+        references, "mixture"; the estimate's ``pipeline`` names what ran, :mod:`bam_ppl.infer.auto`),
+        "exact" (enumeration / closed form), "tempered"
         (tempered SMC over allocations), "smc" (the Pólya-urn SMC of the BAM paper: accurate on
         small data, collapses at thousands of tokens), "chib" (Chib-style estimate from
         collapsed Gibbs, a cross-check), "vb" (best ELBO over restarts, a lower bound), or any
@@ -77,14 +77,11 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     min_calls : int, optional
         Make at least this many independent calls (keys ``fold_in(rng_key, c)``) and pool all
         their runs, as ``target_stderr`` does; on its own, exactly this many. Where the posterior
-        has several basins and one call finds one of them (``method="auto"`` on ICEWS under
-        Tucker(4, 4, 1); docs/evidence_methods.md), a call's runs agree within their own error,
+        has several basins and one call finds one of them (docs/evidence_methods.md), a call's
+        runs agree within their own error,
         whichever basin it found: only calls with keys of their own show the spread between
         basins, and then the stated error does too (:func:`pool_calls`), and
-        :class:`EvidenceWarning` says that the runs disagree. Default (None): one call, or as
-        many as that call advises (``details["advised_calls"]``; ``method="auto"`` advises three
-        where at most two starts of its search reached its basin, :func:`bam_ppl.infer.auto.advised_calls`,
-        the others with keys ``fold_in(rng_key, c)``); ``min_calls=1`` makes one call.
+        :class:`EvidenceWarning` says that the runs disagree. Default (None): one call.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
         Runs the estimator there (:mod:`bam_ppl.parallel`). Under ``target_stderr`` the repeated
         calls of a round run at once; call ``c`` always has the key ``fold_in(rng_key, c)`` and
@@ -125,14 +122,11 @@ def _log_evidence(model, data, method, rng_key, options, *, target_stderr=None, 
     began = time.perf_counter()
     with _recording() as caught:
         if target_stderr is None and max_time is None and (min_calls or 1) == 1:
-            start = time.perf_counter()
             if executor is None:
                 est = fn(model, data, rng_key=rng_key, **options)
             else:
                 [est] = run_tasks(executor, evidence_task,
                                   [Task(_label(model, f'method={method!r}'), (fn, model, rng_key, options))], data)
-            if min_calls is None:
-                est = _advised_calls(est, start, fn, model, data, rng_key, options, executor)
             est = check_estimate(est, stacklevel=4)
         else:
             est = _until_precise(fn, model, data, rng_key, options, target_stderr=target_stderr, max_time=max_time,
@@ -166,25 +160,6 @@ def _evidence_messages(caught) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, EvidenceWarning)]
 
 
-def _advised_calls(first: EvidenceEstimate, start: float, fn, model, data, rng_key, options,
-                   executor=None) -> EvidenceEstimate:
-    """``first`` pooled with the further calls its estimator advises (``details["advised_calls"]``:
-    ``method="auto"`` where few independent starts reached the basin it reports), call ``c`` with
-    the key ``fold_in(rng_key, c)``; ``first`` itself where it advises none."""
-    advised = int(first.details.get("advised_calls", 1)) if first.kind == "estimate" else 1
-    if advised <= 1 or "run_log_evidence" not in first.details:
-        return first
-    logger.info("evidence: %d further calls with keys of their own, as the first call advises (%s)",
-                advised - 1, first.details.get("reason", "its search"))
-    pooled = _pooled([first, *_calls(executor, fn, model, data, rng_key, options, range(1, advised))],
-                     time.perf_counter() - start)
-    # Why the calls were made is the first call's to say (the other diagnostics are the highest call's).
-    why = {name: first.details[name] for name in ("reason", "advised_calls") if name in first.details}
-    if pooled.info is not None and set(why) <= set(pooled.info._fields):
-        return replace(pooled, info=pooled.info._replace(**why))
-    return replace(pooled, details={**pooled.details, **why})
-
-
 def _calls(executor, fn, model, data, rng_key, options, calls) -> list:
     """The estimator's calls ``calls`` (on ``executor`` when given), call ``c`` with the key ``fold_in(rng_key, c)``."""
     tasks = [Task(_label(model, fn.__name__, call), (fn, model, task_key(rng_key, call), options)) for call in calls]
@@ -209,8 +184,7 @@ def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time
                    min_calls: int | None = None) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
     ``executor`` when given), until the pooled error meets the target; the first round makes
-    ``min_calls`` calls (without a target or a time limit, the only round). Without ``min_calls``,
-    at least as many calls as the first call advises (``details["advised_calls"]``)."""
+    ``min_calls`` calls (without a target or a time limit, the only round)."""
     if target_stderr is not None:
         check_positive(target_stderr, "target_stderr")
     if max_time is not None:
@@ -232,10 +206,7 @@ def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time
         if target_stderr is None and max_time is None:
             break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
-        advised = 1 if min_calls is not None else int(made[0].details.get("advised_calls", 1))
-        if calls < advised:
-            size = max(size, advised - calls)  # a search that one call cannot judge: as many as advised
-        elif target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
+        if target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
             break
         if max_time is not None:
             # No round that would end past max_time at the pace so far: a round finishes once
@@ -288,8 +259,7 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
         the models run one after another, each model's calls at once there.
     min_calls : int, optional
         Independent calls pooled per model (:func:`log_evidence`): where a posterior has several
-        basins, only their spread shows it in a row's ``stderr``. Default (None): as many as
-        each model's first call advises, as in :func:`log_evidence`.
+        basins, only their spread shows it in a row's ``stderr``. Default (None): one call.
     **options
         Passed to every estimator call.
 
@@ -336,7 +306,6 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
     if min_calls is not None:
         check_int(min_calls, "min_calls", minimum=1)
     pooled = (min_calls or 1) > 1
-    start = time.perf_counter()
     remote = {} if executor is None or pooled else _remote_estimates(models, data, method, rng_key, options, executor)
     estimates = {}
     for number, (name, model) in enumerate(models.items(), 1):
@@ -346,11 +315,7 @@ def compare(models: Mapping, data, method: str | Mapping = "auto", rng_key: KeyL
             est = model
         elif name in remote:
             with _recording() as caught:
-                est = remote[name]
-                if min_calls is None:  # the further calls a model's search advises, on the executor too
-                    est = _advised_calls(est, start, find_evidence(_method_of(method, name), model), model, data,
-                                         rng_key, options, executor)
-                est = check_estimate(est, stacklevel=3)
+                est = check_estimate(remote[name], stacklevel=3)
             est = with_warnings(est, _evidence_messages(caught))
         else:
             est = _log_evidence(model, data, _method_of(method, name), rng_key, options,

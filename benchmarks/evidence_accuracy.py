@@ -68,11 +68,6 @@ def main(argv=None):
                 print(f"  {name} key {key}: {est.value:.2f} ± {est.stderr:.2f}, bound "
                       f"{est.details.get('lower_bound', np.nan):.2f}, {seconds[-1]:.1f} s wall, {cpu[-1]:.1f} s CPU",
                       flush=True)
-                if "parts" in est.details:  # method="auto": each estimator it ran, and what it reported
-                    parts = ", ".join(f"{part} {p['value']:.2f} ± {p['stderr']:.2f}"
-                                      for part, p in est.details["parts"].items())
-                    print(f"    {est.method}; parts: {parts}; VB bound {est.details['vb_bound']:.2f}; reference "
-                          f"{est.details.get('reference_stage') or '–'}", flush=True)
                 values.append(est.value)
                 errors.append(est.stderr)
                 bound = max(bound, est.details.get("lower_bound", -np.inf))

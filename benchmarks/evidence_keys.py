@@ -1,22 +1,20 @@
 """One model's default evidence over several keys: does the stated error cover the spread?
 
-Runs ``bam.log_evidence(model, X, rng_key=key)`` (the default, ``method="auto"``) once per key on
-the data and models of ``benchmarks/real_data_evidence.py`` (``letters``, ``abalone``,
-``icews``) and prints each call's value ± stated stderr, the part kept, the starts of the
-references its main runs used, how many scouts it sent and how many independent starts reached
-the best basin (``basin_starts``), the sure lower bound and the VB bound, and wall seconds; then
-the mean, the sd across keys, the mean stated stderr, and whether the sd stays within 2 × the
-mean stated stderr + 0.5 (the issue's goal for T ≤ 4000). With ``--chib-at-best``, after each
-call (and outside its seconds), Chib's estimator with z* the call's best allocation (chains only:
-``num_search_sweeps=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another kind
-in the estimate's basin, and whether it agrees within two combined stderr. With ``--min-calls
-N``, each key's estimate pools N calls with keys of their own (``min_calls=N``); without it, as
-many as the first call advises (``details["advised_calls"]``, the default of ``bam.log_evidence``);
-where there are several, each call's value is printed too.
+Runs ``bam.log_evidence(model, X, rng_key=key)`` (the default, ``method="auto"``, or ``--method``)
+once per key on the data and models of ``benchmarks/real_data_evidence.py`` (``letters``,
+``abalone``, ``icews``) and others below, and prints each call's value ± stated stderr, what ran,
+its runs and temperatures, the sure lower bound and the VB bound, and wall seconds; then the mean,
+the sd across keys, the mean stated stderr, and whether the sd stays within 2 × the mean stated
+stderr + 0.5 (the evidence engine's goal). With ``--chib-at-best``, after each call (and outside
+its seconds), Chib's estimator with z* the call's best allocation (chains only:
+``num_search_sweeps=0, num_searches=1``; key ``fold_in(key, 4)``), a second estimator of another
+kind in the estimate's basin, and whether it agrees within two combined stderr. With
+``--min-calls N``, each key's estimate pools N calls with keys of their own (``min_calls=N``),
+each call's value printed too.
 
     .venv/bin/python benchmarks/evidence_keys.py letters "NMF(4)" --keys 7 101 102 103 1 2
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 2 3
-    .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 2 --vb-restarts 400
+    .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 2 --config vb_restarts=400
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 --min-calls 3
     .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
     .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008 --chib-at-best
@@ -43,7 +41,7 @@ from evidence_accuracy import data_for
 from real_data_evidence import experiment_data, experiment_models
 
 import bam_ppl as bam
-from bam_ppl.infer import auto
+from bam_ppl.infer.smc import mixture
 
 
 def chib_at_best(model, X, key: int, est) -> None:
@@ -55,8 +53,13 @@ def chib_at_best(model, X, key: int, est) -> None:
                                  num_search_sweeps=0, num_searches=1,
                                  start=(est.details["best_cells"], est.details["best_counts"]))
     print(f"  Chib from the best allocation: {check.value:.2f} ± {check.stderr:.2f}, runs "
-          f"{np.round(check.details['run_log_evidence'], 1).tolist()}, agrees: {auto.agree(check, est)}, "
+          f"{np.round(check.details['run_log_evidence'], 1).tolist()}, agrees: {agree(check, est)}, "
           f"{time.perf_counter() - start:.1f} s", flush=True)
+
+
+def agree(a, b) -> bool:
+    """Whether two estimates lie within two combined standard errors of each other."""
+    return bool(abs(a.value - b.value) <= 2.0 * np.hypot(a.stderr, b.stderr))
 
 
 def documents(num_docs: int = 40, num_words: int = 60, length: int = 50, topics: int = 3, seed: int = 11):
@@ -90,12 +93,13 @@ def main(argv=None) -> None:
     parser.add_argument("--true-rank", type=int, default=7, help="with confusion")
     parser.add_argument("--chib-at-best", action="store_true", help="Chib from each call's best allocation")
     parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
-                        help="fields of AutoConfig (method='auto') for these calls, e.g. vb_restarts=50")
+                        help="fields of the engine's EngineConfig (method='auto', 'mixture') for these calls, "
+                             "e.g. vb_restarts=50")
     parser.add_argument("--method", default="auto", help="the estimator (default: the default, method='auto')")
     parser.add_argument("--effort", type=float, help="the effort= of method='auto' (default: 1)")
     parser.add_argument("--min-calls", type=int, help="calls pooled per key (min_calls; default: as the first call advises)")
     args = parser.parse_args(argv)
-    auto.CONFIG = with_fields(auto.CONFIG, args.config)
+    mixture.ENGINE = with_fields(mixture.ENGINE, args.config)
     rank = int(re.findall(r"\d+", args.model)[0])
     if args.experiment == "nmf":
         X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)
@@ -118,14 +122,10 @@ def main(argv=None) -> None:
             warnings.simplefilter("ignore", bam.EvidenceWarning)
             est = bam.log_evidence(model, X, method=args.method, rng_key=key, min_calls=args.min_calls,
                                     **({} if args.effort is None else {"effort": args.effort}))
-        stage = est.details.get("reference_stage")  # a ReferenceStage where the reference part ran
-        used = [stage.starts[i] for i in stage.chosen] if stage else []
-        print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}), runs "
-              f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, references from {used} "
-              f"({len(stage.scout_estimates) if stage else 0} scouts; starts near the best pilot: "
-              f"{stage.basin_starts if stage else None}), "
-              f"sure bound {est.details.get('lower_bound', np.nan):.1f}, VB bound {est.details.get('vb_bound', np.nan):.1f}, "
-              f"{time.perf_counter() - start:.1f} s", flush=True)
+        print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}: {est.pipeline}), runs "
+              f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, temperatures "
+              f"{est.details.get('num_temperatures')}, sure bound {est.details.get('lower_bound', np.nan):.1f}, "
+              f"VB bound {est.details.get('vb_bound', np.nan):.1f}, {time.perf_counter() - start:.1f} s", flush=True)
         if "call_values" in est.details:
             print(f"  calls: {np.round(est.details['call_values'], 2).tolist()} ({est.details.get('reason', '')})",
                   flush=True)

@@ -9,7 +9,7 @@ from scipy import stats
 
 import bam_ppl as bam
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
-from bam_ppl.infer.info import AutoInfo, ReferenceStage
+from bam_ppl.infer.info import AutoInfo
 
 
 def test_pool_runs_grows_with_disagreement():
@@ -48,51 +48,6 @@ def test_warning_fires_when_it_should_and_not_otherwise():
     with pytest.warns(bam.EvidenceWarning, match=r"below the sure lower bound -1887\.8 \(the VB bound"):
         check_estimate(below_vb)
     assert issubclass(bam.EvidenceWarning, UserWarning)
-
-
-def _stage(starts, pilots, chosen=0, basin_starts=None):
-    from bam_ppl.infer import auto
-
-    basin_starts = auto.basin_starts(starts, pilots) if basin_starts is None else basin_starts
-    return ReferenceStage(start_lower_bound=-1.0, vb_restarts=-2.0, starts=list(starts), pilots=list(pilots),
-                          chosen=[chosen] * 4, basin_starts=basin_starts, reference_sweeps=[], scout_estimates=[])
-
-
-def _referenced(method, basin_starts, chosen="vb"):
-    # method="auto"'s caveat where the reference runs rest on one basin, which check_estimate says.
-    from bam_ppl.infer import auto
-
-    est = _estimate([-3451.2, -3451.2, -3453.0, -3454.0])
-    starts = ["sampled", "vb", "scout 0", "scout 1"]
-    caveat = auto.single_basin_caveat(method, _stage(starts, [0.0] * 4, starts.index(chosen), basin_starts))
-    return EvidenceEstimate(est.value, est.stderr, method, "estimate", dict(est.details, caveat=caveat))
-
-
-def test_warning_when_the_reference_runs_rest_on_a_basin_one_secondary_start_reached():
-    # ICEWS under Tucker(4, 4, 1), key 2: every reference piloting near the best came from the VB fit,
-    # and the call gave −3451.8 ± 0.7 where other keys give −3445 (benchmarks/README.md).
-    with pytest.warns(bam.EvidenceWarning, match="one of 4 independent starts \\('vb'\\).*rng_key"):
-        check_estimate(_referenced("reference", 1))
-    with pytest.warns(bam.EvidenceWarning, match="rests on one basin"):
-        check_estimate(_referenced("chib+reference", 1, chosen="scout 1"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_estimate(_referenced("reference", 2))  # two starts reached it
-        check_estimate(_referenced("chib", 1))  # the reference runs are not what is reported
-        # The samplers' search reached it (NMF(4), T = 16 000: their start's references lead, the
-        # scouts' short chains lie 20 nats and more below, and keys agree).
-        check_estimate(_referenced("reference", 1, chosen="sampled"))
-
-
-def test_single_basin_caveat_advises_the_configured_number_of_calls():
-    import dataclasses
-
-    from bam_ppl.infer import auto
-
-    stage = _stage(["sampled", "vb"], [0.0, 0.0], 1, 1)
-    assert "min_calls=3" in auto.single_basin_caveat("reference", stage)
-    five = dataclasses.replace(auto.CONFIG, fragile_calls=5)
-    assert "pools the 5 calls it advises) or pass min_calls=5" in auto.single_basin_caveat("reference", stage, five)
 
 
 def test_smc_reports_runs_and_a_sure_lower_bound(x1):
@@ -160,7 +115,7 @@ def test_exact_size_guard_at_large_T():
         bam.log_evidence(model, X, method="exact")
 
 
-def test_auto_picks_exact_smc_or_tempered(x1):
+def test_auto_picks_exact_or_the_mixture_engine(x1):
     from bam_ppl.infer.auto import choose_method
 
     model = bam.models.nmf(2)
@@ -168,11 +123,9 @@ def test_auto_picks_exact_smc_or_tempered(x1):
     assert est.method == "auto" and est.pipeline == "exact" and isinstance(est.info, AutoInfo)
     assert est.value == pytest.approx(bam.log_evidence(model, x1, method="exact").value)
     assert choose_method(bam.models.complete_graph(3), np.ones((3, 3, 3), int))[0] == "exact"
-    _, small = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=20)
-    assert choose_method(bam.models.nmf(3), small)[0] == "smc"
     _, large = bam.models.nmf(3, a=200.0).sample(jax.random.key(1), shape=(20, 30), total=400)
     method, reason = choose_method(bam.models.nmf(3), large)
-    assert method == "tempered" and "400" in reason
+    assert method == "mixture" and "400" in reason
     with pytest.raises(TypeError, match=r"unknown option.*\['num_chainz'\]"):
         bam.log_evidence(bam.models.nmf(3), large, num_chainz=2)
 
@@ -301,83 +254,6 @@ def test_compare_pools_calls_per_model_like_log_evidence(x2):
     np.testing.assert_allclose(on_pool["log_evidence"], table["log_evidence"])
     with pytest.raises(ValueError, match="min_calls"):
         bam.compare(models, x2, min_calls=0, **options)
-
-
-def _register_advising_estimator():
-    """A stand-in estimator whose level depends on its key and that advises three calls, as
-    method="auto" does where few independent starts reached the basin it reports."""
-    from bam_ppl.infer.registry import register_evidence
-    from bam_ppl.types import as_key
-
-    def level(rng_key) -> float:
-        return float(-20.0 + 10.0 * jax.random.uniform(as_key(rng_key)))
-
-    @register_evidence("advises_three_calls")
-    def advises(model, data, *, rng_key=0):
-        v = level(rng_key)
-        return EvidenceEstimate(v, 0.05, "advises_three_calls", "estimate",
-                                {"run_log_evidence": [v - 0.05, v + 0.05], "lower_bound": v - 30.0, "advised_calls": 3,
-                                 "reason": f"level {v}"})
-
-    return level
-
-
-def test_calls_advised_by_the_estimator_are_made_unless_min_calls_is_given(x2):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bam_ppl.parallel import task_key
-
-    level, model = _register_advising_estimator(), bam.models.nmf(2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", bam.EvidenceWarning)  # the calls' levels differ by up to 10 nats
-        est = bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7)
-        # The first call with the key itself, the further ones with fold_in(key, c), pooled.
-        levels = [level(7), level(task_key(7, 1)), level(task_key(7, 2))]
-        assert est.details["num_calls"] == 3 and est.details["call_values"] == pytest.approx(levels)
-        assert est.details["reason"] == f"level {levels[0]}"  # why: the first call's, whichever is highest
-        assert (est.value, est.stderr) == pytest.approx(pool_calls([[v - 0.05, v + 0.05] for v in levels]))
-        # min_calls given: exactly (at least) that many, whatever the estimator advises.
-        assert "num_calls" not in bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
-                                                   min_calls=1).details
-        assert bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
-                                min_calls=4).details["num_calls"] == 4
-        # With a target the first call's own error would meet, the advised calls are still made.
-        assert bam.log_evidence(model, x2, method="advises_three_calls", rng_key=7,
-                                target_stderr=100.0).details["num_calls"] == 3
-        # compare: each model's row as log_evidence gives it, on an executor too.
-        models = {"a": model, "b": bam.models.nmf(1)}
-        table = bam.compare(models, x2, method="advises_three_calls", rng_key=7)
-        with ThreadPoolExecutor(2) as pool:
-            on_pool = bam.compare(models, x2, method="advises_three_calls", rng_key=7, executor=pool)
-    assert table.loc["a", "log_evidence"] == pytest.approx(est.value)
-    assert table.loc["a", "stderr"] == pytest.approx(est.stderr)
-    np.testing.assert_allclose(on_pool["log_evidence"], table["log_evidence"])
-    np.testing.assert_allclose(on_pool["stderr"], table["stderr"])
-
-
-def test_auto_advises_more_calls_where_few_starts_reached_the_best_basin():
-    from bam_ppl.infer import auto
-
-    def estimate(method, reached, starts=("sampled", "vb", "scout 0", "scout 1")):
-        names = list(starts)
-        pilots = [-1.0 if i < reached else -50.0 for i in range(len(names))]
-        stage = _stage(names, pilots)
-        return EvidenceEstimate(-1.0, 0.1, "auto", "estimate", {"run_log_evidence": [-1.0]}, pipeline=method,
-                                info=AutoInfo(reason="", advised_calls=1, reference_stage=stage))
-
-    fragile = auto.CONFIG.fragile_starts
-    calls, why = auto.advised_calls(estimate("reference", fragile), 2000)
-    assert calls == auto.CONFIG.fragile_calls > 1 and f"{fragile} of 4 independent starts" in why
-    assert auto.advised_calls(estimate("chib+reference", 1), 2000)[0] == auto.CONFIG.fragile_calls
-    assert auto.advised_calls(estimate("reference", fragile + 1), 2000) == (1, None)
-    # More starts in the best basin, but the scout batches ran out while their rule asked for more.
-    calls, why = auto.advised_calls(estimate("reference", fragile + 1, starts=("scout 0", "sampled", "vb", "scout 1")),
-                                    2000)
-    assert calls == auto.CONFIG.fragile_calls and "batches ended" in why
-    # Not where the reference runs are not reported, nor where the samplers' start is relied on.
-    assert auto.advised_calls(estimate("chib", 1), 2000) == (1, None)
-    assert auto.advised_calls(estimate("reference", 1), auto.CONFIG.samplers_max_tokens) == (1, None)
-    assert auto.advised_calls(EvidenceEstimate(-1.0, 0.1, "smc", "estimate", {}), 2000) == (1, None)
 
 
 @pytest.mark.parametrize("name, value, error", [("num_particles", -1, ValueError), ("num_chains", 0, ValueError),

@@ -835,14 +835,17 @@ def test_bad_reference_raises(reference, error):
 
 
 def test_allocation_near_expected_counts_adds_up_to_the_data():
-    # What method="auto" builds a reference around from a VB fit: a valid allocation of X whose
+    # What the mixture engine starts a reference from where a VB fit ended: a valid allocation of X whose
     # tokens follow each cell's conditional given the (non-integer) expected table counts.
     model, X = CASES["missing_entries"]
-    bound = model.bind(X)
+    data, bound, layout, _ = prepare(model, X)
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
     visited = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=1)
     entries = np.concatenate([np.ravel(c) for c in bound.table_counts(visited.best_cells, visited.best_counts)])
     expected = 0.7 * entries + 0.3 * np.random.default_rng(1).random(entries.size)
-    cells, counts = references.allocation_near_counts(model, X, expected)
+    config = references.configs_from_counts(tp, references.kernel_counts(tp, expected, bound.column_of))
+    assert config.shape == tp.token_cell.shape and 0 <= config.min() and config.max() < tp.num_configs
+    cells, counts = tempered_problem.best_allocation(bound, data, layout, tp, config)
     assert counts.sum() == model.as_data(X).total and (counts > 0).all()
     assert bound.log_prob_cells(cells, counts) <= exact_log_evidence(model, X)
     result = tempered.run_tempered(model, X, 0, num_particles=16, num_chains=2, reference=(cells, counts))

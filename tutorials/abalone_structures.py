@@ -10,8 +10,8 @@
 # * the **complete graph** (CG) over the seven measurements — a Dirichlet-multinomial on the full
 #   joint table, whose evidence is a closed form (`method="exact"`);
 # * **CP(R)**, a naive-Bayes / latent-class model in which a hidden "cause" r with R values
-#   explains all seven measurements — its evidence needs a sampler: `method="auto"` picks the
-#   tempered SMC over allocations.
+#   explains all seven measurements — its evidence needs a sampler: `method="auto"` runs the
+#   tempered SMC from a mixture of references.
 #
 # The paper found CP above CG for every order R > 2, at a = 1 and a = 0.001. Finally we look
 # inside the best allocation found, as in its Fig. 13: the distribution of age (rings) in each
@@ -63,14 +63,14 @@ print("length bins:", X.coords["length"])
 #
 # `bam.compare` accepts already computed estimates, which lets each model get the estimator that
 # suits it, as `method="auto"` does — `"exact"` for CG (no latent
-# node), the tempered SMC for CP(R ≥ 2), whose options we set here.
+# node), the tempered SMC from a mixture of references for CP(R ≥ 2), whose options we set here.
 #
 # CP(1) is the independence model (a latent node with one value changes nothing), so its row
 # uses `bam.models.independence(7)`: same evidence, and a closed form.
 
 # %%
 def estimate(model, data, rng_key=0):
-    """``method="auto"``; the tempered SMC's options reach it only where it runs. The compare
+    """``method="auto"``; the mixture engine's options reach it only where it runs. The compare
     table's ``below_bound`` column says what an EvidenceWarning would."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)

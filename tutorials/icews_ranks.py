@@ -58,11 +58,11 @@ print("busiest senders:", [X.coords["sender"][c] for c in busiest])
 # ## Evidence of every decomposition
 #
 # Each estimate is the one `method="auto"` runs (the tempered SMC
-# over allocations here). Rank-1 models have a single allocation, scored exactly.
+# from a mixture of references here). Rank-1 models have a single allocation, scored exactly.
 
 # %%
 def estimate(model, data, rng_key=0):
-    """``method="auto"``; the tempered SMC's options reach it only where it runs. The compare
+    """``method="auto"``; the mixture engine's options reach it only where it runs. The compare
     table's ``below_bound`` column says what an EvidenceWarning would."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)

@@ -58,12 +58,12 @@ print("most frequent bigrams:", [X.coords["first"][c // 26] + X.coords["second"]
 # ## Evidence of every structure and order
 #
 # Each estimate is what `method="auto"` runs: here the tempered SMC
-# over allocations, whose particle numbers we set. Order 1 has a single allocation, scored
+# from a mixture of references, whose particle numbers we set. Order 1 has a single allocation, scored
 # exactly (stderr 0).
 
 # %%
 def estimate(model, data, rng_key=0):
-    """``method="auto"``; the tempered SMC's options reach it only where it runs. The compare
+    """``method="auto"``; the mixture engine's options reach it only where it runs. The compare
     table's ``below_bound`` column says what an EvidenceWarning would."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)

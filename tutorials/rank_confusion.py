@@ -9,8 +9,8 @@
 # evidence is selected. The authors report exact rank recovery for **92.5 %** of their tensors
 # with their Pólya-urn SMC and **52.5 %** with the variational lower bound.
 #
-# Here every evidence is the one `method="auto"` computes (the tempered SMC over allocations at
-# these sizes), and the selection is `bam.compare`'s best row.
+# Here every evidence is the one `method="auto"` computes (the tempered SMC from a mixture of
+# references at these sizes), and the selection is `bam.compare`'s best row.
 
 # %%
 import os
@@ -48,7 +48,7 @@ PAPER = {"Pólya-urn SMC (paper)": 0.925, "VB lower bound (paper)": 0.525}
 
 # %%
 def estimate(model, data, rng_key=0):
-    """``method="auto"``; the tempered SMC's options reach it only where it runs. The compare
+    """``method="auto"``; the mixture engine's options reach it only where it runs. The compare
     table's ``below_bound`` column says what an EvidenceWarning would."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", bam.EvidenceWarning)

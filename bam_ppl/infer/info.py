@@ -167,68 +167,20 @@ class UpperBoundInfo(NamedTuple):
     referenced: bool
 
 
-class TemperedStage(NamedTuple):
-    """``method="auto"``: how the tempered SMC from the prior was sized."""
-
-    #: Particles of its runs (from the pilot's schedule unless given).
-    num_particles: int
-    #: Temperatures of the pilot run's adaptive schedule.
-    pilot_temperatures: int
-
-
-class ReferenceStage(NamedTuple):
-    """``method="auto"``: the reference part's starts, pilots and choices."""
-
-    #: The sure lower bound of the samplers' best allocation, the first start.
-    start_lower_bound: float
-    #: The best ELBO of VB's random restarts (a second start where above the first).
-    vb_restarts: float
-    #: Each candidate reference's start, ``"sampled"``, ``"vb"`` or ``"scout i"``.
-    starts: list
-    #: Each candidate's pilot log evidence.
-    pilots: list
-    #: The candidate each main run started from.
-    chosen: list
-    #: Independent starts with a candidate piloting near the best (``bam_ppl.infer.auto.basin_starts``).
-    basin_starts: int
-    #: Sweeps of the chosen references' chains.
-    reference_sweeps: list
-    #: Each scout run's log evidence.
-    scout_estimates: list
-
-
 class AutoInfo(NamedTuple):
-    """``method="auto"``: what it chose and why, and the estimators it ran (``EvidenceEstimate.pipeline`` names them)."""
+    """``method="auto"``: what it chose and why (``EvidenceEstimate.pipeline`` names the estimator that ran)."""
 
-    #: Why these estimators, in words.
+    #: Why this estimator, in words.
     reason: str
-    #: Independent calls the search asks for (:func:`bam_ppl.infer.auto.advised_calls`).
-    advised_calls: int
-    #: The ``info`` of the estimate reported, where one estimator's estimate is kept (None where runs are pooled).
+    #: The ``info`` of the estimator that ran.
     kept_info: NamedTuple | None = None
-    #: The name of that estimator's part, or None where one estimator ran or runs are pooled.
-    kept: str | None = None
-    #: The next highest part (method, value, stderr, lower_bound) where one part is kept.
-    cross_check: dict | None = None
-    #: Each part's method, value, stderr, lower bound and runs, by name ("tempered", "chib", "reference").
-    parts: dict | None = None
-    #: The VB lower bound (the best ELBO of its restarts and of fits from the parts' allocations).
-    vb_bound: float | None = None
-    #: The tempered SMC's particles and its pilot's number of temperatures.
-    tempered_stage: TemperedStage | None = None
-    #: The reference stage's starts, pilots and choices (None where it did not run).
-    reference_stage: ReferenceStage | None = None
-    #: The cost knob the call ran at (:meth:`bam_ppl.infer.auto.AutoConfig.scaled`).
+    #: The cost knob the call ran at (:class:`bam_ppl.infer.smc.mixture.EngineConfig`).
     effort: float = 1.0
-    #: What one call cannot show and several calls would (said by ``bam_ppl.estimate.check_estimate``
-    #: where the estimate rests on one call), or None.
-    caveat: str | None = None
 
 
 #: Every info type by name, as :meth:`bam_ppl.EvidenceEstimate.from_dict` reads them.
 INFO_TYPES = {cls.__name__: cls for cls in (ExactInfo, PolyaUrnInfo, TemperedInfo, ChibInfo, VBInfo, MixtureInfo,
-                                            UpperBoundInfo, TemperedStage, ReferenceStage,
-                                            AutoInfo)}
+                                            UpperBoundInfo, AutoInfo)}
 
 
 def info_from_json(data: dict):

@@ -391,6 +391,19 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
     return sizes._replace(rho=float(rho))
 
 
+def check_options(options: dict) -> None:
+    """The engine's options in ``options`` (those given, by name) checked as :func:`mixture_log_evidence`
+    checks them, before any work: for ``method="auto"``, which may enumerate instead."""
+    _options(options.get("effort", 1.0), options.get("num_particles"), options.get("num_scouts"),
+             options.get("rho", ENGINE.rho), options.get("reference_sweeps"), options.get("vb_restarts"))
+    if "num_chains" in options:
+        check_int(options["num_chains"], "num_chains", minimum=1)
+    if "max_configs" in options:
+        check_int(options["max_configs"], "max_configs", minimum=1)
+    if "progress_bar" in options:
+        resolve_progress(options["progress_bar"])
+
+
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
                          num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,

@@ -20,7 +20,6 @@ from ..prepare import prepare
 from .tempered_numba import _cell_probabilities, kernel_tables, token_layout
 from .tempered_problem import (
     TemperedProblem,
-    best_allocation,
     build_tempered_problem,
     counts_of_configs,
 )
@@ -231,11 +230,3 @@ def _checked_reference(tp: TemperedProblem, reference: Reference) -> np.ndarray:
                          "build_references(model, data, allocation)")
     return log_q
 
-
-def allocation_near_counts(model, data, expected_counts, max_configs: int = DEFAULT_MAX_CONFIGS):
-    """An allocation (full cells (n, nodes), counts (n,)) near expected table counts (F,) in the
-    model's numbering, e.g. a VB fit's ``details["expected_counts"]`` (:func:`configs_from_counts`)."""
-    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
-    tp = build_tempered_problem(bound, data, layout)
-    config = configs_from_counts(tp, kernel_counts(tp, expected_counts, bound.column_of))
-    return best_allocation(bound, data, layout, tp, config)
