@@ -247,9 +247,8 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     SMC run of ``scout_particles`` from the latent urn, whose best allocation marks a basin it
     reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
     configurations (an array: a VB fit rounded), then a posterior chain of :func:`chain_sweeps` sweeps
-    from there, whose last half averages into the reference
-    (``references.reference_from_chain``): its first half is the way from a
-    mode, or from an urn draw, into the posterior's bulk that q should cover."""
+    from there whose last half averages into the reference (``references.reference_from_chain``):
+    its first half is the way from a mode, or from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -404,6 +403,21 @@ def check_options(options: dict) -> None:
         resolve_progress(options["progress_bar"])
 
 
+def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tuple]:
+    """The :class:`MixtureProblem` of ``data`` under ``model``, and the prepared (bound, data, layout)."""
+    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
+    tp = build_tempered_problem(bound, data, layout)
+    return (MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
+                           label_symmetries_of(bound, data, layout)), (bound, data, layout))
+
+
+def defended_start(found: list[Scouted], tp: TemperedProblem) -> MixtureStart:
+    """The equal-weight mixture of the search's references and, as one more component, the uniform
+    distribution over every cell's configurations: a defensive component (Hesterberg 1995) that
+    covers what no reference does, so that the importance weights stay bounded."""
+    return uniform_start([f.log_q for f in found] + [uniform_reference(tp)])
+
+
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
                          num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
@@ -419,11 +433,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the particles (4 · effort per reference, at least 64 · effort), the scouts of each kind
-        (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), the
-        least sweeps of each reference's chain (200 · effort; 0.8 T sweeps where more, at most
-        205 million · effort token moves) and the VB restarts (100 · effort) unless given one by one
-        (:class:`EngineConfig`): more effort finds more basins, covers them better and weighs them
-        with more particles.
+        (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), each
+        chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
+        and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
     num_particles : int, optional
         Particles of each run.
     num_scouts : int, optional
@@ -448,23 +460,17 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     resolve_progress(progress_bar)  # validates
     if numba is None:
         raise ImportError("method='mixture' builds its references with the numba kernel: pip install numba")
-    key = as_key(rng_key)
-    began = time.perf_counter()
-    data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
-    tp = build_tempered_problem(bound, data, layout)
-    problem = MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
-                             label_symmetries_of(bound, data, layout))
+    began, key = time.perf_counter(), as_key(rng_key)
+    problem, (bound, data, layout) = mixture_problem(model, data, max_configs)
     options = options._replace(num_scouts=scouts_per_kind(options, data.total), search_token_moves=None)
     show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.min_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
             seeds = call_seeds(key, num_runs, 2 * options.num_scouts + options.vb_starts)
-            vb_configs, vb_bound = vb_start_configs((bound, data, layout), tp, seeds.vb, options)
+            vb_configs, vb_bound = vb_start_configs((bound, data, layout), problem.tp, seeds.vb, options)
             found = search(problem, options, seeds, pool, vb_configs)
-            # The uniform distribution over every cell's configurations as one more component, a defensive
-            # one (Hesterberg 1995): it covers what no reference does, so that the weights stay bounded.
-            start = uniform_start([f.log_q for f in found] + [uniform_reference(tp)])
+            start = defended_start(found, problem.tp)
             runs = []
             for r in range(num_runs):
                 runs.append(run_mixture(problem, options, seeds.runs[r], pool, start))
