@@ -72,9 +72,9 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
 def pool_calls(call_runs) -> tuple[float, float]:
     """Pool the runs of independent calls of an estimator (a list of each call's run values).
 
-    The value is the log-mean-exp of all runs, as :func:`pool_runs`. The runs of one call share
-    what the call found on its way (``method="auto"``: the references of one search), so they can
-    agree closely in a basin that another call misses; the calls, not the runs, are then the
+    The value is the log-mean-exp of all runs, as :func:`pool_runs`. The runs of one call can share
+    what the call found on its way (``method="tempered"``: the allocation its references start
+    from), so they can agree closely in a basin that another call misses; the calls, not the runs, are then the
     independent units. The error is the larger of :func:`pool_runs`'s over all runs and the
     jackknife over calls (leave one call's runs out), which grows with the calls' disagreement.
     """

@@ -103,28 +103,32 @@ CASES = {
 }
 
 
-def test_one_search_feeds_every_run_with_vb_fits_among_its_starts():
-    # The call's starts: the annealed and drawn scouts, then the VB fits; every run anneals from all of them.
+def test_every_run_has_a_search_of_its_own_with_its_share_of_the_vb_fits():
+    # Each run's starts: its share of the annealed and drawn scouts, then of the VB fits; runs anneal from their own.
     model, X = CASES["nmf"]
-    est = bam.log_evidence(model, X, method="mixture", rng_key=2, num_scouts=3, num_particles=16, vb_restarts=8)
+    est = bam.log_evidence(model, X, method="mixture", rng_key=2, num_chains=2, num_scouts=4, num_particles=16,
+                           vb_restarts=8)
     info = est.info
-    assert len(info.scout_log_evidence) == len(info.chain_sweeps) == 2 * 3 + mixture.ENGINE.vb_starts
-    annealed = np.asarray(info.scout_log_evidence[0:6:2])
-    assert np.all(np.isfinite(annealed)) and np.all(np.isnan(info.scout_log_evidence[1::2]))
-    # The VB bound: the best restart's ELBO, below log p(X), and what vb's own estimator gives for those restarts.
+    assert info.num_scouts == 4 and len(info.scout_log_evidence) == len(info.chain_sweeps) == 2
+    for values in info.scout_log_evidence:  # two annealed and two drawn scouts, two VB fits
+        assert len(values) == 2 * 2 + 2
+        assert np.all(np.isfinite(values[0:4:2])) and np.all(np.isnan(values[1::2]))
+    # The VB bound: the best restart's ELBO over the runs, below log p(X); each run's restarts its own.
     exact = exact_log_evidence(model, X)
     assert est.details["vb_bound"] <= exact
-    keys = mixture.call_seeds(jax.random.PRNGKey(2), 4, 10).vb
-    options = mixture.effort_sizes(1.0)._replace(vb_restarts=8)
+    share = mixture.run_share(mixture.effort_sizes(1.0)._replace(num_scouts=4, vb_restarts=8), 2)
+    assert (share.num_scouts, share.vb_restarts, share.vb_starts) == (2, 4, 2)
+    keys = mixture.call_seeds(jax.random.PRNGKey(2), 2, 6).vb
     data, bound, layout, _ = prepare(model, X)
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
-    configs, vb_bound = mixture.vb_start_configs((bound, data, layout), tp, keys, options)
-    assert vb_bound == est.details["vb_bound"] and len(configs) == mixture.ENGINE.vb_starts
-    for config in configs:  # allocations of X: each cell's tokens, every one in a configuration
-        assert config.shape == tp.token_cell.shape and config.min() >= 0 and config.max() < tp.num_configs
-    # Without VB restarts the search has only its scouts, and no VB bound.
-    plain = bam.log_evidence(model, X, method="mixture", rng_key=2, num_scouts=3, num_particles=16, vb_restarts=0)
-    assert len(plain.info.chain_sweeps) == 6 and plain.details["vb_bound"] == -np.inf
+    fits = [mixture.vb_start_configs((bound, data, layout), tp, key, share) for key in keys]
+    assert max(elbo for _, elbo in fits) == est.details["vb_bound"]
+    for config in [config for configs, _ in fits for config in configs]:  # allocations of X: every token configured
+        assert len(fits[0][0]) == 2 and config.shape == tp.token_cell.shape and config.min() >= 0 and config.max() < tp.num_configs
+    # Without VB restarts the searches have only their scouts, and no VB bound.
+    plain = bam.log_evidence(model, X, method="mixture", rng_key=2, num_chains=2, num_scouts=3, num_particles=16,
+                             vb_restarts=0)
+    assert [len(own) for own in plain.info.chain_sweeps] == [4, 4] and plain.details["vb_bound"] == -np.inf
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -151,8 +155,9 @@ def test_bad_options_are_refused_before_any_work(option, value, error, monkeypat
 def test_fewer_particles_than_references_keep_a_mixture_of_some():
     # Components without a particle leave the mixture (the start is then the mixture of the others).
     model, X = CASES["nmf"]
-    est = bam.log_evidence(model, X, method="mixture", rng_key=0, num_particles=4, num_scouts=4, vb_restarts=0)
-    assert np.isfinite(est.value) and est.info.num_particles == 4 and len(est.info.chain_sweeps) == 8
+    est = bam.log_evidence(model, X, method="mixture", rng_key=0, num_particles=4, num_scouts=16, vb_restarts=0)
+    assert est.info.num_particles == 4 and [len(own) for own in est.info.chain_sweeps] == [8] * 4  # 9 components
+    assert np.isfinite(est.value)
 
 
 def test_search_sizes_follow_the_tokens_within_the_budgets():

@@ -132,17 +132,18 @@ class VBInfo(NamedTuple):
 
 
 class MixtureInfo(NamedTuple):
-    """``method="mixture"``: the tempered SMC from a mixture of references found by one search."""
+    """``method="mixture"``: the tempered SMC from a mixture of references, each run's found by a search of its own."""
 
     #: Temperatures of each run's schedule.
     num_temperatures: list
-    #: Log evidence of each start of the search, in order (an annealed scout's run; nan for a drawn scout or a VB fit).
+    #: For each run, the log evidence of each start of its search, in order (an annealed scout's run; nan for a drawn
+    #: scout or a VB fit).
     scout_log_evidence: list
-    #: Sweeps of each reference's chain, in the order of the starts.
+    #: For each run, the sweeps of each reference's chain, in the order of the starts.
     chain_sweeps: list
     #: Particles per run.
     num_particles: int
-    #: Scouts of each kind in the search.
+    #: Scouts of each kind in the call (all runs' searches).
     num_scouts: int
     #: Independent runs.
     num_runs: int

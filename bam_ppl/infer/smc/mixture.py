@@ -28,10 +28,10 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
-One search per call feeds every run: the identity holds for any start, so each run stays unbiased
-given the search, and a search as wide as all runs' together finds basins that each run's share
-of it would miss (the runs' spread then leaves out which basins the search found; the spread
-across keys includes it: benchmarks/README.md).
+Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
+holds for any start, so each run is an unbiased estimate of p(X) given its search, and the runs are
+independent, searches included, so their spread, the stated error, also shows which basins a search
+finds and which it misses.
 """
 
 from __future__ import annotations
@@ -216,10 +216,22 @@ def particles_for(options: MixtureOptions, num_references: int) -> int:
     return max(options.min_particles, options.particles_per_reference * num_references)
 
 
+def run_share(options: MixtureOptions, num_runs: int) -> MixtureOptions:
+    """The sizes of one run's search: its share of the call's scouts of each kind and VB restarts
+    (rounded up, at least one scout of each kind; one VB fit per run where the call keeps fewer than
+    one for each)."""
+    def share(size, least):
+        return max(least, -(-size // num_runs))
+
+    restarts = share(options.vb_restarts, 0)
+    return options._replace(num_scouts=share(options.num_scouts, 1), vb_restarts=restarts,
+                            vb_starts=min(restarts, share(options.vb_starts, 1)))
+
+
 class CallSeeds(NamedTuple):
     """Every random stream of one call: ``runs`` (R, NUM_BLOCKS + 1, 2) uint32, each run's particle
-    blocks and resampling; ``starts`` (2·S + V, 2, 2) uint32, two for each start of the search
-    (:func:`search`); ``vb`` the VB restarts' key."""
+    blocks and resampling; ``starts`` (R, 2·S + V, 2, 2) uint32, two for each start of each run's
+    search (:func:`search`); ``vb`` (R,) each run's key for its VB restarts."""
 
     runs: np.ndarray
     starts: np.ndarray
@@ -227,13 +239,15 @@ class CallSeeds(NamedTuple):
 
 
 def call_seeds(key, num_runs: int, num_starts: int) -> CallSeeds:
+    """The streams of ``num_runs`` runs whose searches have ``num_starts`` starts each."""
     run_key, start_key, vb_key = jax.random.split(key, 3)
 
     def streams(key, num):
         return np.asarray(jax.random.key_data(jax.random.split(key, num))).astype(np.uint32)
 
     return CallSeeds(streams(run_key, num_runs * (NUM_BLOCKS + 1)).reshape(num_runs, NUM_BLOCKS + 1, -1),
-                     streams(start_key, 2 * num_starts).reshape(num_starts, 2, -1), vb_key)
+                     streams(start_key, 2 * num_runs * num_starts).reshape(num_runs, num_starts, 2, -1),
+                     jax.random.split(vb_key, num_runs))
 
 
 class _Inline:
@@ -286,15 +300,17 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
             float(result.elbo[best[0]]))
 
 
-def search(problem: MixtureProblem, options: MixtureOptions, seeds: CallSeeds, pool,
-           vb_configs: list) -> list[Scouted]:
-    """The call's search, in parallel: ``num_scouts`` annealed and as many drawn scouts, and the
-    allocations of ``vb_configs`` (:func:`scout`). The kinds find different basins: annealing
-    carries a scout across the allocations of sparse tables, a chain from a draw mixes between
-    groupings of the cells of dense ones, VB's coordinate ascent climbs to optima that sampling
-    rarely visits on real data."""
-    kinds = ["annealed", "drawn"] * options.num_scouts + list(vb_configs)
-    return list(pool.map(lambda seed, kind: scout(problem, options, seed, kind), seeds.starts, kinds))
+def search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
+           vb_configs: list[list]) -> list[list[Scouted]]:
+    """Every run's search, all in parallel: for run r (``seeds[r]``), ``num_scouts`` annealed and as
+    many drawn scouts, and the allocations of ``vb_configs[r]`` (:func:`scout`). The kinds find
+    different basins: annealing carries a scout across the allocations of sparse tables, a chain
+    from a draw mixes between groupings of the cells of dense ones, VB's coordinate ascent climbs
+    to optima that sampling rarely visits on real data."""
+    kinds = [["annealed", "drawn"] * options.num_scouts + list(configs) for configs in vb_configs]
+    tasks = [(seed, kind) for run_seeds, run_kinds in zip(seeds, kinds) for seed, kind in zip(run_seeds, run_kinds)]
+    found = iter(pool.map(lambda task: scout(problem, options, *task), tasks))
+    return [[next(found) for _ in run_kinds] for run_kinds in kinds]
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
@@ -322,7 +338,7 @@ class EngineConfig:
     particles_per_reference: int = 4
     # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
     min_particles: int = 64
-    # Scouts of each kind per call: how many basins the search can find ...
+    # Scouts of each kind per call, shared out among the runs: how many basins the searches can find ...
     num_scouts: int = 32
     # ... as long as their chains' token moves together stay within this: the search's cost on large tables.
     search_token_moves: int = 1_638_400_000
@@ -333,9 +349,9 @@ class EngineConfig:
     reference_sweeps: int = 200
     # and at most this many token moves: a chain's cost stays bounded at any number of tokens.
     chain_token_moves: int = 204_800_000
-    # Random VB restarts, cheap side by side (vmapped) and screened, so that many cost little.
+    # Random VB restarts per call (shared out among the runs), cheap side by side (vmapped) and screened.
     vb_restarts: int = 100
-    # The best VB fits that start references: optima of different restarts can be different basins.
+    # The best VB fits per call that start references (one per run): restarts' optima can be different basins.
     vb_starts: int = 4
     # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
     vb_screen_iters: int = 200
@@ -344,7 +360,7 @@ class EngineConfig:
     vb_tol: float = 1e-8
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
-    # Independent runs: their spread is the stated error.
+    # Independent runs, each with its own search: their spread is the stated error.
     num_chains: int = 4
     # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016): steps
     # fine enough that the moves carry the particles of each component between temperatures.
@@ -425,21 +441,22 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
                          progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
-    One search per call (:func:`search`) builds a reference around each basin its scouts and VB
-    fits find; each of ``num_chains`` independent runs anneals particles from their mixture to the
-    posterior (:func:`run_mixture`), pooled by log-mean-exp.
+    Each of ``num_chains`` independent runs has a search of its own (:func:`search`), which builds a
+    reference around each basin its scouts and VB fits find, and anneals particles from their
+    mixture to the posterior (:func:`run_mixture`); the runs are pooled by log-mean-exp.
 
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (4 · effort per reference, at least 64 · effort), the scouts of each kind
-        (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), each
+        Scales the particles (4 · effort per reference, at least 64 · effort), the call's scouts of each
+        kind (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
         and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
     num_particles : int, optional
         Particles of each run.
     num_scouts : int, optional
-        Scouts of each kind (annealed and drawn), whatever their chains cost.
+        Scouts of each kind (annealed and drawn) in the call, whatever their chains cost, shared out
+        among the runs (rounded up: at least one of each kind per run).
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
@@ -447,7 +464,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     reference_sweeps : int, optional
         Posterior sweeps of each reference's chain (the last half average into its reference).
     vb_restarts : int, optional
-        Random VB restarts whose best fits start references (0: none).
+        Random VB restarts in the call, shared out among the runs; the best of each run's start one of
+        its references (0: none).
 
     The sure ``lower_bound`` is the largest log π(S) visited (allocation: ``details["best_cells"]``,
     ``details["best_counts"]``), ``details["vb_bound"]`` the best VB ELBO, a second sure bound
@@ -465,22 +483,23 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     options = options._replace(num_scouts=scouts_per_kind(options, data.total), search_token_moves=None)
     show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.min_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
+    share = run_share(options, num_runs)
     try:
         with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-            seeds = call_seeds(key, num_runs, 2 * options.num_scouts + options.vb_starts)
-            vb_configs, vb_bound = vb_start_configs((bound, data, layout), problem.tp, seeds.vb, options)
-            found = search(problem, options, seeds, pool, vb_configs)
-            start = defended_start(found, problem.tp)
+            seeds = call_seeds(key, num_runs, 2 * share.num_scouts + share.vb_starts)
+            fits = [vb_start_configs((bound, data, layout), problem.tp, vb_key, share) for vb_key in seeds.vb]
+            found = search(problem, share, seeds.starts, pool, [configs for configs, _ in fits])
             runs = []
             for r in range(num_runs):
-                runs.append(run_mixture(problem, options, seeds.runs[r], pool, start))
+                runs.append(run_mixture(problem, share, seeds.runs[r], pool, defended_start(found[r], problem.tp)))
                 bar.update(1)
     finally:
         bar.close()
-    return _estimate(runs, found, vb_bound, problem, options, (bound, data, layout), began, effort)
+    vb_bound = max(elbo for _, elbo in fits)
+    return _estimate(runs, found, vb_bound, problem, share, (bound, data, layout), began, effort)
 
 
-def _estimate(runs, found: list[Scouted], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
+def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
               began: float, effort) -> EvidenceEstimate:
     """The :class:`~bam_ppl.estimate.EvidenceEstimate` of the runs, built at the boundary."""
     bound, data, layout = prepared
@@ -501,6 +520,7 @@ def _estimate(runs, found: list[Scouted], vb_bound: float, problem: MixtureProbl
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
                      vb_bound=vb_bound, seconds=seconds),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
-                         scout_log_evidence=[f.log_evidence for f in found],
-                         chain_sweeps=[f.sweeps for f in found], num_particles=particles_for(options, len(found)),
-                         num_scouts=options.num_scouts, num_runs=len(runs), effort=float(effort)))
+                         scout_log_evidence=[[f.log_evidence for f in own] for own in found],
+                         chain_sweeps=[[f.sweeps for f in own] for own in found],
+                         num_particles=particles_for(options, len(found[0]) + 1),
+                         num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort)))
