@@ -102,7 +102,7 @@ def test_auto_passes_effort_and_the_engines_options_on():
     # Two scouts of each kind shared out among three runs: one each, rounded up; two of the four VB restarts each.
     assert (engine.effort, engine.num_runs, engine.num_scouts) == (0.5, 3, 3) and est.info.effort == 0.5
     assert [len(own) for own in engine.chain_sweeps] == [2 * 1 + 2] * 3
-    assert engine.num_particles == mixture.particles_for(mixture.effort_sizes(0.5), 2 * 1 + 2 + 1)
+    assert engine.num_particles == mixture.particles_for(mixture.effort_sizes(0.5), 3 * (2 * 1 + 2) + 1)
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
         bam.log_evidence(model, MEDIUM, start=None)
 

@@ -209,8 +209,8 @@ def scouts_per_kind(options: MixtureOptions, num_tokens: int) -> int:
 
 
 def particles_for(options: MixtureOptions, num_references: int) -> int:
-    """Particles of each run: ``num_particles`` if given, else ``particles_per_reference`` for each
-    reference, at least ``min_particles``."""
+    """Particles of each run: ``num_particles`` if given, else ``particles_per_reference`` for each of
+    the call's ``num_references`` (every run's, and the defensive component), at least ``min_particles``."""
     if options.num_particles is not None:
         return options.num_particles
     return max(options.min_particles, options.particles_per_reference * num_references)
@@ -314,11 +314,11 @@ def search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, 
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
-                start: MixtureStart) -> MixtureRun:
-    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of :func:`particles_for`
+                start: MixtureStart, num_particles: int) -> MixtureRun:
+    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles``
     particles from the mixture ``start`` of the search's references (module docstring)."""
     tp = problem.tp
-    particles = MixtureParticles(tp, particles_for(options, start.log_q.shape[0]), seeds[:NUM_BLOCKS], pool, start)
+    particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start)
 
     def last_weights(ps):
         return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
@@ -334,7 +334,8 @@ class EngineConfig:
     """The numbers of the engine (one line of why each); ``effort`` scales the particles, the scouts,
     the chains' least sweeps and budgets and the VB restarts."""
 
-    # Particles of each run per reference, so that resampling can move them between components ...
+    # Particles of each run per reference of the call (all runs' searches), so that each run carries as many
+    # particles as a run from all of them would: with fewer, a run falls short more often than its spread shows ...
     particles_per_reference: int = 4
     # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
     min_particles: int = 64
@@ -448,8 +449,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (4 · effort per reference, at least 64 · effort), the call's scouts of each
-        kind (32 · effort, fewer where their chains would exceed 1.6 billion · effort token moves), each
+        Scales the particles (4 · effort per reference of the call, at least 64 · effort), the call's
+        scouts of each kind (32 · effort, fewer where their chains would exceed 1.6 billion · effort
+        token moves), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
         and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
     num_particles : int, optional
@@ -485,18 +487,28 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     share = run_share(options, num_runs)
     try:
-        with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-            seeds = call_seeds(key, num_runs, 2 * share.num_scouts + share.vb_starts)
-            fits = [vb_start_configs((bound, data, layout), problem.tp, vb_key, share) for vb_key in seeds.vb]
-            found = search(problem, share, seeds.starts, pool, [configs for configs, _ in fits])
-            runs = []
-            for r in range(num_runs):
-                runs.append(run_mixture(problem, share, seeds.runs[r], pool, defended_start(found[r], problem.tp)))
-                bar.update(1)
+        runs, found, vb_bound = searched_runs(problem, share, (bound, data, layout), key, num_runs, bar)
     finally:
         bar.close()
-    vb_bound = max(elbo for _, elbo in fits)
     return _estimate(runs, found, vb_bound, problem, share, (bound, data, layout), began, effort)
+
+
+def searched_runs(problem: MixtureProblem, share: MixtureOptions, prepared, key, num_runs: int,
+                  bar) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
+    """``num_runs`` independent runs with the sizes ``share`` each: their VB fits, their searches
+    (all at once, :func:`search`) and their annealing (:func:`run_mixture`); the runs, what each
+    search found and the best ELBO."""
+    with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
+        seeds = call_seeds(key, num_runs, 2 * share.num_scouts + share.vb_starts)
+        fits = [vb_start_configs(prepared, problem.tp, vb_key, share) for vb_key in seeds.vb]
+        found = search(problem, share, seeds.starts, pool, [configs for configs, _ in fits])
+        num_particles = particles_for(share, sum(map(len, found)) + 1)
+        runs = []
+        for r in range(num_runs):
+            runs.append(run_mixture(problem, share, seeds.runs[r], pool, defended_start(found[r], problem.tp),
+                                    num_particles))
+            bar.update(1)
+    return runs, found, max(elbo for _, elbo in fits)
 
 
 def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
@@ -522,5 +534,5 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
-                         num_particles=particles_for(options, len(found[0]) + 1),
+                         num_particles=particles_for(options, sum(map(len, found)) + 1),
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort)))
