@@ -123,8 +123,9 @@ def test_every_run_has_a_search_of_its_own_with_its_share_of_the_vb_fits():
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
     fits = [mixture.vb_start_configs((bound, data, layout), tp, key, share) for key in keys]
     assert max(elbo for _, elbo in fits) == est.details["vb_bound"]
+    assert [len(configs) for configs, _ in fits] == [2, 2]
     for config in [config for configs, _ in fits for config in configs]:  # allocations of X: every token configured
-        assert len(fits[0][0]) == 2 and config.shape == tp.token_cell.shape and config.min() >= 0 and config.max() < tp.num_configs
+        assert config.shape == tp.token_cell.shape and config.min() >= 0 and config.max() < tp.num_configs
     # Without VB restarts the searches have only their scouts, and no VB bound.
     plain = bam.log_evidence(model, X, method="mixture", rng_key=2, num_chains=2, num_scouts=3, num_particles=16,
                              vb_restarts=0)

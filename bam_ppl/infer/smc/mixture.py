@@ -216,10 +216,15 @@ def particles_for(options: MixtureOptions, num_references: int) -> int:
     return max(options.min_particles, options.particles_per_reference * num_references)
 
 
+def call_particles(options: MixtureOptions, found: list[list[Scouted]]) -> int:
+    """Particles of each run of a call whose searches found ``found`` (:func:`particles_for` over all
+    runs' references and the defensive component)."""
+    return particles_for(options, sum(map(len, found)) + 1)
+
+
 def run_share(options: MixtureOptions, num_runs: int) -> MixtureOptions:
-    """The sizes of one run's search: its share of the call's scouts of each kind and VB restarts
-    (rounded up, at least one scout of each kind; one VB fit per run where the call keeps fewer than
-    one for each)."""
+    """The sizes of one run's search: its share of the call's scouts of each kind, VB restarts and VB
+    fits kept, rounded up (at least one scout of each kind and one fit, where there are restarts)."""
     def share(size, least):
         return max(least, -(-size // num_runs))
 
@@ -502,7 +507,7 @@ def searched_runs(problem: MixtureProblem, share: MixtureOptions, prepared, key,
         seeds = call_seeds(key, num_runs, 2 * share.num_scouts + share.vb_starts)
         fits = [vb_start_configs(prepared, problem.tp, vb_key, share) for vb_key in seeds.vb]
         found = search(problem, share, seeds.starts, pool, [configs for configs, _ in fits])
-        num_particles = particles_for(share, sum(map(len, found)) + 1)
+        num_particles = call_particles(share, found)
         runs = []
         for r in range(num_runs):
             runs.append(run_mixture(problem, share, seeds.runs[r], pool, defended_start(found[r], problem.tp),
@@ -534,5 +539,5 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
-                         num_particles=particles_for(options, sum(map(len, found)) + 1),
+                         num_particles=call_particles(options, found),
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort)))
