@@ -298,7 +298,9 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
         problem = vb.build_problem(bound, data, layout)
         init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
         result = vb.run(init_keys, problem, num_iters=ENGINE.vb_iters, tol=ENGINE.vb_tol,
-                        screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts, min_batch=vb.MIN_BATCH)
+                        screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts,
+                        # the kept few run padded to the screened batch: one compiled program, not two
+                        min_batch=max(vb.MIN_BATCH, options.vb_restarts))
     best = np.argsort(-np.asarray(result.elbo), kind="stable")[:options.vb_starts]
     expected = result.alpha_hat[best] - bound.flat_concentration
     return ([configs_from_counts(tp, kernel_counts(tp, counts, bound.column_of)) for counts in expected],

@@ -446,9 +446,12 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
     # from a few allocations — share one compiled program instead of compiling one each (1.2-1.4 s
     # apiece). Elsewhere (one fit, min_batch=1) the copies would only multiply the work: VB-PMF on
     # 5000 samples ran 16 of them.
+    # The glue between the compiled chunks runs on host arrays: an eager JAX op compiles a program
+    # of its own for every shape (about fifty of them made up half of a first VB call's time).
     batch = int(jax.tree.leaves(states)[0].shape[0])
     if batch < min_batch:
-        states = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[:1], min_batch - batch, axis=0)]), states)
+        states = jax.tree.map(lambda x: np.concatenate([x, np.repeat(x[:1], min_batch - batch, axis=0)]),
+                              jax.device_get(states))
 
     def advance(states, start, stop):
         states, out = run_chunk(problem, states, num_iters, tol, length=CHUNK_ITERS)
@@ -456,10 +459,10 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
         return states
 
     states = run_in_chunks(advance, states, num_iters, chunk=CHUNK_ITERS, show=progress_bar, description=desc,
-                           stop_early=lambda s: bool(jnp.all(s.converged)))
-    states = jax.tree.map(lambda x: x[:batch], states)
-    ran = int(jnp.max(states.iteration))
-    stacked = jax.tree.map(lambda *xs: jnp.moveaxis(jnp.concatenate(xs, axis=0), 0, 1)[:batch], *outputs)
+                           stop_early=lambda s: bool(np.all(jax.device_get(s.converged))))
+    states = jax.tree.map(lambda x: x[:batch], jax.device_get(states))
+    ran = int(states.iteration.max())
+    stacked = jax.tree.map(lambda *xs: np.moveaxis(np.concatenate(xs, axis=0), 0, 1)[:batch], *jax.device_get(outputs))
     return states, jax.tree.map(lambda x: x[:, :ran], stacked)
 
 
@@ -512,15 +515,15 @@ def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: 
     behind repeat their last value, as those of converged restarts do."""
     screened, screen_trace = iterate(_run_chunk_jit, states, problem, num_iters=screen_iters, tol=tol,
                                      progress_bar=progress_bar, desc="vb (screening)", min_batch=min_batch)
-    kept = np.sort(np.argsort(-np.asarray(screened.elbo), kind="stable")[:screen_keep])
+    kept = np.sort(np.argsort(-screened.elbo, kind="stable")[:screen_keep])
     # The kept restarts go on counting from zero with the iterations left, so that the chunks stop
     # where they do; their totals are put back together below.
-    resumed = jax.tree.map(lambda x: x[kept], screened)._replace(iteration=jnp.zeros(kept.size, jnp.int32))
+    resumed = jax.tree.map(lambda x: x[kept], screened)._replace(iteration=np.zeros(kept.size, np.int32))
     resumed, trace = iterate(_run_chunk_jit, resumed, problem, num_iters=num_iters - screen_iters, tol=tol,
                              progress_bar=progress_bar, desc="vb", min_batch=min_batch)
-    final = jax.tree.map(lambda all_, some: all_.at[kept].set(some), screened,
-                         resumed._replace(iteration=resumed.iteration + screened.iteration[kept]))
-    screen_trace, trace = np.asarray(screen_trace), np.asarray(trace)
+    final = jax.tree.map(lambda x: x.copy(), screened)
+    for every, some in zip(final, resumed._replace(iteration=resumed.iteration + screened.iteration[kept])):
+        every[kept] = some
     full = np.repeat(screen_trace[:, -1:], trace.shape[1], axis=1)
     full[kept] = trace
     return VBResult(np.asarray(final.alpha_hat), np.concatenate([screen_trace, full], axis=1), np.asarray(final.elbo),
@@ -672,7 +675,7 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
 
     With ``screen_iters``, every restart runs that many iterations and only the ``screen_keep``
     with the highest ELBO go on (:func:`run_screened`): a search over many restarts at a fraction
-    of the cost (``method="auto"`` uses 100 restarts screened at 200 iterations, 10 kept).
+    of the cost (``method="auto"`` screens each run's share of its restarts at 200 iterations and keeps the best).
 
     ``start``: an allocation (cells, counts) or a list of them, e.g. the ``best_cells``,
     ``best_counts`` of a sampler's estimate, from each of which VB runs too: coordinate ascent
