@@ -178,7 +178,9 @@ def test_raw_program_gives_one_log_likelihood_array_to_arviz():
     from numpyro.infer import MCMC, NUTS
 
     program = NMF.numpyro_model()
-    mcmc = MCMC(NUTS(program), num_warmup=20, num_samples=20, progress_bar=False)
+    # Trees of at most 2^5 steps: the conversion is what is checked, and early warmup on this
+    # program runs to the default depth's 1023 steps (17 s instead of 4).
+    mcmc = MCMC(NUTS(program, max_tree_depth=5), num_warmup=20, num_samples=20, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X_SMALL)
     ll = group(az.from_numpyro(mcmc, log_likelihood=True), "log_likelihood")
     assert list(ll.data_vars) == ["X"] and ll["X"].shape[2:] == X_SMALL.shape

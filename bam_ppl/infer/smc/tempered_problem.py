@@ -186,55 +186,62 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
         factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
             not spec.ties and not spec.has_valid and not log_space
-            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows]))),
+            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), base=conc + fixed),
     )
 
 
 class FactorisedTempered(NamedTuple):
     """The rows of a token's tempered weights as :func:`~bam_ppl.infer.smc.tempered_numba._sweeps_factorised` reads them, where no
     members are tied, no cell restricts the configurations, every row moves with the token, the
-    weights stay in the float64 range, no two configurations share an entry of a constant row and
-    the indices fit MAX_FACTORISED_ENTRIES (``usable``). Rows
+    weights stay in the float64 range, every row reads consecutive entries (configuration c at its
+    start + c) and no two configurations share an entry of a constant row (``usable``). Rows
     are in four groups — latent numerators, latent denominators, visible numerators, visible
     denominators — and within each those that read the same entries at every cell
-    (``constant_index``, their product cached per configuration) come apart from those that vary
-    (``token_index``, every token's own entries)."""
+    (``constant_starts``, their product cached per configuration) come apart from those that vary
+    (``token_starts``, every token's own). Where every entry of a row starts from one value
+    (concentration plus fixed counts: ``token_base``, ``constant_base``), ``tabulated``, its factors
+    are read from tables over the count (:func:`~bam_ppl.infer.smc.tempered_numba._sweeps_tabulated`)."""
 
     usable: bool
-    token_index: np.ndarray  # (T, V, L) int32: entry of each varying row at the token's cell and configuration c
+    token_starts: np.ndarray  # (T, V) int32: first entry of each varying row at the token's cell
     varying_ends: np.ndarray  # (4,) end of each group among the varying rows
-    constant_index: np.ndarray  # (K, L) int64: entry of each constant row at configuration c, by group
+    constant_starts: np.ndarray  # (K,) int64: first entry of each constant row, by group
     constant_ends: np.ndarray  # (4,) end of each group among the constant rows
+    tabulated: bool
+    token_base: np.ndarray  # (V,) the value every entry of each varying row starts from
+    constant_base: np.ndarray  # (K,) the same for the constant rows
 
 
-MAX_FACTORISED_ENTRIES = 2**24  # 64 MB of indices
-
-
-def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool) -> FactorisedTempered:
+def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool, base: np.ndarray) -> FactorisedTempered:
     """:class:`FactorisedTempered` of a problem's rows in kernel numbering: ``groups`` the four groups
     of rows, ``usable`` whether ties, restricted cells, log space or rows that do not move rule the
-    fast path out (checked here too: the size of the indices)."""
+    fast path out (checked here too: consecutive entries and the size of the indices), ``base``
+    every entry's concentration plus fixed counts."""
     num_configs = row_offset.shape[1]
     constant = np.all(row_base == row_base[:, :1], axis=1)
     varying = [[int(r) for r in group if not constant[r]] for group in groups]
     fixed = [[int(r) for r in group if constant[r]] for group in groups]
     order = [r for group in varying for r in group]
-    # Where configurations share a constant row's entries (Tucker: a row of one latent node), a
-    # move changes the cached products of many configurations and refreshing them costs more than
-    # the general path saves.
-    shared = any(np.unique(row_offset[r]).size < num_configs for group in fixed for r in group)
-    usable = (bool(usable) and not shared and sum(len(group) for group in groups) > 0
-              and len(token_cell) * len(order) * num_configs <= MAX_FACTORISED_ENTRIES
+    every = [r for group in groups for r in group]
+    # Rows whose configurations share entries (Tucker: a row of one latent node) take the general
+    # path: a move would change the cached products of many configurations.
+    consecutive = bool(np.all(row_offset[every] == row_offset[every, :1] + np.arange(num_configs)))
+    usable = (bool(usable) and consecutive and len(every) > 0
               and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
     if not usable:
         order = []
+    first = row_base + row_offset[:, :1]  # (R, U) each row's entry of configuration 0 at each cell
+    rows = order + [r for group in fixed for r in group]
+    values = [base[first[r][:, None] + np.arange(num_configs)] if usable else np.zeros(1) for r in rows]
     return FactorisedTempered(
         usable=usable,
-        token_index=gibbs_numba.token_entries(row_base, row_offset, order, token_cell, np.int32),
+        token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
         varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
-        constant_index=np.array([row_base[r, 0] + row_offset[r] for group in fixed for r in group],
-                                np.int64).reshape(-1, num_configs),
+        constant_starts=np.array([first[r, 0] for group in fixed for r in group], np.int64),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
+        tabulated=usable and all(np.all(v == v.flat[0]) for v in values),
+        token_base=np.array([v.flat[0] for v in values[:len(order)]], np.float64),
+        constant_base=np.array([v.flat[0] for v in values[len(order):]], np.float64),
     )
 
 
