@@ -10,12 +10,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import FASTMATH, compile_numba, inverse_cdf, shuffle
+from ..kernels import compile_numba, shuffle
 from .tempered_problem import (
     TemperedProblem,
     counts_of_configs,
     exact_log_start,
     exact_log_terms,
+)
+from .tempered_sweeps import (
+    _draw,
+    _factorised_factors,
+    _linear_weight,
+    _row_tables,
+    _set_constant,
+    _sweeps_factorised,
+    _sweeps_tabulated,
+    _tables_pay,
 )
 
 try:
@@ -218,22 +228,6 @@ def _token_weights(counts, cell, beta, scratch, st):
     return 0.0
 
 
-def _linear_weight(lat, vis, start, c, beta, tilted):
-    """A token's tempered weight at configuration c in linear space: start^(1−β) (lat · vis)^β
-    (``start`` a log), or lat · vis^β untilted."""
-    if tilted:
-        if beta == 0.0:
-            return math.exp(start[c])
-        if beta == 1.0:
-            return lat[c] * vis[c]
-        return math.exp(start[c] + beta * (math.log(lat[c] * vis[c]) - start[c]))
-    if beta == 0.0:
-        return lat[c]
-    if beta == 1.0:
-        return lat[c] * vis[c]
-    return lat[c] * math.exp(beta * math.log(vis[c]))
-
-
 def _weight_scratch(num_rows, num_configs):
     """:class:`Scratch` for ``num_rows`` rows and ``num_configs`` configurations."""
     return Scratch(np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.zeros(num_configs),
@@ -257,14 +251,6 @@ def _restrict(weight, pair):
         for c in range(weight.shape[0]):
             if c != pair[0] and c != pair[1]:
                 weight[c] = 0.0
-
-
-def _draw(rng, weight):
-    """A configuration drawn with probability ∝ ``weight``."""
-    total = 0.0
-    for c in range(weight.shape[0]):
-        total += weight[c]
-    return inverse_cdf(weight, rng.random() * total)
 
 
 def _set_base(base, row_base, cell):
@@ -442,194 +428,6 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
                 accepted[kind] += 1
 
 
-def _constant_product(counts, starts, first, stop, c):
-    product = 1.0
-    for k in range(first, stop):
-        product *= counts[starts[k] + c]
-    return product
-
-
-def _set_constant(counts, starts, ends, c, lat, vis):
-    """lat[c], vis[c]: the constant rows' factors of configuration c (FactorisedTempered's groups)."""
-    lat[c] = _constant_product(counts, starts, 0, ends[0], c) / _constant_product(counts, starts, ends[0], ends[1], c)
-    vis[c] = _constant_product(counts, starts, ends[1], ends[2], c) / _constant_product(counts, starts, ends[2], ends[3], c)
-
-
-def _shift_factorised(counts, token_starts, token, constant_starts, c, step):
-    for v in range(token_starts.shape[1]):
-        counts[token_starts[token, v] + c] += step
-    for k in range(constant_starts.shape[0]):
-        counts[constant_starts[k] + c] += step
-
-
-def _factorised_factors(counts, token_starts, varying_ends, token, constant_lat, constant_vis, lat, vis):
-    """lat, vis (L,) of ``token`` (removed from ``counts``): the constant rows' cached products times
-    its varying rows, read from their starts at its cell (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`)."""
-    num_configs = lat.shape[0]
-    for c in range(num_configs):
-        lat[c] = constant_lat[c]
-        vis[c] = constant_vis[c]
-    for v in range(varying_ends[3]):
-        first = token_starts[token, v]
-        if v < varying_ends[0]:
-            for c in range(num_configs):
-                lat[c] *= counts[first + c]
-        elif v < varying_ends[1]:
-            for c in range(num_configs):
-                lat[c] /= counts[first + c]
-        elif v < varying_ends[2]:
-            for c in range(num_configs):
-                vis[c] *= counts[first + c]
-        else:
-            for c in range(num_configs):
-                vis[c] /= counts[first + c]
-
-
-def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scratch):
-    """``num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β, as the _SWEEP pass of
-    :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
-    alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
-    reference: the constant rows' products are cached per configuration and updated as a token
-    leaves and joins, and each token reads only its varying rows (NMF(4): two of five), each from
-    its start at the token's cell."""
-    counts, conf, logs = particle
-    f = layout.factorised
-    token_starts, varying_ends, constant_starts, constant_ends = f.token_starts, f.varying_ends, f.constant_starts, f.constant_ends
-    token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
-    _, lat, vis, start, weight = scratch
-    num_configs = weight.shape[0]
-    num_tokens = order.shape[0]
-    constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
-    for c in range(num_configs):
-        _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
-    for _ in range(num_sweeps):
-        shuffle(rng, order)
-        for position in range(num_tokens):
-            token = order[position]
-            old = conf[token]
-            _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
-            _set_constant(counts, constant_starts, constant_ends, old, constant_lat, constant_vis)
-            _factorised_factors(counts, token_starts, varying_ends, token, constant_lat, constant_vis, lat, vis)
-            cell = token_cell[token]
-            for c in range(num_configs):
-                if referenced:
-                    start[c] = log_reference[cell, c]
-                weight[c] = _linear_weight(lat, vis, start, c, beta, referenced)
-            new = _draw(rng, weight)
-            _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
-            _set_constant(counts, constant_starts, constant_ends, new, constant_lat, constant_vis)
-            conf[token] = new
-            if new != old:
-                logs[0] += math.log(lat[new] / lat[old])
-                logs[1] += math.log(vis[new] / vis[old])
-                logs[2] += start[new] - start[old]
-
-
-class RowTables(NamedTuple):
-    """A tempered sweep's factors as tables over the count n of an entry, so that a token's weights
-    need no log or exp (:func:`_sweeps_tabulated`); rows: the varying ones, then the constant ones
-    (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`). ``power[r, n]`` = (b_r + n)^(±e_r),
-    e_r = β (1 on a latent row of an untilted path), − on a denominator; ``log[r, n]`` = ±log(b_r + n);
-    ``start[u, c]`` = q(u, c)^(1−β) of a reference (ones untilted)."""
-
-    power: np.ndarray
-    log: np.ndarray
-    start: np.ndarray
-
-
-def _row_tables(beta, layout, st, wanted):
-    """:class:`RowTables` at ``beta`` (counts of at most T tokens); empty unless ``wanted``."""
-    f = layout.factorised
-    num_varying = f.token_starts.shape[1]
-    base = np.concatenate((f.token_base, f.constant_base)) if wanted else np.zeros(0)
-    power = np.empty((base.shape[0], layout.token_cell.shape[0] + 1))
-    log = np.empty_like(power)
-    for r in range(base.shape[0]):
-        ends = f.varying_ends if r < num_varying else f.constant_ends
-        k = r if r < num_varying else r - num_varying
-        group = 0 if k < ends[0] else 1 if k < ends[1] else 2 if k < ends[2] else 3
-        sign = 1.0 if group % 2 == 0 else -1.0
-        exponent = beta if st.referenced or group >= 2 else 1.0
-        for n in range(power.shape[1]):
-            log[r, n] = sign * math.log(base[r] + n)
-            power[r, n] = math.exp(exponent * log[r, n])
-    referenced = st.referenced and wanted
-    start = np.ones((st.log_reference.shape[0] if referenced else 1, st.row_offset.shape[1]))
-    for u in range(start.shape[0] if referenced else 0):
-        for c in range(start.shape[1]):
-            start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
-    return RowTables(power, log, start)
-
-
-def _tabulated_count(counts, index, base):
-    """The number of tokens at entry ``index`` of a row whose entries start from ``base``."""
-    return int(counts[index] - base + 0.5)
-
-
-def _constant_power(counts, f, tables, c):
-    """The constant rows' factor of configuration c, from the tables."""
-    num_varying = f.token_starts.shape[1]
-    factor = 1.0
-    for k in range(f.constant_starts.shape[0]):
-        factor *= tables.power[num_varying + k, _tabulated_count(counts, f.constant_starts[k] + c, f.constant_base[k])]
-    return factor
-
-
-def _tabulated_log_change(counts, f, tables, token, old, new, logs):
-    """Add to logs[0], logs[1] the change of log π₀ and log L as ``token`` (out of ``counts``) moves
-    from configuration ``old`` to ``new``."""
-    num_varying = f.token_starts.shape[1]
-    for v in range(num_varying):
-        first = f.token_starts[token, v]
-        change = (tables.log[v, _tabulated_count(counts, first + new, f.token_base[v])]
-                  - tables.log[v, _tabulated_count(counts, first + old, f.token_base[v])])
-        logs[0 if v < f.varying_ends[1] else 1] += change
-    for k in range(f.constant_starts.shape[0]):
-        first = f.constant_starts[k]
-        change = (tables.log[num_varying + k, _tabulated_count(counts, first + new, f.constant_base[k])]
-                  - tables.log[num_varying + k, _tabulated_count(counts, first + old, f.constant_base[k])])
-        logs[0 if k < f.constant_ends[1] else 1] += change
-
-
-def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
-    """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
-    start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
-    instead of one log and one exp per configuration; the same draws, ``rng`` consumed alike, up
-    to rounding."""
-    counts, conf, logs = particle
-    f = layout.factorised
-    token_starts, token_base, constant_starts = f.token_starts, f.token_base, f.constant_starts
-    token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
-    num_configs = weight.shape[0]
-    num_varying = token_starts.shape[1]
-    constant = np.empty(num_configs)
-    for c in range(num_configs):
-        constant[c] = _constant_power(counts, f, tables, c)
-    for _ in range(num_sweeps):
-        shuffle(rng, order)
-        for position in range(order.shape[0]):
-            token = order[position]
-            old = conf[token]
-            cell = token_cell[token]
-            _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
-            constant[old] = _constant_power(counts, f, tables, old)
-            total = 0.0
-            for c in range(num_configs):
-                w = tables.start[cell if referenced else 0, c] * constant[c]
-                for v in range(num_varying):
-                    w *= tables.power[v, _tabulated_count(counts, token_starts[token, v] + c, token_base[v])]
-                weight[c] = w
-                total += w
-            new = inverse_cdf(weight, rng.random() * total)
-            if new != old:
-                _tabulated_log_change(counts, f, tables, token, old, new, logs)
-                if referenced:
-                    logs[2] += log_reference[cell, new] - log_reference[cell, old]
-            _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
-            constant[new] = _constant_power(counts, f, tables, new)
-            conf[token] = new
-
-
 def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
     block's Generator ``rng``.
@@ -651,10 +449,7 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     order = np.arange(num_tokens)
     passes = 1 if mode == _URN else moves.num_sweeps
     fast = mode == _SWEEP and layout.factorised.usable and (st.referenced or not st.tilted)  # a reference or π₀ as the start
-    # Tables where they cost fewer logs and exps than the sweeps would compute.
-    num_rows = layout.factorised.token_base.shape[0] + layout.factorised.constant_base.shape[0]
-    tabulate = fast and layout.factorised.tabulated and (
-        (num_rows * (num_tokens + 1) + st.log_reference.size) <= (block[1] - block[0]) * passes * num_tokens * num_configs)
+    tabulate = fast and _tables_pay(layout, st, (block[1] - block[0]) * passes)
     tables = _row_tables(beta, layout, st, tabulate)
     for p in range(block[0], block[1]):
         counts = particles.shifted[p]
@@ -742,13 +537,10 @@ if numba is not None:
     # _token_weights is called, not inlined: four inlined copies of its row lookups made numba's
     # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
     # are inlined: left to calls, they make the tempered SMC markedly slower.
-    compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_draw", "_log_factor", "_log_change",
-                                     "_constant_product", "_set_constant", "_shift_factorised", "_factorised_factors",
-                                     "_linear_weight", "_shift_token", "_set_base", "_log_total", "_restrict",
-                                     "_tabulated_count", "_constant_power", "_tabulated_log_change"),
-                  nogil=("_token_weights", "_block_move", "_row_tables", "_pair_tokens", "_node_tokens", "_block_moves",
-                         "_tempered_block", "_sweeps_factorised", "_log_multinomial_block", "_cell_probabilities"))
-    _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
+    compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
+                                     "_shift_token", "_set_base", "_log_total", "_restrict"),
+                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
+                         "_tempered_block", "_log_multinomial_block", "_cell_probabilities"))
 
 
 def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,

@@ -191,7 +191,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
 
 
 class FactorisedTempered(NamedTuple):
-    """The rows of a token's tempered weights as :func:`~bam_ppl.infer.smc.tempered_numba._sweeps_factorised` reads them, where no
+    """The rows of a token's tempered weights as :func:`~bam_ppl.infer.smc.tempered_sweeps._sweeps_factorised` reads them, where no
     members are tied, no cell restricts the configurations, every row moves with the token, the
     weights stay in the float64 range, every row reads consecutive entries (configuration c at its
     start + c) and no two configurations share an entry of a constant row (``usable``). Rows
@@ -200,7 +200,7 @@ class FactorisedTempered(NamedTuple):
     (``constant_starts``, their product cached per configuration) come apart from those that vary
     (``token_starts``, every token's own). Where every entry of a row starts from one value
     (concentration plus fixed counts: ``token_base``, ``constant_base``), ``tabulated``, its factors
-    are read from tables over the count (:func:`~bam_ppl.infer.smc.tempered_numba._sweeps_tabulated`)."""
+    are read from tables over the count (:func:`~bam_ppl.infer.smc.tempered_sweeps._sweeps_tabulated`)."""
 
     usable: bool
     token_starts: np.ndarray  # (T, V) int32: first entry of each varying row at the token's cell

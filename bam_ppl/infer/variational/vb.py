@@ -442,12 +442,9 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
     """
     outputs = []
     # Fewer restarts than ``min_batch`` run padded with copies of the first (which converge with
-    # it), so that the small batches of one evidence call — auto's ten screened restarts, its runs
-    # from a few allocations — share one compiled program instead of compiling one each (1.2-1.4 s
-    # apiece). Elsewhere (one fit, min_batch=1) the copies would only multiply the work: VB-PMF on
-    # 5000 samples ran 16 of them.
-    # The glue between the compiled chunks runs on host arrays: an eager JAX op compiles a program
-    # of its own for every shape (about fifty of them made up half of a first VB call's time).
+    # it): the small batches of one evidence call share one compiled program instead of one each.
+    # Elsewhere (one fit, min_batch=1) the copies would only multiply the work.
+    # The glue between the chunks runs on host arrays: an eager JAX op compiles anew for every shape.
     batch = int(jax.tree.leaves(states)[0].shape[0])
     if batch < min_batch:
         states = jax.tree.map(lambda x: np.concatenate([x, np.repeat(x[:1], min_batch - batch, axis=0)]),
