@@ -59,7 +59,9 @@ rest lives in modules of its own:
 - :mod:`~bam_ppl.infer.smc.tempered_problem`: :class:`~bam_ppl.infer.smc.tempered_problem.TemperedProblem`,
   the sampler's arrays, and the closed-form log terms of an allocation;
 - :mod:`~bam_ppl.infer.smc.tempered_numba`: the numba CPU kernel (particles are independent Gibbs
-  states, run in threads), its Gibbs sweeps and block moves;
+  states, run in threads), its general Gibbs sweeps and block moves;
+- :mod:`~bam_ppl.infer.smc.tempered_sweeps`: its sweeps where a token's weights factorise, their
+  factors read from tables over the counts where every entry of a row starts from one value;
 - :mod:`~bam_ppl.infer.smc.tempered_jax`: the JAX kernel (``vmap`` over particles, ``lax.scan``
   over tokens, jitted once with β as an argument) for accelerators;
 - :mod:`~bam_ppl.infer.smc.references`: the references q and how they are built from chains;
