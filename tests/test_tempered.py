@@ -242,6 +242,32 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     np.testing.assert_allclose(probabilities[0].sum(1), 1.0)
 
 
+@pytest.mark.parametrize("referenced", [False, True])
+@pytest.mark.parametrize("case", ["tucker", "missing_entries"])
+def test_tabulated_rows_follow_the_general_kernel(case, referenced):
+    # Where the weights do not factorise (Tucker's rows of one latent node, cells that restrict the
+    # configurations), the factors read from tables over the counts draw as the computed ones do.
+    model, X = (bam.models.tucker((2, 3, 2)), RNG.integers(0, 3, (3, 4, 3))) if case == "tucker" else CASES[case]
+    data, bound, layout, _ = prepare(model, X, algorithm="test")
+    tp = tempered_problem.build_tempered_problem(bound, data, layout)
+    assert not tp.factorised.usable and np.isfinite(tp.row_value).all()
+    if referenced:
+        log_q = np.log(np.random.default_rng(5).dirichlet(np.ones(tp.num_configs), size=data.nnz))
+        tp = references.with_reference(tp, log_q)
+    runs = []
+    for problem in (tp, tp._replace(row_value=np.full_like(tp.row_value, np.nan))):
+        with ThreadPoolExecutor(1) as pool:
+            particles = tempered_numba.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
+            particles.initialise()
+            for beta in (0.3, 0.7, 1.0):
+                particles.move(beta, 2)
+        runs.append(particles)
+    tabulated, computed = runs
+    np.testing.assert_array_equal(tabulated.config, computed.config)
+    for name in ("log_prior", "log_like", "log_start", "shifted"):
+        np.testing.assert_allclose(getattr(tabulated, name), getattr(computed, name), rtol=1e-12, atol=1e-9)
+
+
 def test_factorised_sweeps_are_not_used_where_they_do_not_apply():
     # a cell restricts the configurations; tied members; configurations sharing a constant row's entries
     cases = [CASES["missing_entries"], CASES["symmetric_nmf_tied"], (bam.models.tucker((2, 3, 1)), CASES["cp"][1])]

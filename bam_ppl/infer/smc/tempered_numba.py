@@ -22,8 +22,11 @@ from .tempered_sweeps import (
     _factorised_factors,
     _linear_weight,
     _row_tables,
+    _rows_tables,
+    _rows_tables_pay,
     _set_constant,
     _sweeps_factorised,
+    _sweeps_rows_tabulated,
     _sweeps_tabulated,
     _tables_pay,
 )
@@ -59,6 +62,7 @@ class KernelTables(NamedTuple):
     tilted: bool  # weights of start^(1−β) (π₀ L)^β; False: of π₀ L^β
     log_reference: np.ndarray
     referenced: bool  # the start is the product reference ``log_reference``
+    row_value: np.ndarray  # (rows,) every entry of a row starts from this value (nan: not one)
 
 
 class TokenLayout(NamedTuple):
@@ -127,7 +131,7 @@ def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
     return KernelTables(tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators,
                         tp.latent_denominators, tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows,
                         tp.tie_earlier, tp.moved, tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference,
-                        tp.referenced and tilted)
+                        tp.referenced and tilted, tp.row_value)
 
 
 def token_layout(tp: TemperedProblem) -> TokenLayout:
@@ -448,9 +452,13 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     logs = np.zeros(3)
     order = np.arange(num_tokens)
     passes = 1 if mode == _URN else moves.num_sweeps
-    fast = mode == _SWEEP and layout.factorised.usable and (st.referenced or not st.tilted)  # a reference or π₀ as the start
+    # a reference or π₀ as the start: the fast paths (tempered_sweeps)
+    plain = mode == _SWEEP and (st.referenced or not st.tilted)
+    fast = plain and layout.factorised.usable
     tabulate = fast and _tables_pay(layout, st, (block[1] - block[0]) * passes)
     tables = _row_tables(beta, layout, st, tabulate)
+    by_rows = plain and not fast and _rows_tables_pay(layout, st, (block[1] - block[0]) * passes)
+    row_tables = _rows_tables(beta, st, num_tokens, by_rows)
     for p in range(block[0], block[1]):
         counts = particles.shifted[p]
         conf = particles.config[p]
@@ -459,7 +467,10 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
             _sweeps_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, layout, st, tables, weight)
         elif fast:
             _sweeps_factorised(rng, moves.num_sweeps, beta, OneParticle(counts, conf, logs), order, layout, st, scratch)
-        for _ in range(0 if fast or tabulate else passes):
+        elif by_rows:
+            _sweeps_rows_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, token_cell, st,
+                                   row_tables, scratch)
+        for _ in range(0 if fast or by_rows else passes):
             shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]

@@ -53,6 +53,7 @@ class TemperedProblem(NamedTuple):
     node_size: np.ndarray  # (N,) number of values of each latent node with two or more
     node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
     factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
+    row_value: np.ndarray  # (rows,) the concentration plus fixed counts every entry of a row starts from (nan: not one)
 
 
 def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
@@ -187,7 +188,20 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
             not spec.ties and not spec.has_valid and not log_space
             and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), base=conc + fixed),
+        row_value=row_values(row_base, row_offset, conc + fixed),
     )
+
+
+def row_values(row_base, row_offset, base) -> np.ndarray:
+    """(rows,) the value ``base`` (concentration plus fixed counts) of every entry a row reads, nan
+    where its entries differ: a row whose entries hold that value plus a count is tabulated
+    (:func:`~bam_ppl.infer.smc.tempered_sweeps._sweeps_rows_tabulated`)."""
+    values = np.full(row_base.shape[0], np.nan)
+    for r in range(row_base.shape[0]):
+        entries = base[row_base[r][:, None] + row_offset[r][None, :]]
+        if np.all(entries == entries.flat[0]):
+            values[r] = entries.flat[0]
+    return values
 
 
 class FactorisedTempered(NamedTuple):

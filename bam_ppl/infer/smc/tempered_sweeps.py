@@ -136,6 +136,7 @@ class RowTables(NamedTuple):
     power: np.ndarray
     log: np.ndarray
     start: np.ndarray
+    latent: np.ndarray  # (rows,) bool: a latent table's row (:func:`_rows_tables`; empty for the factorised rows)
 
 
 def _row_tables(beta, layout, st, wanted):
@@ -159,7 +160,7 @@ def _row_tables(beta, layout, st, wanted):
     for u in range(start.shape[0] if referenced else 0):
         for c in range(start.shape[1]):
             start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
-    return RowTables(power, log, start)
+    return RowTables(power, log, start, np.zeros(0, np.bool_))
 
 
 def _tables_pay(layout, st, num_sweeps):
@@ -240,10 +241,90 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
             conf[token] = new
 
 
+def _rows_tables_pay(layout, st, num_sweeps):
+    """Whether :func:`_sweeps_rows_tabulated` applies (no tied rows, linear weights, every row from one
+    value) and its tables cost fewer logs and exps than ``num_sweeps`` sweeps would compute."""
+    num_tokens, num_configs = layout.token_cell.shape[0], st.row_offset.shape[1]
+    if st.tie_rows.shape[0] > 0 or st.log_space:
+        return False
+    for r in range(st.row_value.shape[0]):
+        if np.isnan(st.row_value[r]):
+            return False
+    table_size = st.row_value.shape[0] * (num_tokens + 1) + st.log_reference.size
+    return table_size <= num_sweeps * num_tokens * num_configs
+
+
+def _rows_tables(beta, st, num_tokens, wanted):
+    """:class:`RowTables` over the problem's rows (kernel numbering) at ``beta``, for
+    :func:`_sweeps_rows_tabulated`: a row outside the weights' four groups reads ones (its log 0);
+    ``latent[r]`` whether row r is a latent table's. Empty unless ``wanted``."""
+    num_rows = st.row_value.shape[0] if wanted else 0
+    power = np.ones((num_rows, num_tokens + 1))
+    log = np.zeros_like(power)
+    latent = np.zeros(num_rows, np.bool_)
+    groups = (st.latent_numerators, st.latent_denominators, st.visible_numerators, st.visible_denominators)
+    for group in range(4 if wanted else 0):
+        sign = 1.0 if group % 2 == 0 else -1.0
+        exponent = beta if st.referenced or group >= 2 else 1.0
+        for r in groups[group]:
+            latent[r] = group < 2
+            for n in range(num_tokens + 1):
+                log[r, n] = sign * math.log(st.row_value[r] + n)
+                power[r, n] = math.exp(exponent * log[r, n])
+    referenced = st.referenced and wanted
+    start = np.ones((st.log_reference.shape[0] if referenced else 1, st.row_offset.shape[1]))
+    for u in range(start.shape[0] if referenced else 0):
+        for c in range(start.shape[1]):
+            start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
+    return RowTables(power, log, start, latent)
+
+
+def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
+    """``num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
+    the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
+    shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) through
+    the row's entry at the token's cell and configuration; cells may restrict the configurations."""
+    counts, conf, logs = particle
+    row_base, row_offset, moved, row_value = st.row_base, st.row_offset, st.moved, st.row_value
+    base, _, _, _, weight = scratch
+    num_rows, num_configs = row_base.shape[0], weight.shape[0]
+    for _ in range(num_sweeps):
+        shuffle(rng, order)
+        for position in range(order.shape[0]):
+            token = order[position]
+            cell = token_cell[token]
+            old = conf[token]
+            for r in range(num_rows):
+                base[r] = row_base[r, cell]
+            for m in moved:
+                counts[base[m] + row_offset[m, old]] -= 1.0
+            total = 0.0
+            for c in range(num_configs):
+                w = 0.0
+                if not st.has_valid or st.valid[cell, c]:
+                    w = tables.start[cell if st.referenced else 0, c]
+                    for r in range(num_rows):
+                        w *= tables.power[r, _tabulated_count(counts, base[r] + row_offset[r, c], row_value[r])]
+                weight[c] = w
+                total += w
+            new = inverse_cdf(weight, rng.random() * total)
+            if new != old:
+                for r in range(num_rows):
+                    change = (tables.log[r, _tabulated_count(counts, base[r] + row_offset[r, new], row_value[r])]
+                              - tables.log[r, _tabulated_count(counts, base[r] + row_offset[r, old], row_value[r])])
+                    logs[0 if tables.latent[r] else 1] += change
+                if st.referenced:
+                    logs[2] += st.log_reference[cell, new] - st.log_reference[cell, old]
+            for m in moved:
+                counts[base[m] + row_offset[m, new]] += 1.0
+            conf[token] = new
+
+
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
     compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
                                      "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change"),
-                  nogil=("_sweeps_factorised", "_row_tables", "_tables_pay"))
+                  nogil=("_sweeps_factorised", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
     _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
+    _sweeps_rows_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_rows_tabulated)
