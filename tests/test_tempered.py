@@ -203,6 +203,16 @@ def test_moves_leave_the_tempered_target_invariant(name, beta, kernel, reference
             np.testing.assert_allclose(offset, 0.0, atol=1e-9)
 
 
+def _moved_particles(problem):
+    """Eight particles from the same streams, drawn from the start and moved at three temperatures."""
+    with ThreadPoolExecutor(1) as pool:
+        particles = tempered_numba.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
+        particles.initialise()
+        for beta in (0.3, 0.7, 1.0):
+            particles.move(beta, 2)
+    return particles
+
+
 @pytest.mark.parametrize("referenced", [False, True])
 @pytest.mark.parametrize("model", [bam.models.nmf(3, a=1.0), bam.models.cp(2, a=0.5)], ids=["nmf", "cp"])
 def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
@@ -218,14 +228,7 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
         tp = references.with_reference(tp, log_q)
     computed = tp._replace(factorised=tp.factorised._replace(tabulated=False))
     general = tp._replace(factorised=tp.factorised._replace(usable=False))
-    runs = []
-    for problem in (tp, computed, general):
-        with ThreadPoolExecutor(1) as pool:
-            particles = tempered_numba.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
-            particles.initialise()
-            for beta in (0.3, 0.7, 1.0):
-                particles.move(beta, 2)
-        runs.append(particles)
+    runs = [_moved_particles(problem) for problem in (tp, computed, general)]
     fast, _, slow = runs
     for run in runs[:2]:
         np.testing.assert_array_equal(run.config, slow.config)
@@ -254,15 +257,8 @@ def test_tabulated_rows_follow_the_general_kernel(case, referenced):
     if referenced:
         log_q = np.log(np.random.default_rng(5).dirichlet(np.ones(tp.num_configs), size=data.nnz))
         tp = references.with_reference(tp, log_q)
-    runs = []
-    for problem in (tp, tp._replace(row_value=np.full_like(tp.row_value, np.nan))):
-        with ThreadPoolExecutor(1) as pool:
-            particles = tempered_numba.NumbaParticles(problem, 8, [[1, 2], [3, 4]], pool)
-            particles.initialise()
-            for beta in (0.3, 0.7, 1.0):
-                particles.move(beta, 2)
-        runs.append(particles)
-    tabulated, computed = runs
+    tabulated, computed = (_moved_particles(problem)
+                           for problem in (tp, tp._replace(row_value=np.full_like(tp.row_value, np.nan))))
     np.testing.assert_array_equal(tabulated.config, computed.config)
     for name in ("log_prior", "log_like", "log_start", "shifted"):
         np.testing.assert_allclose(getattr(tabulated, name), getattr(computed, name), rtol=1e-12, atol=1e-9)

@@ -432,6 +432,15 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
                 accepted[kind] += 1
 
 
+def _fast_paths(mode, layout, st, num_sweeps):
+    """Which sweeps of :mod:`~bam_ppl.infer.smc.tempered_sweeps` a _SWEEP pass from a reference or
+    π₀ takes: factorised, factorised with tables, or the general rows with tables."""
+    plain = mode == _SWEEP and (st.referenced or not st.tilted)
+    fast = plain and layout.factorised.usable
+    return (fast, fast and _tables_pay(layout, st, num_sweeps),
+            plain and not fast and _rows_tables_pay(layout, st, num_sweeps))
+
+
 def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
     block's Generator ``rng``.
@@ -444,20 +453,15 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     configuration minus those of the old one.
     """
     row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
-    token_cell = layout.token_cell
-    num_configs = row_offset.shape[1]
+    token_cell, num_configs = layout.token_cell, row_offset.shape[1]
     num_tokens = token_cell.shape[0]
     scratch = _weight_scratch(row_base.shape[0], num_configs)
     base, lat, vis, start, weight = scratch
     logs = np.zeros(3)
     order = np.arange(num_tokens)
     passes = 1 if mode == _URN else moves.num_sweeps
-    # a reference or π₀ as the start: the fast paths (tempered_sweeps)
-    plain = mode == _SWEEP and (st.referenced or not st.tilted)
-    fast = plain and layout.factorised.usable
-    tabulate = fast and _tables_pay(layout, st, (block[1] - block[0]) * passes)
+    fast, tabulate, by_rows = _fast_paths(mode, layout, st, (block[1] - block[0]) * passes)
     tables = _row_tables(beta, layout, st, tabulate)
-    by_rows = plain and not fast and _rows_tables_pay(layout, st, (block[1] - block[0]) * passes)
     row_tables = _rows_tables(beta, st, num_tokens, by_rows)
     for p in range(block[0], block[1]):
         counts = particles.shifted[p]
@@ -550,7 +554,7 @@ if numba is not None:
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
+                  nogil=("_fast_paths", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
                          "_tempered_block", "_log_multinomial_block", "_cell_probabilities"))
 
 

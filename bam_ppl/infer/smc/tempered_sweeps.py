@@ -139,6 +139,16 @@ class RowTables(NamedTuple):
     latent: np.ndarray  # (rows,) bool: a latent table's row (:func:`_rows_tables`; empty for the factorised rows)
 
 
+def _start_powers(beta, st, wanted):
+    """(U, L) q(u, c)^(1−β) of the reference, or ones (1, L) without one or unless ``wanted``."""
+    referenced = st.referenced and wanted
+    start = np.ones((st.log_reference.shape[0] if referenced else 1, st.row_offset.shape[1]))
+    for u in range(start.shape[0] if referenced else 0):
+        for c in range(start.shape[1]):
+            start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
+    return start
+
+
 def _row_tables(beta, layout, st, wanted):
     """:class:`RowTables` at ``beta`` (counts of at most T tokens); empty unless ``wanted``."""
     f = layout.factorised
@@ -155,12 +165,7 @@ def _row_tables(beta, layout, st, wanted):
         for n in range(power.shape[1]):
             log[r, n] = sign * math.log(base[r] + n)
             power[r, n] = math.exp(exponent * log[r, n])
-    referenced = st.referenced and wanted
-    start = np.ones((st.log_reference.shape[0] if referenced else 1, st.row_offset.shape[1]))
-    for u in range(start.shape[0] if referenced else 0):
-        for c in range(start.shape[1]):
-            start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
-    return RowTables(power, log, start, np.zeros(0, np.bool_))
+    return RowTables(power, log, _start_powers(beta, st, wanted), np.zeros(0, np.bool_))
 
 
 def _tables_pay(layout, st, num_sweeps):
@@ -271,12 +276,7 @@ def _rows_tables(beta, st, num_tokens, wanted):
             for n in range(num_tokens + 1):
                 log[r, n] = sign * math.log(st.row_value[r] + n)
                 power[r, n] = math.exp(exponent * log[r, n])
-    referenced = st.referenced and wanted
-    start = np.ones((st.log_reference.shape[0] if referenced else 1, st.row_offset.shape[1]))
-    for u in range(start.shape[0] if referenced else 0):
-        for c in range(start.shape[1]):
-            start[u, c] = math.exp((1.0 - beta) * st.log_reference[u, c])
-    return RowTables(power, log, start, latent)
+    return RowTables(power, log, _start_powers(beta, st, wanted), latent)
 
 
 def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
@@ -322,7 +322,7 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
 
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
-    compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
+    compile_numba(globals(), inline=("_linear_weight", "_draw", "_start_powers", "_constant_product", "_set_constant", "_shift_factorised",
                                      "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change"),
                   nogil=("_sweeps_factorised", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
