@@ -163,6 +163,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     counts = np.asarray(data.counts, np.int64)
     swap, swap_sizes = node_swaps(bound, layout)
     groups = _row_groups(spec, row_latent)
+    row_value = row_values(row_base, row_offset, conc + fixed)
     return TemperedProblem(
         token_cell=token_cell,
         cell_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
@@ -187,8 +188,8 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
         factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
             not spec.ties and not spec.has_valid and not log_space
-            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), base=conc + fixed),
-        row_value=row_values(row_base, row_offset, conc + fixed),
+            and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), row_value=row_value),
+        row_value=row_value,
     )
 
 
@@ -226,11 +227,12 @@ class FactorisedTempered(NamedTuple):
     constant_base: np.ndarray  # (K,) the same for the constant rows
 
 
-def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool, base: np.ndarray) -> FactorisedTempered:
+def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
+                        row_value: np.ndarray) -> FactorisedTempered:
     """:class:`FactorisedTempered` of a problem's rows in kernel numbering: ``groups`` the four groups
     of rows, ``usable`` whether ties, restricted cells, log space or rows that do not move rule the
-    fast path out (checked here too: consecutive entries and the size of the indices), ``base``
-    every entry's concentration plus fixed counts."""
+    fast path out (checked here too: consecutive entries and the size of the indices), ``row_value``
+    the value every entry of each row starts from (:func:`row_values`)."""
     num_configs = row_offset.shape[1]
     constant = np.all(row_base == row_base[:, :1], axis=1)
     varying = [[int(r) for r in group if not constant[r]] for group in groups]
@@ -245,17 +247,17 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool, 
     if not usable:
         order = []
     first = row_base + row_offset[:, :1]  # (R, U) each row's entry of configuration 0 at each cell
-    rows = order + [r for group in fixed for r in group]
-    values = [base[first[r][:, None] + np.arange(num_configs)] if usable else np.zeros(1) for r in rows]
+    token_base = row_value[order]
+    constant_base = row_value[[r for group in fixed for r in group]]
     return FactorisedTempered(
         usable=usable,
         token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
         varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
         constant_starts=np.array([first[r, 0] for group in fixed for r in group], np.int64),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
-        tabulated=usable and all(np.all(v == v.flat[0]) for v in values),
-        token_base=np.array([v.flat[0] for v in values[:len(order)]], np.float64),
-        constant_base=np.array([v.flat[0] for v in values[len(order):]], np.float64),
+        tabulated=usable and bool(np.isfinite(token_base).all() and np.isfinite(constant_base).all()),
+        token_base=token_base,
+        constant_base=constant_base,
     )
 
 
