@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 # Independent calls of an estimator under target_stderr run in rounds; a round at most doubles
 # the calls made so far, so the calls never overshoot the projected need by more than twice.
 ROUND_GROWTH = 2
+# A standard error estimated from R runs is itself uncertain (chi-square with R − 1 degrees of
+# freedom): the rounds stop once the error is below target_stderr with this confidence.
+STOP_CONFIDENCE = 0.95
 
 
 def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
@@ -69,7 +72,8 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     target_stderr : float, optional
         For estimators that report independent runs (``details["run_log_evidence"]``): repeat
         the call with fresh keys, pooling all runs, until the standard error (from the spread of
-        the runs and of the calls, :func:`pool_calls`) is at most this many nats.
+        the runs and of the calls, :func:`pool_calls`) is at most this many nats with 95 %
+        confidence (:func:`error_upper_bound`): a few runs that happen to agree do not stop it.
     max_time : float, optional
         Seconds within which the repetitions for ``target_stderr`` stop: no round of calls starts
         that would end later at the pace of the calls so far (the first call always runs); the
@@ -180,6 +184,18 @@ def _next_round(calls: int, stderr: float, target_stderr: float | None) -> int:
     return int(np.clip(needed - calls, 1, (ROUND_GROWTH - 1) * calls))
 
 
+def error_upper_bound(stderr: float, num_runs: int, confidence: float = STOP_CONFIDENCE) -> float:
+    """An upper confidence bound on the standard error ``stderr`` estimated from ``num_runs``
+    runs: s · sqrt((R − 1) / χ²_(1−c)(R − 1)), (R − 1) s² / σ² being chi-square with R − 1 degrees
+    of freedom for roughly normal run values; inf for fewer than two runs."""
+    from scipy.stats import chi2
+
+    if num_runs < 2 or not np.isfinite(stderr):
+        return float("inf")
+    df = num_runs - 1
+    return float(stderr * np.sqrt(df / chi2.ppf(1.0 - confidence, df)))
+
+
 def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time, executor,
                    min_calls: int | None = None) -> EvidenceEstimate:
     """Repeat an estimator with keys fold_in(key, 0, 1, …), a round of calls at a time (on
@@ -206,7 +222,8 @@ def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time
         if target_stderr is None and max_time is None:
             break  # min_calls alone: its calls are all there is to make
         size = _next_round(calls, stderr, target_stderr)
-        if target_stderr is not None and stderr <= target_stderr:  # finite: two runs or more
+        num_runs = sum(len(est.details["run_log_evidence"]) for est in made)
+        if target_stderr is not None and error_upper_bound(stderr, num_runs) <= target_stderr:
             break
         if max_time is not None:
             # No round that would end past max_time at the pace so far: a round finishes once

@@ -95,7 +95,9 @@ def test_compare_marks_indistinguishable_rows():
 
 def test_target_stderr_adds_runs(x2):
     model = bam.models.nmf(2)
-    est = bam.log_evidence(model, x2, method="smc", rng_key=1, num_particles=20, num_chains=2,
+    # Enough particles that run values spread continuously: with a few, runs often repeat one value exactly,
+    # and two equal runs state an error of zero.
+    est = bam.log_evidence(model, x2, method="smc", rng_key=1, num_particles=100, num_chains=4,
                            target_stderr=0.05)
     assert est.stderr <= 0.05
     assert len(est.details["run_log_evidence"]) >= 2 * est.details["num_calls"] - 1
@@ -274,3 +276,16 @@ def test_recorded_warnings_are_raised_again_from_a_program_read_on_stdin():
     run = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "done" and "EvidenceWarning: runs disagree" in run.stderr
+
+
+def test_target_stderr_stops_on_a_confident_error_only():
+    """Two runs that agree closely state a tiny error that may be far off: the rounds stop once the error's upper
+    95 % bound (chi-square, R − 1 degrees of freedom) meets the target, which tends to the error itself."""
+    from scipy.stats import chi2
+
+    from bam_ppl.evidence import error_upper_bound
+
+    assert error_upper_bound(0.01, 2) == pytest.approx(0.01 / np.sqrt(chi2.ppf(0.05, 1)))  # ≈ 16 × the estimate
+    bounds = [error_upper_bound(0.01, runs) for runs in (2, 4, 16, 256)]
+    assert all(a > b for a, b in zip(bounds, bounds[1:])) and bounds[-1] < 0.0111
+    assert error_upper_bound(0.01, 1) == np.inf

@@ -364,16 +364,18 @@ def finish(state: SMCState) -> Array:
     return state.log_evidence + jax.nn.logsumexp(state.log_weights, axis=-1) - math.log(num_particles)
 
 
-@partial(jax.jit, static_argnames=("padded",))
-def _token_orders(keys: PRNGKey, tokens: Array, *, padded: int) -> Array:
+def _token_orders(keys: PRNGKey, tokens: np.ndarray, *, padded: int) -> np.ndarray:
     """(padded, chain) observed cells: one random order of the tokens per run (from its key in
     ``keys``), zero-padded.
 
     The order is shared by that run's particles (§7 notes); ``tokens`` lists each observed
-    cell once per token.
+    cell once per token. Drawn on the host, by a NumPy generator seeded with the run's raw key:
+    a JAX permutation would compile anew for every number of tokens.
     """
-    orders = jax.vmap(lambda k: jax.random.permutation(k, tokens))(keys)
-    return jnp.zeros((padded, keys.shape[0]), jnp.int32).at[:tokens.shape[0]].set(orders.T)
+    orders = np.zeros((padded, keys.shape[0]), np.int32)
+    for run, key in enumerate(np.asarray(keys, np.uint32)):
+        orders[:tokens.shape[0], run] = np.random.default_rng(key).permutation(tokens)
+    return orders
 
 
 @jax.jit
