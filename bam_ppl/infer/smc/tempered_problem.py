@@ -152,10 +152,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     # Values of the missing visible nodes each cell allows (``valid`` leaves latent nodes free).
     latent_configs = math.prod(bound.sizes[n] for n in layout.free if n in bound.model.latent)
     allowed = valid.sum(1) // latent_configs if spec.has_valid else np.ones(data.nnz, np.int64)
-    # log space when a product of a token's factors could leave the float64 range
-    num_rows = len(spec.numerator_rows) + len(spec.denominator_rows)
-    extremes = np.abs(np.log10([concentration.min(), concentration.max() + data.total]))
-    log_space = bool(num_rows * extremes.max() > 250)
+    log_space = _needs_log_space(spec, concentration, data.total)
     token_cell = np.asarray(problem.token_cell, np.int32)
     constant = bound.log_data_constant(data)
     column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
@@ -191,6 +188,14 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
             and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), row_value=row_value),
         row_value=row_value,
     )
+
+
+def _needs_log_space(spec, concentration: np.ndarray, num_tokens: int) -> bool:
+    """Whether a product of a token's factors (each between the least concentration and the largest plus every
+    token) could leave the float64 range, about 10^±300: the weights are then kept in log space."""
+    num_rows = len(spec.numerator_rows) + len(spec.denominator_rows)
+    extremes = np.abs(np.log10([concentration.min(), concentration.max() + num_tokens]))
+    return bool(num_rows * extremes.max() > 250)
 
 
 def row_values(row_base, row_offset, base) -> np.ndarray:
