@@ -68,7 +68,7 @@ def _compile_family(name: str) -> float:
             bam.infer(model, data, method="gibbs", num_warmup=1, num_samples=1, progress_bar=False)
         elif name == "mixture":
             bam.log_evidence(model, data, method="mixture", num_particles=4, num_scouts=1, reference_sweeps=4,
-                             vb_restarts=0)
+                             vb_restarts=2)
         elif name == "chib" and case < CHIB_CASES:
             bam.log_evidence(model, data, method="chib")
     if name == "smc":

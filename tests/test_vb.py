@@ -2,6 +2,7 @@
 
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -185,7 +186,6 @@ def test_bad_evidence_options_raise():
 
 
 def test_float64_kernels_match_scipy():
-    import jax
     import jax.numpy as jnp
     from scipy.special import digamma, gammaln
 
@@ -229,7 +229,6 @@ def test_runs_from_allocations_start_at_their_dirichlet_posterior():
     # start: VB runs from given allocations too, each from q(θ) = Dirichlet(α + its table counts)
     # (checked against that state built from BoundModel.table_counts and run directly); every ELBO
     # bounds the exact evidence and the value is the best of restarts and starts.
-    import jax
     import jax.numpy as jnp
 
     from bam_ppl.infer.prepare import prepare
@@ -258,3 +257,36 @@ def test_runs_from_allocations_start_at_their_dirichlet_posterior():
         bam.log_evidence(model, X2, method="vb", start=(cells, counts + 1))
     with pytest.raises(TypeError, match="start"):
         bam.log_evidence(model, X2, method="vb", start="allocation")
+
+
+@pytest.mark.parametrize("case", [*CASES, "marginalised"])
+def test_numba_iterations_follow_the_jax_step(case):
+    """The numba kernel (engine="numba") runs the JAX step's iterations: the same ELBO after every iteration, the
+    same q(θ), the same stops, screened or not, on missing entries (valid configurations) and marginalised leaves
+    (member masks) too."""
+    from bam_ppl.infer.prepare import prepare
+    from bam_ppl.infer.variational import vb as vb_core
+    from bam_ppl.parallel import chain_keys
+
+    make_model, make_data = CASES["missing" if case == "marginalised" else case]
+    data, bound, layout, _ = prepare(make_model(2), make_data())
+    mask = None
+    if case == "marginalised":
+        layout, mask = vb_core.marginalised_leaf_layout(bound, data)
+    with jax.enable_x64(True):
+        problem = vb_core.build_problem(bound, data, layout, member_mask=mask)
+        keys, _ = chain_keys(jax.random.key(5), 6, 0, parts=2)
+        for screen in (None, 12):
+            runs = [vb_core.run(keys, problem, num_iters=60, tol=1e-10, init="dirichlet", screen_iters=screen,
+                                screen_keep=2, engine=engine) for engine in ("jax", "numba")]
+            np.testing.assert_allclose(runs[1].elbo_trace, runs[0].elbo_trace, rtol=1e-12, atol=1e-10)
+            np.testing.assert_allclose(runs[1].alpha_hat, runs[0].alpha_hat, rtol=1e-11, atol=1e-11)
+            np.testing.assert_array_equal(runs[1].iterations, runs[0].iterations)
+            np.testing.assert_array_equal(runs[1].converged, runs[0].converged)
+
+
+def test_bad_engine_is_an_error_before_any_work():
+    with pytest.raises(ValueError, match="engine"):
+        bam.infer(bam.models.nmf(2), X1, method="vb", engine="gpu")
+    with pytest.raises(ValueError, match="engine"):
+        bam.log_evidence(bam.models.nmf(2), X1, method="vb", engine="numpy")

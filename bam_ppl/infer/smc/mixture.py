@@ -299,8 +299,8 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
         init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
         result = vb.run(init_keys, problem, num_iters=ENGINE.vb_iters, tol=ENGINE.vb_tol,
                         screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts,
-                        # the kept few run padded to the screened batch: one compiled program, not two
-                        min_batch=max(vb.MIN_BATCH, options.vb_restarts))
+                        # the numba kernel: XLA would compile the step anew for every data shape
+                        engine="numba")
     best = np.argsort(-np.asarray(result.elbo), kind="stable")[:options.vb_starts]
     expected = result.alpha_hat[best] - bound.flat_concentration
     return ([configs_from_counts(tp, kernel_counts(tp, counts, bound.column_of)) for counts in expected],
@@ -357,7 +357,7 @@ class EngineConfig:
     reference_sweeps: int = 200
     # and at most this many token moves: a chain's cost stays bounded at any number of tokens.
     chain_token_moves: int = 204_800_000
-    # Random VB restarts per call (shared out among the runs), cheap side by side (vmapped) and screened.
+    # Random VB restarts per call (shared out among the runs), screened; cheap on the numba kernel (no compile per shape).
     vb_restarts: int = 100
     # The best VB fits per call that start references (one per run): restarts' optima can be different basins.
     vb_starts: int = 4

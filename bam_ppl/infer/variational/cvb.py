@@ -210,7 +210,7 @@ def run(init_keys, problem: CVBProblem, member_table: tuple[int, ...], *, num_it
     def run_chunk(problem, states, num_iters, tol, length):
         return _run_chunk_jit(problem, states, num_iters, tol, length=length, member_table=member_table)
 
-    states, (loglik_trace, elbo_trace) = iterate(run_chunk, states, problem, num_iters=num_iters,
+    states, (loglik_trace, elbo_trace) = iterate(run_chunk, problem, states, num_iters=num_iters,
                                                  tol=tol, progress_bar=progress_bar, desc="cvb")
     return CVBResult(np.asarray(states.expected), np.asarray(loglik_trace), np.asarray(elbo_trace),
                      np.asarray(states.training_log_likelihood), np.asarray(states.elbo),

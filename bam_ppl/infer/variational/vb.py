@@ -34,6 +34,7 @@ from ...types import Array, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive, renamed_options
 from ..gibbs.chib import as_allocations, configs_of_allocation
 from ..info import VBInfo
+from ..kernels import resolve_kernel
 from ..prepare import prepare
 from ..registry import register, register_evidence
 
@@ -433,7 +434,7 @@ _run_chunk_jit = jax.jit(_run_chunk, static_argnames="length")
 _training_log_likelihood_batch = jax.jit(jax.vmap(training_log_likelihood, in_axes=(None, 0)))
 
 
-def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_bar: bool, desc: str,
+def iterate(run_chunk, problem, states, *, num_iters: int, tol: float, progress_bar: bool, desc: str,
             min_batch: int = 1):
     """Scan chunks of iterations until every restart converged or used ``num_iters``.
 
@@ -464,12 +465,23 @@ def iterate(run_chunk, states, problem, *, num_iters: int, tol: float, progress_
 
 
 def run_from(states: VBState, problem: CellProblem, *, num_iters: int, tol: float, progress_bar: bool = False,
-             desc: str = "vb", min_batch: int = 1) -> VBResult:
+             desc: str = "vb", min_batch: int = 1, engine: str = "jax") -> VBResult:
     """Run VB from given states (leading axis: restart), e.g. a family's own initialisation."""
-    states, elbo_trace = iterate(_run_chunk_jit, states, problem, num_iters=num_iters, tol=tol,
+    states, elbo_trace = iterate(*_chunks(problem, engine), states, num_iters=num_iters, tol=tol,
                                  progress_bar=progress_bar, desc=desc, min_batch=min_batch)
     return VBResult(np.asarray(states.alpha_hat), np.asarray(elbo_trace), np.asarray(states.elbo),
                     np.asarray(states.iteration), np.asarray(states.converged))
+
+
+def _chunks(problem: CellProblem, engine: str):
+    """The chunk runner of ``engine`` and the problem as it reads it: the scanned JAX step
+    (``"jax"``) or the numba kernel on host arrays (``"numba"``, :mod:`~bam_ppl.infer.variational.vb_numba`),
+    the same iterations up to rounding."""
+    if engine == "numba":
+        from . import vb_numba
+
+        return vb_numba.run_chunk, vb_numba.host_problem(problem)
+    return _run_chunk_jit, problem
 
 
 class VBResult(NamedTuple):
@@ -483,13 +495,18 @@ class VBResult(NamedTuple):
 
 def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: str = "tables",
         progress_bar: bool = False, screen_iters: int | None = None, screen_keep: int = 10,
-        start_phi: np.ndarray | None = None, min_batch: int = 1) -> VBResult:
+        start_phi: np.ndarray | None = None, min_batch: int = 1, engine: str = "jax") -> VBResult:
     """Run one vmapped VB restart per key of ``init_keys`` (call under ``jax.enable_x64(True)``),
     then one from each of the responsibilities ``start_phi`` (S, U, L) where given, all of them to
-    the end, or with ``screen_iters`` screened (:func:`run_screened`)."""
+    the end, or with ``screen_iters`` screened (:func:`run_screened`); ``engine`` runs the
+    iterations (:func:`_chunks`)."""
     start = initial_values(init, init_keys, problem)
     given = start_phi is not None and len(start_phi) > 0
-    if init in LOG_THETA_INITS:
+    if engine == "numba" and init in LOG_THETA_INITS and not given:  # on the host: nothing to compile
+        alpha = np.asarray(problem.alpha, np.float64)
+        states = VBState(np.asarray(start, np.float64), np.tile(alpha, (len(start), 1)), np.full(len(start), -np.inf),
+                         np.zeros(len(start), np.int32), np.zeros(len(start), bool))
+    elif init in LOG_THETA_INITS:
         states = _init_log_theta(problem, jnp.asarray(start))
         if given:
             states = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states,
@@ -498,25 +515,27 @@ def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: st
         states = _init_responsibilities(problem, jnp.asarray(np.concatenate([start, start_phi]) if given else start))
     if screen_iters is not None and screen_iters < num_iters and screen_keep < states.elbo.shape[0]:
         return run_screened(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar,
-                            screen_iters=screen_iters, screen_keep=screen_keep, min_batch=min_batch)
-    return run_from(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar, min_batch=min_batch)
+                            screen_iters=screen_iters, screen_keep=screen_keep, min_batch=min_batch, engine=engine)
+    return run_from(states, problem, num_iters=num_iters, tol=tol, progress_bar=progress_bar, min_batch=min_batch,
+                    engine=engine)
 
 
 def run_screened(states: VBState, problem: CellProblem, *, num_iters: int, tol: float, progress_bar: bool,
-                 screen_iters: int, screen_keep: int, min_batch: int = 1) -> VBResult:
+                 screen_iters: int, screen_keep: int, min_batch: int = 1, engine: str = "jax") -> VBResult:
     """Every restart for ``screen_iters`` iterations, then only the ``screen_keep`` with the highest
     ELBO on to ``num_iters`` (or convergence), each exactly as if run alone; the others keep their
     screened state, whose ELBO is a lower bound too (coordinate ascent only raises it). Where a
     restart ends up is mostly settled early, so a search over many restarts costs little more than
     its screening. Traces of the restarts left
     behind repeat their last value, as those of converged restarts do."""
-    screened, screen_trace = iterate(_run_chunk_jit, states, problem, num_iters=screen_iters, tol=tol,
+    chunks = _chunks(problem, engine)
+    screened, screen_trace = iterate(*chunks, states, num_iters=screen_iters, tol=tol,
                                      progress_bar=progress_bar, desc="vb (screening)", min_batch=min_batch)
     kept = np.sort(np.argsort(-screened.elbo, kind="stable")[:screen_keep])
     # The kept restarts go on counting from zero with the iterations left, so that the chunks stop
     # where they do; their totals are put back together below.
     resumed = jax.tree.map(lambda x: x[kept], screened)._replace(iteration=np.zeros(kept.size, np.int32))
-    resumed, trace = iterate(_run_chunk_jit, resumed, problem, num_iters=num_iters - screen_iters, tol=tol,
+    resumed, trace = iterate(*chunks, resumed, num_iters=num_iters - screen_iters, tol=tol,
                              progress_bar=progress_bar, desc="vb", min_batch=min_batch)
     final = jax.tree.map(lambda x: x.copy(), screened)
     for every, some in zip(final, resumed._replace(iteration=resumed.iteration + screened.iteration[kept])):
@@ -559,12 +578,13 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
     return theta, rate
 
 
-def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar, first_chain=0,
+def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar, engine, first_chain=0,
          screen_iters=None, screen_keep=10, start=None, min_batch=1):
     """Restarts ``first_chain ..`` and their posterior draw keys; restart r's keys split
     ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`). Runs from the allocations
     ``start`` follow the restarts in the result."""
     key = check_options(rng_key, num_iters, tol, num_chains, init, progress_bar, first_chain=first_chain)
+    engine = resolve_kernel(engine)
     if screen_iters is not None:
         check_int(screen_iters, "screen_iters", minimum=1)
         check_int(screen_keep, "screen_keep", minimum=1)
@@ -575,7 +595,8 @@ def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar
         problem = build_problem(bound, data, layout)
         init_keys, draw_keys = chain_keys(key, num_chains, first_chain, parts=2)
         result = run(init_keys, problem, num_iters=num_iters, tol=tol, init=init, progress_bar=show,
-                     screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi, min_batch=min_batch)
+                     screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi,
+                     min_batch=min_batch if engine == "jax" else 1, engine=engine)
     return bound, data, problem, result, draw_keys
 
 
@@ -602,7 +623,7 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
 @restart_layout("chain", "final_elbo")
 @renamed_options(num_restarts="num_chains")
 def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
-       init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None,
+       init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None, engine: str = "jax",
        _first_chain: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
@@ -630,6 +651,11 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
         Draws of θ (and λ) from the best restart's q.
     progress_bar : bool or None
         tqdm bar over iterations; ``None`` shows one for long runs only.
+    engine : {"jax", "numba", "auto"}
+        What runs the iterations, the same up to rounding: the vmapped JAX step (default), compiled
+        for every data shape (about a second on a CPU), or the numba kernel
+        (:mod:`~bam_ppl.infer.variational.vb_numba`), compiled once per machine but slower per
+        iteration on large tables (benchmarks/README.md); ``"auto"``: numba on a CPU where installed.
 
     Returns
     -------
@@ -643,7 +669,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
     check_int(num_samples, "num_samples")
     bound, data, problem, result, draw_keys = _fit(model, data, rng_key, num_iters=num_iters, tol=tol,
                                                    num_chains=num_chains, init=init, progress_bar=progress_bar,
-                                                   first_chain=_first_chain)
+                                                   engine=engine, first_chain=_first_chain)
     best = best_index(result.elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
@@ -666,7 +692,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
 @renamed_options(num_restarts="num_chains")
 def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8,
                     num_chains: int = 10, init: str = "tables", progress_bar: bool | None = None,
-                    screen_iters: int | None = None, screen_keep: int = 10, start=None):
+                    screen_iters: int | None = None, screen_keep: int = 10, start=None, engine: str = "jax"):
     """The best ELBO over ``num_chains`` VB runs (restarts): a lower bound on log L_X (Cemgil et al.
     2019 §5.1).
 
@@ -684,11 +710,12 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float
     the best restart's index, the runs from ``start`` (``start_elbo``, and ``best_start`` where
     one of them is the best, else None) and the best run's expected table counts
     ``expected_counts`` (α̂ − α per table entry, in the order of ``BoundModel.flat_concentration``).
+    ``engine`` runs the iterations as in :func:`vb`.
     """
     began = time.perf_counter()
     bound, _, _, result, _ = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains,
                                   init=init, progress_bar=progress_bar, screen_iters=screen_iters, screen_keep=screen_keep, start=start,
-                                  min_batch=MIN_BATCH)
+                                  min_batch=MIN_BATCH, engine=engine)
     best = best_index(result.elbo)
     restarts = result.elbo[:num_chains]
     return EvidenceEstimate(
