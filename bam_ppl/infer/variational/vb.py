@@ -388,9 +388,12 @@ def fresh_state(log_weights: Array, alpha_hat: Array) -> VBState:
                    jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
 
-def init_from_log_theta(problem: CellProblem, log_theta: Array) -> VBState:
-    """Start from E log θ := log θ for a drawn θ (``init="tables"`` or ``"dirichlet"``)."""
-    return fresh_state(log_theta, problem.alpha)
+def init_from_log_theta(problem: CellProblem, log_theta: np.ndarray) -> VBState:
+    """Restarts (leading axis of ``log_theta``) from E log θ := log θ for drawn θ (``init="tables"`` or
+    ``"dirichlet"``), q(θ) the prior's until the first update; host arrays, nothing to compile."""
+    num = len(log_theta)
+    return VBState(np.asarray(log_theta, np.float64), np.tile(np.asarray(problem.alpha, np.float64), (num, 1)),
+                   np.full(num, -np.inf), np.zeros(num, np.int32), np.zeros(num, bool))
 
 
 def init_from_responsibilities(problem: CellProblem, phi: Array) -> VBState:
@@ -428,7 +431,6 @@ def _run_chunk(problem, states, num_iters, tol, length):
     return jax.lax.scan(body, states, None, length=length)
 
 
-_init_log_theta = jax.jit(jax.vmap(init_from_log_theta, in_axes=(None, 0)))
 _init_responsibilities = jax.jit(jax.vmap(init_from_responsibilities, in_axes=(None, 0)))
 _run_chunk_jit = jax.jit(_run_chunk, static_argnames="length")
 _training_log_likelihood_batch = jax.jit(jax.vmap(training_log_likelihood, in_axes=(None, 0)))
@@ -502,15 +504,11 @@ def run(init_keys, problem: CellProblem, *, num_iters: int, tol: float, init: st
     iterations (:func:`_chunks`)."""
     start = initial_values(init, init_keys, problem)
     given = start_phi is not None and len(start_phi) > 0
-    if engine == "numba" and init in LOG_THETA_INITS and not given:  # on the host: nothing to compile
-        alpha = np.asarray(problem.alpha, np.float64)
-        states = VBState(np.asarray(start, np.float64), np.tile(alpha, (len(start), 1)), np.full(len(start), -np.inf),
-                         np.zeros(len(start), np.int32), np.zeros(len(start), bool))
-    elif init in LOG_THETA_INITS:
-        states = _init_log_theta(problem, jnp.asarray(start))
+    if init in LOG_THETA_INITS:
+        states = init_from_log_theta(problem, start)
         if given:
-            states = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states,
-                                  _init_responsibilities(problem, jnp.asarray(start_phi)))
+            states = jax.tree.map(lambda a, b: np.concatenate([a, b]), states,
+                                  jax.device_get(_init_responsibilities(problem, jnp.asarray(start_phi))))
     else:  # one batch, one compiled program
         states = _init_responsibilities(problem, jnp.asarray(np.concatenate([start, start_phi]) if given else start))
     if screen_iters is not None and screen_iters < num_iters and screen_keep < states.elbo.shape[0]:
