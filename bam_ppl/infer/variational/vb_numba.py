@@ -150,9 +150,9 @@ def run_chunk(problem: HostProblem, states, num_iters: int, tol: float, length: 
     traces = np.empty((elbos.size, length))
     edges = np.linspace(0, elbos.size, min(elbos.size, os.cpu_count() or 1) + 1).astype(np.int64)
 
-    def restarts(first, stop):
-        _vb_restarts(*problem, log_weights, alpha_hat, elbos, iterations, converged, first, stop, num_iters, tol,
-                     traces)
+    def restarts(first, stop):  # Python scalars: one compiled signature whatever the caller passes
+        _vb_restarts(*problem, log_weights, alpha_hat, elbos, iterations, converged, int(first), int(stop),
+                     int(num_iters), float(tol), traces)
 
     with ThreadPoolExecutor(max_workers=edges.size - 1) as pool:
         list(pool.map(restarts, edges[:-1], edges[1:]))
