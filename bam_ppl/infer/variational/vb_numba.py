@@ -126,15 +126,18 @@ class HostProblem(NamedTuple):
 
 
 def host_problem(problem) -> HostProblem:
-    """The :class:`HostProblem` of a ``CellProblem``."""
-    cell_flat = np.ascontiguousarray(problem.cell_flat, np.int64)
+    """The :class:`HostProblem` of a ``CellProblem``: writable copies, as numba types read-only arrays (what
+    NumPy makes of device arrays) as other arguments and would compile the kernel once more for them."""
+    def copy(array, dtype):
+        return np.array(array, dtype, order="C", copy=True)
+
+    cell_flat = copy(problem.cell_flat, np.int64)
     M, U = cell_flat.shape
     L = problem.config_flat.shape[1]
-    valid = np.ones((U, L), np.bool_) if problem.valid is None else np.ascontiguousarray(problem.valid, np.bool_)
-    mask = np.ones((M, U)) if problem.member_mask is None else np.ascontiguousarray(problem.member_mask, np.float64)
-    return HostProblem(np.ascontiguousarray(problem.counts, np.float64), cell_flat,
-                       np.ascontiguousarray(problem.config_flat, np.int64), valid, mask,
-                       np.ascontiguousarray(problem.alpha, np.float64), np.ascontiguousarray(problem.column_of, np.int64),
+    valid = np.ones((U, L), np.bool_) if problem.valid is None else copy(problem.valid, np.bool_)
+    mask = np.ones((M, U)) if problem.member_mask is None else copy(problem.member_mask, np.float64)
+    return HostProblem(copy(problem.counts, np.float64), cell_flat, copy(problem.config_flat, np.int64), valid, mask,
+                       copy(problem.alpha, np.float64), copy(problem.column_of, np.int64),
                        int(problem.alpha_col.shape[0]), float(problem.constant))
 
 
@@ -142,11 +145,11 @@ def run_chunk(problem: HostProblem, states, num_iters: int, tol: float, length: 
     """``length`` iterations of every restart of ``states`` (a ``VBState`` with a leading restart axis):
     the new states and the ELBO after each iteration (length, restarts), as the scanned JAX chunk
     returns them. The restarts are shared out among the cores."""
-    log_weights = np.array(states.log_weights, np.float64)
-    alpha_hat = np.array(states.alpha_hat, np.float64)
-    elbos = np.array(states.elbo, np.float64)
-    iterations = np.array(states.iteration, np.int64)
-    converged = np.array(states.converged, np.bool_)
+    log_weights = np.array(states.log_weights, np.float64, order="C", copy=True)
+    alpha_hat = np.array(states.alpha_hat, np.float64, order="C", copy=True)
+    elbos = np.array(states.elbo, np.float64, copy=True)
+    iterations = np.array(states.iteration, np.int64, copy=True)
+    converged = np.array(states.converged, np.bool_, copy=True)
     traces = np.empty((elbos.size, length))
     edges = np.linspace(0, elbos.size, min(elbos.size, os.cpu_count() or 1) + 1).astype(np.int64)
 
