@@ -9,7 +9,8 @@ O(nnz × free configurations × table members) plus the table sizes, never the d
 The functional core is :func:`init` / :func:`step` / :func:`run` on a :class:`CellProblem`;
 :func:`vb` (``method="vb"``) and :func:`vb_log_evidence` (the best ELBO over restarts,
 ``kind="lower_bound"``) are the registry adapters. :mod:`bam_ppl.infer.variational.cvb` reuses the cell
-bookkeeping defined here.
+bookkeeping defined here. The iterations run as a scanned, vmapped JAX step or, with ``engine="numba"``
+(the evidence engine's VB search), as the kernel of :mod:`bam_ppl.infer.variational.vb_numba`.
 """
 
 from __future__ import annotations
