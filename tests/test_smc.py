@@ -268,20 +268,6 @@ def test_every_resampling_scheme_matches_exact(resampling, kernel):
     assert_matches_exact(estimate, exact_log_evidence(model, X1))
 
 
-@pytest.mark.slow
-@pytest.mark.stats
-def test_parafac_rank_recovery():
-    # papers/000 §5.1.2: 20×25×30 tensor from CP with R = 5, T = 500, a = 30.
-    ranks = range(1, 9)
-    hits = 0
-    for seed in range(5):
-        _, X = bam.models.cp(5, a=30.0).sample(seed, shape=(20, 25, 30), total=500)
-        values = [smc_estimate(bam.models.cp(r, a=30.0), X, rng_key=seed, num_particles=1000,
-                               num_chains=4).value for r in ranks]
-        hits += abs(ranks[int(np.argmax(values))] - 5) <= 1
-    assert hits >= 4
-
-
 @pytest.mark.parametrize("name", ["symmetric_nmf_tied", "missing_entries", "tucker"])
 def test_best_particle_log_prob_is_the_urn_probability(name, kernel):
     # Each particle's log urn probability is accumulated token by token (eq. 4.1); by
