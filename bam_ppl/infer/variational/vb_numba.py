@@ -39,12 +39,14 @@ def _digamma(x: float) -> float:
     return math.log(y) - 0.5 / y - series * inv2 - shift
 
 
-def _vb_restart(counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, constant,
-                log_weights, alpha_hat, elbos, iterations, converged, b, num_iters, tol, trace):
-    """``trace.size`` iterations of restart ``b``, in place: ``log_weights`` and ``alpha_hat`` (F,) its
-    own, ``elbos``, ``iterations`` and ``converged`` every restart's; ``trace`` gets the ELBO after each
+def _vb_restart(problem, state, b, num_iters, tol, trace):
+    """``trace.size`` iterations of restart ``b`` of ``state`` (a ``VBState`` of host arrays, restarts on the
+    leading axis) on ``problem`` (:class:`HostProblem`), in place; ``trace`` gets the ELBO after each
     iteration. A restart that converged (relative ELBO change ≤ ``tol``) or used ``num_iters``
     iterations keeps its state."""
+    counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, constant = problem
+    log_weights, alpha_hat = state.log_weights[b], state.alpha_hat[b]
+    elbos, iterations, converged = state.elbo, state.iteration, state.converged
     M, U = cell_flat.shape
     L = config_flat.shape[1]
     F = alpha.shape[0]
@@ -96,12 +98,10 @@ def _vb_restart(counts, cell_flat, config_flat, valid, mask, alpha, column_of, n
         trace[it] = elbo
 
 
-def _vb_restarts(counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, constant,
-                 log_weights, alpha_hat, elbos, iterations, converged, first, stop, num_iters, tol, traces):
-    """:func:`_vb_restart` for restarts ``first .. stop − 1`` (rows of ``log_weights``, ``alpha_hat``, ``traces``)."""
+def _vb_restarts(problem, state, first, stop, num_iters, tol, traces):
+    """:func:`_vb_restart` for restarts ``first .. stop − 1`` (rows of ``traces``)."""
     for b in range(first, stop):
-        _vb_restart(counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, constant,
-                    log_weights[b], alpha_hat[b], elbos, iterations, converged, b, num_iters, tol, traces[b])
+        _vb_restart(problem, state, b, num_iters, tol, traces[b])
 
 
 if numba is not None:
@@ -145,19 +145,17 @@ def run_chunk(problem: HostProblem, states, num_iters: int, tol: float, length: 
     """``length`` iterations of every restart of ``states`` (a ``VBState`` with a leading restart axis):
     the new states and the ELBO after each iteration (length, restarts), as the scanned JAX chunk
     returns them. The restarts are shared out among the cores."""
-    log_weights = np.array(states.log_weights, np.float64, order="C", copy=True)
-    alpha_hat = np.array(states.alpha_hat, np.float64, order="C", copy=True)
-    elbos = np.array(states.elbo, np.float64, copy=True)
-    iterations = np.array(states.iteration, np.int64, copy=True)
-    converged = np.array(states.converged, np.bool_, copy=True)
-    traces = np.empty((elbos.size, length))
-    edges = np.linspace(0, elbos.size, min(elbos.size, os.cpu_count() or 1) + 1).astype(np.int64)
+    state = type(states)(np.array(states.log_weights, np.float64, order="C", copy=True),
+                         np.array(states.alpha_hat, np.float64, order="C", copy=True),
+                         np.array(states.elbo, np.float64, copy=True), np.array(states.iteration, np.int64, copy=True),
+                         np.array(states.converged, np.bool_, copy=True))
+    traces = np.empty((state.elbo.size, length))
+    edges = np.linspace(0, state.elbo.size, min(state.elbo.size, os.cpu_count() or 1) + 1).astype(np.int64)
 
     def restarts(first, stop):  # Python scalars: one compiled signature whatever the caller passes
-        _vb_restarts(*problem, log_weights, alpha_hat, elbos, iterations, converged, int(first), int(stop),
-                     int(num_iters), float(tol), traces)
+        _vb_restarts(problem, state, int(first), int(stop), int(num_iters), float(tol), traces)
 
     with ThreadPoolExecutor(max_workers=edges.size - 1) as pool:
         list(pool.map(restarts, edges[:-1], edges[1:]))
-    new = type(states)(log_weights, alpha_hat, elbos, iterations.astype(np.int32), converged)
+    new = state._replace(iteration=state.iteration.astype(np.int32))
     return new, traces.T
