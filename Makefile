@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each test module on one worker (tests/conftest.py). `make test PARALLEL=` runs it in one process.
 PARALLEL ?= -n auto --maxprocesses=4 --dist loadgroup
 
-.PHONY: install demo test test-stats test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
+.PHONY: install demo test test-stats test-integration test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ test-py312-subset:
 # marked `stats`, run by .ci/run after make test.
 test-stats: $(STAMP)
 	$(PY) -m pytest -q $(PARALLEL) -m stats
+
+# The tests that run beside other systems: Dask clusters and process pools (executor=), JAX on
+# forced host devices, NumPyro's own MCMC driver on a raw program (marked `integration`; .ci/run
+# runs them after make test).
+test-integration: $(STAMP)
+	$(PY) -m pytest -q $(PARALLEL) -m "integration and not slow"
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q $(PARALLEL) -m "slow or not slow"

@@ -27,6 +27,14 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 
+#: The NUTS run and the SVI fit of NMF(2, a=2) that the tests of NumPyro's samplers share
+#: (test_arviz_user, test_numpyro, test_progress, on one worker): each program compiles for 4-10 s,
+#: and the same model, data and options make it one program, compiled once per run.
+NUMPYRO_X = np.array([[4, 0, 1, 2], [0, 3, 1, 0], [2, 1, 5, 0]])
+NUTS_OPTIONS = dict(num_warmup=100, num_samples=100, num_chains=1)
+SVI_X = np.array([[5, 0, 1], [0, 6, 2], [1, 0, 4]])
+SVI_OPTIONS = dict(num_steps=800, learning_rate=0.05, num_samples=200)
+
 # Reference matrices of papers/000 Example 3.3 and §5.1.1 (notes/bam_digest.md §14).
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
@@ -76,7 +84,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 #: Modules whose tests run NumPyro's NUTS, SVI and Predictive: on one worker, one after the other,
 #: the many small programs NumPyro compiles for every run are compiled once for all of them.
-NUMPYRO_MODULES = ("test_arviz_user", "test_named_dims", "test_numpyro")
+NUMPYRO_MODULES = ("test_arviz_user", "test_named_dims", "test_numpyro", "test_progress")
 NUMPYRO_GROUP = "numpyro modules"
 
 

@@ -13,6 +13,7 @@ from numpyro.infer import log_likelihood as numpyro_log_likelihood
 from scipy.stats import multinomial, poisson
 
 import bam_ppl as bam
+from conftest import NUMPYRO_X, NUTS_OPTIONS
 from bam_ppl import pointwise
 from bam_ppl.convert import attrs_of, group, import_arviz
 
@@ -20,13 +21,13 @@ matplotlib.use("Agg")
 az = import_arviz()
 AZ_MAJOR = int(az.__version__.split(".")[0])
 
-X_SMALL = np.array([[4, 0, 1, 2], [0, 3, 1, 0], [2, 1, 5, 0]])
+X_SMALL = NUMPYRO_X
 NMF = bam.models.nmf(2, a=2.0)
 FAST = {
     "smc": dict(num_particles=200, num_chains=2),
     "gibbs": dict(num_warmup=100, num_samples=200, num_chains=2),
     "vb": dict(num_samples=200),
-    "nuts": dict(num_warmup=100, num_samples=100, num_chains=1),
+    "nuts": NUTS_OPTIONS,
 }
 
 
@@ -174,6 +175,7 @@ def test_dirichlet_tucker_log_likelihood_stat_renamed():
     assert "log_likelihood" not in stats and stats["final_log_likelihood"].dims == ("chain",)
 
 
+@pytest.mark.integration  # NumPyro's MCMC driver initialises op by op: ~380 programs
 def test_raw_program_gives_one_log_likelihood_array_to_arviz():
     from numpyro.infer import MCMC, NUTS
 

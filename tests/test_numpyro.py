@@ -10,6 +10,7 @@ import pytest
 from numpyro.infer import Predictive
 
 import bam_ppl as bam
+from conftest import SVI_OPTIONS, SVI_X
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor
 from bam_ppl.infer import numpyro_backends
@@ -98,8 +99,7 @@ def test_nuts_latent_free_matches_conjugate_posterior(latent_free_nuts):
     assert abs(rate.mean() - (a + T) / (a / T + 1)) < 4 * rate.std() / np.sqrt(float(az.ess(rate)))
 
 
-SVI_X = np.array([[5, 0, 1], [0, 6, 2], [1, 0, 4]])
-SVI_FIT = dict(method="svi", rng_key=0, num_steps=800, learning_rate=0.05, num_samples=200)
+SVI_FIT = dict(method="svi", rng_key=0, **SVI_OPTIONS)
 
 
 @pytest.mark.parametrize("guide", ["normal", "delta"])

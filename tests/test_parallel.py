@@ -18,6 +18,8 @@ from bam_ppl.parallel import TaskError, task_key
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
 MODELS = {f"nmf{rank}": bam.models.nmf(rank=rank) for rank in (1, 2, 3)}
 SMC = dict(method="smc", num_particles=64, num_chains=2)
+#: Runs on a Dask cluster, a process or thread pool or two forced host devices: `make test-integration`.
+INTEGRATION = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +34,14 @@ def client():
         yield dask_client
 
 
+@INTEGRATION
 def test_compare_on_dask_equals_serial(client):
     serial = bam.compare(MODELS, X2, rng_key=3, **SMC)
     parallel = bam.compare(MODELS, X2, rng_key=3, executor=client, **SMC)
     pd.testing.assert_frame_equal(parallel, serial, check_exact=True)
 
 
+@INTEGRATION
 def test_compare_on_thread_and_process_pools_equals_serial():
     serial = bam.compare(MODELS, X2, rng_key=1, **SMC)
     with concurrent.futures.ThreadPoolExecutor(2) as threads:
@@ -48,6 +52,7 @@ def test_compare_on_thread_and_process_pools_equals_serial():
                                       check_exact=True)
 
 
+@INTEGRATION
 def test_target_stderr_rounds_equal_serial(client):
     options = dict(method="smc", num_particles=16, num_chains=2, target_stderr=0.05)
     serial = bam.log_evidence(MODELS["nmf2"], X2, rng_key=0, **options)
@@ -68,6 +73,7 @@ def _noisy_heldout_score(model, X, heldout, rng_key):
     return -np.abs(cells - model.latent["k"]) + rng.normal(size=cells.shape)
 
 
+@INTEGRATION
 def test_select_ranks_on_dask_equals_serial(client):
     X = np.random.default_rng(0).poisson(3.0, size=(12, 10))
     options = dict(grid={"rank": [1, 2, 3]}, heldout_axes=(0, 1), rng_key=0, heldout_fraction=0.2)
@@ -77,6 +83,7 @@ def test_select_ranks_on_dask_equals_serial(client):
     np.testing.assert_array_equal(parallel.attrs["heldout"], serial.attrs["heldout"])
 
 
+@INTEGRATION
 def test_failing_task_names_the_model(client):
     models = {"small": MODELS["nmf1"], "too_many": MODELS["nmf3"]}
     with pytest.raises(TaskError, match="model 'too_many'.*max_tensors") as raised:
@@ -103,6 +110,7 @@ def _smc_killing_its_worker_once(model, data, *, rng_key=0, marker, **options):
     return bam.log_evidence(model, data, method="smc", rng_key=rng_key, **options)
 
 
+@INTEGRATION
 def test_lost_worker_is_retried(client, tmp_path):
     register_evidence("smc_killing_its_worker_once")(_smc_killing_its_worker_once)
     options = dict(num_particles=64, num_chains=2)
@@ -120,6 +128,7 @@ def _sum_killing_its_worker_once(shared, i, marker):
     return float(np.sum(shared)) + i
 
 
+@INTEGRATION
 def test_tasks_cancelled_with_their_scattered_data_run_again(tmp_path):
     """One worker holds the only copy of the scattered data and dies: the scheduler cancels the tasks
     that read it ("already forgotten", dask/distributed#3149); they are submitted again."""
@@ -167,6 +176,7 @@ def assert_same_inference_data(actual, expected):
         {k: v for k, v in attrs_of(expected).items() if k not in stamp}
 
 
+@INTEGRATION
 def test_infer_chains_on_dask_equal_serial(client):
     model = MODELS["nmf2"]
     serial = bam.infer(model, X2, rng_key=4, **CHAINS)
@@ -180,6 +190,7 @@ def test_infer_chains_on_dask_equal_serial(client):
                                   group(alone, "posterior").isel(chain=0)["theta_k"].values)
 
 
+@INTEGRATION
 def test_infer_restarts_keep_the_best():
     from bam_ppl.convert import attrs_of
 
@@ -226,6 +237,7 @@ EVERY_BACKEND = {
 _SLOW_CASES = ("gibbs-jax", "nuts", "svi", "nbmf-nuts")
 
 
+@INTEGRATION
 @pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.slow) if case in _SLOW_CASES else case
                                   for case in EVERY_BACKEND])
 def test_infer_on_an_executor_equals_serial(case):
@@ -275,6 +287,7 @@ run(sys.argv[2])
 """
 
 
+@INTEGRATION
 def test_sharded_kernels_equal_one_device(tmp_path):
     """The kernels on one device and on two forced host devices, in one interpreter (one import of JAX)."""
     import subprocess

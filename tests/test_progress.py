@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bam_ppl as bam
+from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 from bam_ppl import progress as progress_module
 from bam_ppl.infer.numpyro_backends import show_progress
 from bam_ppl.progress import AUTOMATIC, interactive, make_bar, progress, resolve_progress
@@ -59,8 +60,9 @@ def _value(idata):
     ("cvb", "nmf", X, dict(num_iters=3)),
     ("map", "dt", None, dict(num_iters=3)),
     ("sem", "dt", None, dict(num_iters=3, batch_size=2)),
-    ("nuts", "nmf", X, dict(num_warmup=3, num_samples=3, num_chains=2)),
-    ("svi", "nmf", X, dict(num_steps=3, num_samples=3)),
+    # NumPyro's samplers on the runs of test_arviz_user and test_numpyro: the programs they compile.
+    ("nuts", "nmf-a2", NUMPYRO_X, NUTS_OPTIONS),
+    ("svi", "nmf-a2", SVI_X, SVI_OPTIONS),
 ])
 def test_every_backend_draws_its_bar_only_when_asked(capfd, method, model, data, options):
     """progress_bar=True draws a bar on stderr, False draws nothing, and neither changes the fit."""
@@ -68,7 +70,7 @@ def test_every_backend_draws_its_bar_only_when_asked(capfd, method, model, data,
         model = bam.models.dirichlet_tucker((2, 2, 2, 2))
         data = np.random.default_rng(0).multinomial(20, np.full(12, 1 / 12), size=(4, 3)).reshape(4, 3, 3, 4)
     else:
-        model = bam.models.nmf(2, a=10.0)
+        model = bam.models.nmf(2, a=2.0 if model == "nmf-a2" else 10.0)
     capfd.readouterr()
     quiet = bam.infer(model, data, method=method, rng_key=0, progress_bar=False, **options)
     assert capfd.readouterr().err == ""
