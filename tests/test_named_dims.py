@@ -8,6 +8,7 @@ import pytest
 import xarray as xr
 
 import bam_ppl as bam
+from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 from bam_ppl.convert import group
 from bam_ppl.data import CountTensor
 
@@ -85,10 +86,9 @@ def test_unnamed_and_foreign_names_are_positional():
     assert bam.log_evidence(MODEL, other, method="exact").value == pytest.approx(ref, abs=1e-12)
 
 
-# The other tests here run Gibbs and SVI with these options too, so that JAX compiles each program
-# once for the module (after the canonical reordering every column order gives the same arrays).
+# The other tests here run Gibbs with these options too, so that JAX compiles each program once for the
+# module (after the canonical reordering every column order gives the same arrays).
 GIBBS = dict(num_warmup=5, num_samples=5, num_chains=2, progress_bar=False)
-SVI = dict(num_steps=20, num_samples=10, progress_bar=False)
 
 
 @pytest.mark.parametrize("method, options", [
@@ -98,8 +98,6 @@ SVI = dict(num_steps=20, num_samples=10, progress_bar=False)
     ("vb", dict(num_iters=20)),
     ("cvb", dict(num_iters=20)),
     ("map", dict(num_iters=20)),
-    ("nuts", dict(num_warmup=20, num_samples=10, num_chains=1, progress_bar=False)),
-    ("svi", SVI),
 ])
 def test_infer_labels_tables_by_name(survey, method, options):
     """Every backend fits age -> vote and labels theta_vote with votes, whatever the column order."""
@@ -113,6 +111,24 @@ def test_infer_labels_tables_by_name(survey, method, options):
         assert list(theta.coords["age"].values) == AGES
         results.append(np.asarray(theta))
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("method, X, options", [("nuts", NUMPYRO_X, NUTS_OPTIONS), ("svi", SVI_X, SVI_OPTIONS)])
+def test_numpyro_backends_label_tables_by_name(method, X, options):
+    """NUTS and SVI label theta_i and theta_j by the table's names, whatever its axis order (on the runs of
+    test_arviz_user and test_numpyro: after the canonical reordering, their programs)."""
+    rows, cols = [f"r{n}" for n in range(X.shape[0])], [f"c{n}" for n in range(X.shape[1])]
+    model = bam.models.nmf(2, a=2.0)
+    results = []
+    for dims, counts in ((("i", "j"), X), (("j", "i"), X.T)):
+        table = CountTensor.from_dense(counts, dims=dims, coords={"i": rows, "j": cols})
+        posterior = group(bam.infer(model, table, method=method, rng_key=0, progress_bar=False, **options),
+                          "posterior")
+        assert posterior["theta_i"].dims[-1] == "i" and list(posterior["theta_i"].coords["i"].values) == rows
+        assert posterior["theta_j"].dims[-1] == "j" and list(posterior["theta_j"].coords["j"].values) == cols
+        assert all(posterior[name].dtype == np.float64 for name in posterior.data_vars)
+        results.append(np.asarray(posterior["theta_j"]))
+    np.testing.assert_array_equal(results[0], results[1])
 
 
 def test_latent_free_gibbs_runs_on_both_kernels(survey):
@@ -143,7 +159,7 @@ def test_compare_and_select_ranks_match_names(survey):
     np.testing.assert_allclose(scores[0], scores[1], rtol=1e-6)
 
 
-@pytest.mark.parametrize("method, options", [("gibbs", {**GIBBS, "engine": "jax"}), ("svi", SVI)])
+@pytest.mark.parametrize("method, options", [("gibbs", {**GIBBS, "engine": "jax"})])
 def test_posterior_draws_are_float64_from_every_backend(survey, method, options):
     idata = bam.infer(MODEL, _tensor(survey, ORDERS[0]), method=method, rng_key=0, **options)
     posterior = group(idata, "posterior")
