@@ -9,6 +9,7 @@ value, the sd across keys, the mean stated standard error, whether the spread is
 (sd ≤ 2 × stated + 0.5, the goal of the evidence engine), and the mean and largest wall seconds.
 
     nice -n 5 .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --baseline 46b659e --method mixture
+    .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --efforts 1 0.5 0.25  # the cost knob
 
 Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
@@ -55,9 +56,9 @@ def case(name, titanic):
         X[:, :, int(age == "adult"), int(survived == "yes")] = np.array(by_sex).T
     return bam.AllocationModel("r -> c, s, a, v", latent={"r": 4}, observed=("c", "s", "a", "v"), a=1.0), X
 
-def run(names, keys, titanic, method=None):
+def run(names, keys, titanic, method=None, options=None):
     warnings.simplefilter("ignore")
-    chosen = {} if method is None else {"method": method}
+    chosen = {**({} if method is None else {"method": method}), **(options or {})}
     model, X = case("nmf1200", titanic)  # warm-up on data every revision can build: compiles the kernels
     bam.log_evidence(model, X, rng_key=99, **chosen)
     for name in names:
@@ -77,7 +78,7 @@ def baseline_rows(revision: str, names, keys):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def current_rows(names, keys, method):
+def current_rows(names, keys, method, options=None):
     namespace = {}
     exec(CASE_CODE, namespace)  # noqa: S102 — the same code the baseline runs
     import contextlib
@@ -85,7 +86,7 @@ def current_rows(names, keys, method):
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        namespace["run"](names, keys, TITANIC, method)
+        namespace["run"](names, keys, TITANIC, method, options)
     return [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
 
 
@@ -109,19 +110,23 @@ def main(argv=None):
     parser.add_argument("--data", nargs="+", default=["nmf1000", "nmf4000", "hair_eye", "titanic"])
     parser.add_argument("--baseline", default=None, help="git revision whose default runs beside (e.g. 46b659e)")
     parser.add_argument("--method", default="mixture", help="the estimator of this revision")
+    parser.add_argument("--efforts", type=float, nargs="+", default=[1.0],
+                        help="effort= of this revision's calls, one row per value (default 1)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     revision = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()
     started = time.perf_counter()
-    rows = current_rows(args.data, args.keys, args.method)
+    rows = {effort: current_rows(args.data, args.keys, args.method, {"effort": effort}) for effort in args.efforts}
     base = baseline_rows(args.baseline, args.data, args.keys) if args.baseline else []
     print(f"keys {args.keys}; this revision {revision}, baseline {args.baseline}; {os.cpu_count()} cores; "
           f"{time.perf_counter() - started:.0f} s in all")
     print("| data | estimator | mean | sd across keys | mean stated | honest | mean s | max s |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.data:
-        summarise(rows, f"{args.method} ({revision})", [name])
+        for effort, mine in rows.items():
+            label = "" if effort == 1.0 else f", effort {effort:g}"
+            summarise(mine, f"{args.method} ({revision}{label})", [name])
         summarise(base, f"default ({args.baseline})", [name])
 
 

@@ -566,17 +566,6 @@ def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_move
     return np.array([num_cell_moves * cells, num_pair_moves * many, num_node_moves * (many and tp.node_swap.shape[0] > 0)])
 
 
-def posterior_block_moves(tp: TemperedProblem, rng: np.random.Generator, shifted: np.ndarray, config: np.ndarray,
-                          num_node_moves: int) -> np.ndarray:
-    """``num_node_moves`` node moves (:func:`_node_tokens`) of one posterior chain (β = 1, the
-    untilted target) at counts ``shifted`` and configurations ``config``, in place; returns the
-    numbers (3,) of cell, pair and node moves accepted."""
-    accepted = np.zeros(3, np.int64)
-    _block_moves(rng, 1.0, Moves(0, 0, 0, num_node_moves), OneParticle(shifted, config, np.zeros(3)), accepted,
-                 token_layout(tp), kernel_tables(tp, False))
-    return accepted
-
-
 class NumbaParticles:
     """P particles as NumPy arrays, moved by the numba kernel in ``NUM_BLOCKS`` blocks of particles.
 
