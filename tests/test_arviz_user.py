@@ -8,12 +8,12 @@ import jax
 import matplotlib
 import numpy as np
 import pytest
+from conftest import NUMPYRO_X, NUTS_OPTIONS
 from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 from scipy.stats import multinomial, poisson
 
 import bam_ppl as bam
-from conftest import NUMPYRO_X, NUTS_OPTIONS
 from bam_ppl import pointwise
 from bam_ppl.convert import attrs_of, group, import_arviz
 

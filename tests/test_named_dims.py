@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 
 import bam_ppl as bam
-from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 from bam_ppl.convert import group
 from bam_ppl.data import CountTensor
 

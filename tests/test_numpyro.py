@@ -7,10 +7,10 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import SVI_OPTIONS, SVI_X
 from numpyro.infer import Predictive
 
 import bam_ppl as bam
-from conftest import SVI_OPTIONS, SVI_X
 from bam_ppl.convert import attrs_of, group, import_arviz
 from bam_ppl.data import CountTensor
 from bam_ppl.infer import numpyro_backends

@@ -7,9 +7,9 @@ import types
 
 import numpy as np
 import pytest
+from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 
 import bam_ppl as bam
-from conftest import NUMPYRO_X, NUTS_OPTIONS, SVI_OPTIONS, SVI_X
 from bam_ppl import progress as progress_module
 from bam_ppl.infer.numpyro_backends import show_progress
 from bam_ppl.progress import AUTOMATIC, interactive, make_bar, progress, resolve_progress
