@@ -28,7 +28,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 
 #: The NUTS run and the SVI fit of NMF(2, a=2) that the tests of NumPyro's samplers share
-#: (test_arviz_user, test_numpyro, test_progress, on one worker): each program compiles for 4-10 s,
+#: (test_arviz_user, test_named_dims, test_numpyro, test_progress: one worker): each compiles for 4-10 s,
 #: and the same model, data and options make it one program, compiled once per run.
 NUMPYRO_X = np.array([[4, 0, 1, 2], [0, 3, 1, 0], [2, 1, 5, 0]])
 NUTS_OPTIONS = dict(num_warmup=100, num_samples=100, num_chains=1)
