@@ -10,6 +10,7 @@ value, the sd across keys, the mean stated standard error, whether the spread is
 
     nice -n 5 .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --baseline 46b659e --method mixture
     .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --efforts 1 0.5 0.25  # the cost knob
+    .venv/bin/python benchmarks/evidence_engine.py --settings sweeps_per_token=0.2  # an engine number changed
 
 Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
@@ -112,11 +113,22 @@ def main(argv=None):
     parser.add_argument("--method", default="mixture", help="the estimator of this revision")
     parser.add_argument("--efforts", type=float, nargs="+", default=[1.0],
                         help="effort= of this revision's calls, one row per value (default 1)")
+    parser.add_argument("--settings", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="numbers of the engine's EngineConfig changed for this revision's calls, e.g. sweeps_per_token=0.4")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     revision = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()
     started = time.perf_counter()
+    if args.settings:
+        import dataclasses
+
+        from bam_ppl.infer.smc import mixture
+
+        changes = {name: type(getattr(mixture.ENGINE, name))(value)
+                   for name, value in (setting.split("=", 1) for setting in args.settings)}
+        mixture.ENGINE = dataclasses.replace(mixture.ENGINE, **changes)
+        revision += " " + ", ".join(args.settings)
     rows = {effort: current_rows(args.data, args.keys, args.method, {"effort": effort}) for effort in args.efforts}
     base = baseline_rows(args.baseline, args.data, args.keys) if args.baseline else []
     print(f"keys {args.keys}; this revision {revision}, baseline {args.baseline}; {os.cpu_count()} cores; "
