@@ -1,0 +1,86 @@
+"""Where one call of the default evidence engine spends its time, on NMF(4) at T tokens.
+
+Wall seconds of the call's three steps (the VB fits, the searches, the runs' annealing: the functions of
+``bam_ppl.infer.smc.mixture`` timed where the call makes them) and the CPU seconds of the searches' two
+parts (the posterior chains that build the references, the annealed scouts), summed over the threads
+that run them. Data: ``benchmarks/evidence_engine.py``'s NMF(4) on 50 × 70 counts; a warm-up call on
+other data first, outside the timings.
+
+    .venv/bin/python benchmarks/engine_time_split.py --tokens 1000 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import threading
+import time
+import warnings
+
+import jax
+import numpy as np
+
+import bam_ppl as bam
+from bam_ppl.infer.smc import mixture
+
+SECONDS = collections.Counter()
+_LOCK = threading.Lock()
+
+
+def timed(name, fn, clock):
+    def wrapper(*args, **kwargs):
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _LOCK:
+                SECONDS[name] += clock() - start
+    return wrapper
+
+
+def instrument():
+    """Wrap the engine's steps in place: wall clock for the steps, each thread's CPU clock for the searches' parts."""
+    mixture.vb_start_configs = timed("VB fits (wall s)", mixture.vb_start_configs, time.perf_counter)
+    mixture.search = timed("searches (wall s)", mixture.search, time.perf_counter)
+    mixture.run_mixture = timed("annealing (wall s)", mixture.run_mixture, time.perf_counter)
+    mixture.reference_from_chain = timed("chains (CPU s)", mixture.reference_from_chain, time.thread_time)
+    one_run = mixture._one_run
+
+    def scout_or_run(particles, *args, **kwargs):
+        if particles.num_particles > mixture.ENGINE.scout_particles:  # a run: its moves run in other threads
+            return one_run(particles, *args, **kwargs)
+        return timed("annealed scouts (CPU s)", one_run, time.thread_time)(particles, *args, **kwargs)
+
+    mixture._one_run = scout_or_run
+
+
+def data(total: int) -> np.ndarray:
+    _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=total)
+    return np.asarray(X)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 4000])
+    parser.add_argument("--key", type=int, default=0)
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    model = bam.models.nmf(4)
+    bam.log_evidence(model, data(1200), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
+    instrument()
+    print("| T | value | wall s | " + " | ".join(["VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
+                                                   "chains (CPU s)", "annealed scouts (CPU s)"]) + " |")
+    print("|---|---|---|---|---|---|---|---|")
+    for total in args.tokens:
+        SECONDS.clear()
+        start = time.perf_counter()
+        est = bam.log_evidence(model, data(total), rng_key=args.key)
+        wall = time.perf_counter() - start
+        parts = [SECONDS[name] for name in ("VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
+                                            "chains (CPU s)", "annealed scouts (CPU s)")]
+        print(f"| {total} | {est.value:.2f} ± {est.stderr:.2f} | {wall:.1f} | " + " | ".join(f"{p:.1f}" for p in parts)
+              + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
