@@ -3,8 +3,8 @@
 Wall seconds of the call's three steps (the VB fits, the searches, the runs' annealing: the functions of
 ``bam_ppl.infer.smc.mixture`` timed where the call makes them) and the CPU seconds of the searches' two
 parts (the posterior chains that build the references, the annealed scouts), summed over the threads
-that run them. Data: ``benchmarks/evidence_engine.py``'s NMF(4) on 50 × 70 counts; a warm-up call on
-other data first, outside the timings.
+that run them. Data and model: ``benchmarks/evidence_engine.py``'s NMF(4) cases (``nmf<T>``, 50 × 70 counts);
+a warm-up call on other data first, outside the timings.
 
     .venv/bin/python benchmarks/engine_time_split.py --tokens 1000 4000
 """
@@ -17,8 +17,7 @@ import threading
 import time
 import warnings
 
-import jax
-import numpy as np
+from evidence_engine import CASE_CODE
 
 import bam_ppl as bam
 from bam_ppl.infer.smc import mixture
@@ -54,9 +53,11 @@ def instrument():
     mixture._one_run = scout_or_run
 
 
-def data(total: int) -> np.ndarray:
-    _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=total)
-    return np.asarray(X)
+def nmf_case(total: int):
+    """(model, X) of ``evidence_engine.py``'s case ``nmf<total>``."""
+    namespace = {}
+    exec(CASE_CODE, namespace)  # noqa: S102 — the cases evidence_engine.py times
+    return namespace["case"](f"nmf{total}", None)
 
 
 def main(argv=None):
@@ -65,8 +66,7 @@ def main(argv=None):
     parser.add_argument("--key", type=int, default=0)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    model = bam.models.nmf(4)
-    bam.log_evidence(model, data(1200), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
+    bam.log_evidence(*nmf_case(1200), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
     instrument()
     print("| T | value | wall s | " + " | ".join(["VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
                                                    "chains (CPU s)", "annealed scouts (CPU s)"]) + " |")
@@ -74,7 +74,7 @@ def main(argv=None):
     for total in args.tokens:
         SECONDS.clear()
         start = time.perf_counter()
-        est = bam.log_evidence(model, data(total), rng_key=args.key)
+        est = bam.log_evidence(*nmf_case(total), rng_key=args.key)
         wall = time.perf_counter() - start
         parts = [SECONDS[name] for name in ("VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
                                             "chains (CPU s)", "annealed scouts (CPU s)")]
