@@ -75,6 +75,9 @@ def _compile_family(name: str) -> float:
         bam.log_evidence(bam.models.nmf(2), LARGE_TABLE, method="smc", num_particles=4)
     elif name == "mixture":
         _permanents()
+        # a table whose references come from data-augmentation chains (many tokens per cell)
+        bam.log_evidence(bam.models.nmf(2), np.array([[60, 8], [6, 50]]), method="mixture", num_particles=4,
+                         num_scouts=1, reference_sweeps=4, vb_restarts=2)
     return time.perf_counter() - start
 
 

@@ -43,6 +43,8 @@ def instrument():
     mixture.search = timed("searches (wall s)", mixture.search, time.perf_counter)
     mixture.run_mixture = timed("annealing (wall s)", mixture.run_mixture, time.perf_counter)
     mixture.reference_from_chain = timed("chains (CPU s)", mixture.reference_from_chain, time.thread_time)
+    mixture.reference_from_augmented_chain = timed("chains (CPU s)", mixture.reference_from_augmented_chain,
+                                                   time.thread_time)
     one_run = mixture._one_run
 
     def scout_or_run(particles, *args, **kwargs):

@@ -15,7 +15,8 @@ value, the sd across keys, the mean stated standard error, whether the spread is
 Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
 ``titanic`` (R's Titanic table, class × sex × age × survival of 2201 people in 24 nonzero cells,
-four latent classes, a = 1).
+four latent classes, a = 1) and ``ucb`` (R's UCBAdmissions, admission × sex × department of 4526
+applicants in 24 cells, two latent classes, a = 1).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ ROOT = os.path.dirname(HERE)
 # R's datasets::Titanic, [class (1st, 2nd, 3rd, crew), sex (male, female), age (child, adult), survived (no, yes)].
 TITANIC = {("no", "child"): [[0, 0, 35, 0], [0, 0, 17, 0]], ("no", "adult"): [[118, 154, 387, 670], [4, 13, 89, 3]],
            ("yes", "child"): [[5, 11, 13, 0], [1, 13, 14, 0]], ("yes", "adult"): [[57, 14, 75, 192], [140, 80, 76, 20]]}
+# R's datasets::UCBAdmissions by department (A–F): [admitted, rejected] × [male, female].
+UCB = [[[512, 89], [313, 19]], [[353, 17], [207, 8]], [[120, 202], [205, 391]], [[138, 131], [279, 244]],
+       [[53, 94], [138, 299]], [[22, 24], [351, 317]]]
+TABLES = {"titanic": TITANIC, "ucb": UCB}
 
 # Runs in this process and, with the baseline on its path, in the subprocess: the same code on both sides.
 CASE_CODE = r'''
@@ -43,7 +48,7 @@ import json, sys, time, warnings
 import numpy as np
 import bam_ppl as bam
 
-def case(name, titanic):
+def case(name, tables):
     if name.startswith("nmf"):
         import jax
         _, X = bam.models.nmf(4, a=200.0).sample(jax.random.key(0), shape=(50, 70), total=int(name[3:]))
@@ -52,18 +57,22 @@ def case(name, titanic):
         from bam_ppl.datasets import load_hair_eye_color
         dims = ("hair", "eye", "sex")
         return bam.AllocationModel("r -> hair, eye, sex", latent={"r": 3}, observed=dims, a=1.0), load_hair_eye_color()
+    if name == "ucb":
+        X = np.moveaxis(np.array(tables["ucb"]), 0, -1)  # admit × gender × department
+        return bam.AllocationModel("r -> admit, gender, dept", latent={"r": 2}, observed=("admit", "gender", "dept"),
+                                   a=1.0), X
     X = np.zeros((4, 2, 2, 2), np.int64)
-    for (survived, age), by_sex in titanic.items():
+    for (survived, age), by_sex in tables["titanic"].items():
         X[:, :, int(age == "adult"), int(survived == "yes")] = np.array(by_sex).T
     return bam.AllocationModel("r -> c, s, a, v", latent={"r": 4}, observed=("c", "s", "a", "v"), a=1.0), X
 
-def run(names, keys, titanic, method=None, options=None):
+def run(names, keys, tables, method=None, options=None):
     warnings.simplefilter("ignore")
     chosen = {**({} if method is None else {"method": method}), **(options or {})}
-    model, X = case("nmf1200", titanic)  # warm-up on data every revision can build: compiles the kernels
+    model, X = case("nmf1200", tables)  # warm-up on data every revision can build: compiles the kernels
     bam.log_evidence(model, X, rng_key=99, **chosen)
     for name in names:
-        model, X = case(name, titanic)
+        model, X = case(name, tables)
         for key in keys:
             start = time.perf_counter()
             est = bam.log_evidence(model, X, rng_key=key, **chosen)
@@ -75,7 +84,7 @@ def run(names, keys, titanic, method=None, options=None):
 def baseline_rows(revision: str, names, keys):
     """The rows of ``revision``'s default, from a worktree of it in a subprocess."""
     with revision_trees([revision]) as trees:
-        out = run_in_tree(trees[revision], CASE_CODE + f"\nrun({names!r}, {keys!r}, {TITANIC!r})\n")
+        out = run_in_tree(trees[revision], CASE_CODE + f"\nrun({names!r}, {keys!r}, {TABLES!r})\n")
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -87,7 +96,7 @@ def current_rows(names, keys, method, options=None):
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        namespace["run"](names, keys, TITANIC, method, options)
+        namespace["run"](names, keys, TABLES, method, options)
     return [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
 
 
@@ -108,7 +117,7 @@ def summarise(rows, side: str, names):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--data", nargs="+", default=["nmf1000", "nmf4000", "hair_eye", "titanic"])
+    parser.add_argument("--data", nargs="+", default=["nmf1000", "nmf4000", "hair_eye", "titanic", "ucb"])
     parser.add_argument("--baseline", default=None, help="git revision whose default runs beside (e.g. 46b659e)")
     parser.add_argument("--method", default="mixture", help="the estimator of this revision")
     parser.add_argument("--efforts", type=float, nargs="+", default=[1.0],

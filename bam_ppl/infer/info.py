@@ -149,6 +149,9 @@ class MixtureInfo(NamedTuple):
     num_runs: int
     #: The cost knob the call ran at.
     effort: float
+    #: The references' chains: "collapsed" (a token at a time) or "augmented" (data augmentation, a cell at a time),
+    #: whichever sweep draws fewer random numbers on these data.
+    chain: str = "collapsed"
 
 
 class UpperBoundInfo(NamedTuple):

@@ -55,9 +55,12 @@ from ...validation import check_int, check_positive
 from ..info import MixtureInfo
 from ..prepare import prepare
 from ..registry import register_evidence
+from ..variational.vb_numba import HostProblem, host_problem
 from .references import (
+    augmented_chain_is_cheaper,
     configs_from_counts,
     kernel_counts,
+    reference_from_augmented_chain,
     reference_from_chain,
     uniform_reference,
     with_reference,
@@ -166,11 +169,14 @@ class Scouted(NamedTuple):
 
 class MixtureProblem(NamedTuple):
     """What every run of one call shares, prepared once: the problem with the latent urn as its
-    start (the scouts'), the same with the references' structure, and the label symmetries."""
+    start (the scouts'), the same with the references' structure, the label symmetries, and the
+    cells' arrays where the references' chains are data-augmentation chains (None: collapsed ones,
+    :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`)."""
 
     tp: TemperedProblem
     scout_tp: TemperedProblem
     symmetry: LabelSymmetry
+    cells: HostProblem | None = None
 
 
 class MixtureOptions(NamedTuple):
@@ -280,7 +286,12 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
-    return Scouted(reference_from_chain(problem.tp, config, sweeps, seeds[1], skip=sweeps // 2), value, config, sweeps)
+    if problem.cells is None:
+        log_q = reference_from_chain(problem.tp, config, sweeps, seeds[1], skip=sweeps // 2)
+    else:
+        sweeps *= ENGINE.augmented_sweeps
+        log_q = reference_from_augmented_chain(problem.tp, problem.cells, config, sweeps, seeds[1], skip=sweeps // 2)
+    return Scouted(log_q, value, config, sweeps)
 
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
@@ -357,6 +368,9 @@ class EngineConfig:
     reference_sweeps: int = 200
     # and at most this many token moves: a chain's cost stays bounded at any number of tokens.
     chain_token_moves: int = 204_800_000
+    # Sweeps of a data-augmentation chain (a cell at a time) for each the collapsed chain would run: it mixes more
+    # slowly per sweep (Liu, Wong & Kong 1994), and runs where that many sweeps still draw fewer random numbers.
+    augmented_sweeps: int = 4
     # Random VB restarts per call (shared out among the runs), screened; cheap on the numba kernel (no compile per shape).
     vb_restarts: int = 100
     # The best VB fits per call that start references (one per run): restarts' optima can be different basins.
@@ -429,10 +443,16 @@ def check_options(options: dict) -> None:
 
 def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tuple]:
     """The :class:`MixtureProblem` of ``data`` under ``model``, and the prepared (bound, data, layout)."""
+    from ..variational import vb
+
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     tp = build_tempered_problem(bound, data, layout)
+    with jax.enable_x64(True):
+        cells = host_problem(vb.build_problem(bound, data, layout))
     return (MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
-                           label_symmetries_of(bound, data, layout)), (bound, data, layout))
+                           label_symmetries_of(bound, data, layout),
+                           cells if augmented_chain_is_cheaper(cells, ENGINE.augmented_sweeps) else None),
+            (bound, data, layout))
 
 
 def defended_start(found: list[Scouted], tp: TemperedProblem) -> MixtureStart:
@@ -542,4 +562,5 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
                          num_particles=call_particles(options, found),
-                         num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort)))
+                         num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
+                         chain="collapsed" if problem.cells is None else "augmented"))

@@ -15,6 +15,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS
 from ...types import as_key
 from ...validation import check_int
 from ..gibbs import collapsed_numba as gibbs_numba
+from ..gibbs.augmented_numba import augmented_sweeps
 from ..gibbs.chib import configs_of_allocation
 from ..prepare import prepare
 from .tempered_numba import _cell_probabilities, kernel_tables, token_layout
@@ -83,6 +84,29 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
             break
         done += chain.sweep(min(REFERENCE_THIN, num_sweeps - done))
     return _floored_log_q(total, chain.out, floor)
+
+
+def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarray, num_sweeps: int, seed,
+                                   floor: float = REFERENCE_FLOOR, skip: int = 0) -> np.ndarray:
+    """The reference of :func:`reference_from_chain` from a data-augmentation chain instead
+    (:mod:`~bam_ppl.infer.gibbs.augmented_numba`; ``cells`` its
+    :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`): every cell's conditional p(· | u, θ)
+    averaged over the sweeps after the first ``skip``, which estimates the same posterior marginals."""
+    num_cells, num_configs = cells.valid.shape
+    split = np.bincount(tp.token_cell.astype(np.int64) * num_configs + np.asarray(config, np.int64),
+                        minlength=num_cells * num_configs).reshape(num_cells, num_configs)
+    total = np.zeros((num_cells, num_configs))
+    skip = min(int(skip), max(0, int(num_sweeps) - 1))  # at least one sweep's conditionals
+    augmented_sweeps(np.random.default_rng(np.asarray(seed, np.uint32)), max(1, int(num_sweeps)), skip, split, cells, total)
+    return _floored_log_q(total, cells.valid.astype(np.float64), floor)
+
+
+def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
+    """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
+    numbers than the collapsed chain: a sweep of it draws one per table entry and at most
+    min(X_u, L_u) per cell u (L_u its allowed configurations), a collapsed sweep one per token."""
+    draws = cells.alpha.size + np.minimum(cells.counts, cells.valid.sum(1)).sum()
+    return bool(sweeps_factor * draws < cells.counts.sum())
 
 
 class _Chain(NamedTuple):
