@@ -11,6 +11,7 @@ value, the sd across keys, the mean stated standard error, whether the spread is
     nice -n 5 .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --baseline 46b659e --method mixture
     .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --efforts 1 0.5 0.25  # the cost knob
     .venv/bin/python benchmarks/evidence_engine.py --settings sweeps_per_token=0.2  # an engine number changed
+    .venv/bin/python benchmarks/evidence_engine.py --keys 7 --data ucb --method smc --options num_particles=200000 num_chains=8
 
 Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
@@ -122,6 +123,8 @@ def main(argv=None):
     parser.add_argument("--method", default="mixture", help="the estimator of this revision")
     parser.add_argument("--efforts", type=float, nargs="+", default=[1.0],
                         help="effort= of this revision's calls, one row per value (default 1)")
+    parser.add_argument("--options", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="options of this revision's calls, e.g. num_particles=200000 num_chains=8 for --method smc")
     parser.add_argument("--settings", nargs="*", default=[], metavar="NAME=VALUE",
                         help="numbers of the engine's EngineConfig changed for this revision's calls, e.g. sweeps_per_token=0.4")
     args = parser.parse_args(argv)
@@ -138,7 +141,11 @@ def main(argv=None):
                    for name, value in (setting.split("=", 1) for setting in args.settings)}
         mixture.ENGINE = dataclasses.replace(mixture.ENGINE, **changes)
         revision += " " + ", ".join(args.settings)
-    rows = {effort: current_rows(args.data, args.keys, args.method, {"effort": effort}) for effort in args.efforts}
+    revision += "".join(" " + option for option in args.options)
+    options = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.options)}
+    rows = {effort: current_rows(args.data, args.keys, args.method, {**({} if effort == 1.0 else {"effort": effort}),
+                                                                      **options})
+            for effort in args.efforts}
     base = baseline_rows(args.baseline, args.data, args.keys) if args.baseline else []
     print(f"keys {args.keys}; this revision {revision}, baseline {args.baseline}; {os.cpu_count()} cores; "
           f"{time.perf_counter() - started:.0f} s in all")

@@ -272,8 +272,9 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     SMC run of ``scout_particles`` from the latent urn, whose best allocation marks a basin it
     reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
     configurations (an array: a VB fit rounded), then a posterior chain of :func:`chain_sweeps` sweeps
-    from there whose last half averages into the reference (``references.reference_from_chain``):
-    its first half is the way from a mode, or from an urn draw, into the posterior's bulk."""
+    from there whose last half averages into the reference (``references.reference_from_chain``, or
+    ``reference_from_augmented_chain`` where ``problem.cells`` is given, for ``augmented_sweeps`` times the
+    sweeps): its first half is the way from a mode, or from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -491,7 +492,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     rho : float in (0, 1)
         Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
     reference_sweeps : int, optional
-        Posterior sweeps of each reference's chain (the last half average into its reference).
+        Posterior sweeps of each reference's chain (the last half average into its reference; a
+        data-augmentation chain, ``info.chain == "augmented"``, runs ``EngineConfig.augmented_sweeps`` times as many).
     vb_restarts : int, optional
         Random VB restarts in the call, shared out among the runs; the best of each run's start one of
         its references (0: none).
