@@ -1,12 +1,12 @@
-"""Where one call of the default evidence engine spends its time, on NMF(4) at T tokens.
+"""Where one call of the default evidence engine spends its time, on NMF(4) at T tokens and on other cases.
 
 Wall seconds of the call's three steps (the VB fits, the searches, the runs' annealing: the functions of
 ``bam_ppl.infer.smc.mixture`` timed where the call makes them) and the CPU seconds of the searches' two
 parts (the posterior chains that build the references, the annealed scouts), summed over the threads
-that run them. Data and model: ``benchmarks/evidence_engine.py``'s NMF(4) cases (``nmf<T>``, 50 × 70 counts);
-a warm-up call on other data first, outside the timings.
+that run them. Data and model: ``benchmarks/evidence_engine.py``'s cases (``nmf<T>``, NMF(4) on 50 × 70 counts,
+and ``--data`` names such as ``titanic``); a warm-up call on other data first, outside the timings.
 
-    .venv/bin/python benchmarks/engine_time_split.py --tokens 1000 4000
+    .venv/bin/python benchmarks/engine_time_split.py --tokens 1000 4000 --data hair_eye titanic ucb
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 import time
 import warnings
 
-from evidence_engine import CASE_CODE
+from evidence_engine import CASE_CODE, TABLES
 
 import bam_ppl as bam
 from bam_ppl.infer.smc import mixture
@@ -55,32 +55,33 @@ def instrument():
     mixture._one_run = scout_or_run
 
 
-def nmf_case(total: int):
-    """(model, X) of ``evidence_engine.py``'s case ``nmf<total>``."""
+def case(name: str):
+    """(model, X) of ``evidence_engine.py``'s case ``name`` (``nmf<T>``, ``hair_eye``, ``titanic``, ``ucb``)."""
     namespace = {}
     exec(CASE_CODE, namespace)  # noqa: S102 — the cases evidence_engine.py times
-    return namespace["case"](f"nmf{total}", None)
+    return namespace["case"](name, TABLES)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 4000])
+    parser.add_argument("--tokens", type=int, nargs="*", default=[1000, 4000], help="NMF(4) at these T")
+    parser.add_argument("--data", nargs="*", default=[], help="other cases of evidence_engine.py, e.g. titanic ucb")
     parser.add_argument("--key", type=int, default=0)
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    bam.log_evidence(*nmf_case(1200), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
+    bam.log_evidence(*case("nmf1200"), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
     instrument()
-    print("| T | value | wall s | " + " | ".join(["VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
+    print("| data | value | wall s | " + " | ".join(["VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
                                                    "chains (CPU s)", "annealed scouts (CPU s)"]) + " |")
     print("|---|---|---|---|---|---|---|---|")
-    for total in args.tokens:
+    for name in [f"nmf{total}" for total in args.tokens] + args.data:
         SECONDS.clear()
         start = time.perf_counter()
-        est = bam.log_evidence(*nmf_case(total), rng_key=args.key)
+        est = bam.log_evidence(*case(name), rng_key=args.key)
         wall = time.perf_counter() - start
         parts = [SECONDS[name] for name in ("VB fits (wall s)", "searches (wall s)", "annealing (wall s)",
                                             "chains (CPU s)", "annealed scouts (CPU s)")]
-        print(f"| {total} | {est.value:.2f} ± {est.stderr:.2f} | {wall:.1f} | " + " | ".join(f"{p:.1f}" for p in parts)
+        print(f"| {name} | {est.value:.2f} ± {est.stderr:.2f} | {wall:.1f} | " + " | ".join(f"{p:.1f}" for p in parts)
               + " |", flush=True)
 
 
