@@ -17,7 +17,8 @@ Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``benchmarks/evidence_accuracy.py``), ``hair_eye`` (HairEyeColor, three latent classes, a = 1) and
 ``titanic`` (R's Titanic table, class × sex × age × survival of 2201 people in 24 nonzero cells,
 four latent classes, a = 1) and ``ucb`` (R's UCBAdmissions, admission × sex × department of 4526
-applicants in 24 cells, two latent classes, a = 1).
+applicants in 24 cells, two latent classes, a = 1); ``occupational_status_nmf<R>`` (R's occupationalStatus,
+8 × 8 counts of 3498 father–son pairs, under NMF(R), a = 1), not in the default list.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ TITANIC = {("no", "child"): [[0, 0, 35, 0], [0, 0, 17, 0]], ("no", "adult"): [[1
 # R's datasets::UCBAdmissions by department (A–F): [admitted, rejected] × [male, female].
 UCB = [[[512, 89], [313, 19]], [[353, 17], [207, 8]], [[120, 202], [205, 391]], [[138, 131], [279, 244]],
        [[53, 94], [138, 299]], [[22, 24], [351, 317]]]
-TABLES = {"titanic": TITANIC, "ucb": UCB}
+# R's datasets::occupationalStatus: fathers' (rows) against sons' (columns) occupational status, British men.
+OCCUPATIONAL_STATUS = [[50, 19, 26, 8, 7, 11, 6, 2], [16, 40, 34, 18, 11, 20, 8, 3], [12, 35, 65, 66, 35, 88, 23, 21],
+                       [11, 20, 58, 110, 40, 183, 64, 32], [2, 8, 12, 23, 25, 46, 28, 12],
+                       [12, 28, 102, 162, 90, 554, 230, 177], [0, 6, 19, 40, 21, 158, 143, 71],
+                       [0, 3, 14, 32, 15, 126, 91, 106]]
+TABLES = {"titanic": TITANIC, "ucb": UCB, "occupational_status": OCCUPATIONAL_STATUS}
 
 # Runs in this process and, with the baseline on its path, in the subprocess: the same code on both sides.
 CASE_CODE = r'''
@@ -58,6 +64,8 @@ def case(name, tables):
         from bam_ppl.datasets import load_hair_eye_color
         dims = ("hair", "eye", "sex")
         return bam.AllocationModel("r -> hair, eye, sex", latent={"r": 3}, observed=dims, a=1.0), load_hair_eye_color()
+    if name.startswith("occupational_status_nmf"):  # e.g. occupational_status_nmf3: NMF(3), a = 1
+        return bam.models.nmf(int(name[len("occupational_status_nmf"):])), np.array(tables["occupational_status"])
     if name == "ucb":
         X = np.moveaxis(np.array(tables["ucb"]), 0, -1)  # admit × gender × department
         return bam.AllocationModel("r -> admit, gender, dept", latent={"r": 2}, observed=("admit", "gender", "dept"),
