@@ -149,8 +149,8 @@ class MixtureInfo(NamedTuple):
     num_runs: int
     #: The cost knob the call ran at.
     effort: float
-    #: The references' chains: "collapsed" (a token at a time) or "augmented" (data augmentation, a cell at a time),
-    #: whichever sweep draws fewer random numbers on these data.
+    #: Which chains built the references, "collapsed" (a token at a time) or "augmented" (data augmentation, a
+    #: cell at a time), whichever draws fewer random numbers on these data.
     chain: str = "collapsed"
 
 
