@@ -362,8 +362,8 @@ class EngineConfig:
     num_scouts: int = 32
     # ... as long as their chains' token moves together stay within this: the search's cost on large tables.
     search_token_moves: int = 1_638_400_000
-    # A chain falls from a mode into the posterior's bulk, or climbs to it from an urn draw, in a number of
-    # sweeps that grows with T (each sweep moves every count by about one token at a time): its length per token,
+    # A chain's reference stops improving after a number of sweeps proportional to T, near 0.8 T at T = 1000 to
+    # 16 000 (benchmarks/reference_chain_length.py; counts drift a token at a time). Its length per token,
     sweeps_per_token: float = 0.8
     # at least this many sweeps, so that q averages over many states on small tables,
     reference_sweeps: int = 200
