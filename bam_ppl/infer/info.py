@@ -74,7 +74,7 @@ class TemperedInfo(NamedTuple):
     #: Sweeps of the chains that built the references (None without one).
     reference_sweeps: object
     #: Accepted share of the cell moves (nan where none ran).
-    cell_move_acceptance: float
+    split_move_acceptance: float
     #: Accepted share of the pair moves.
     pair_move_acceptance: float
     #: Accepted share of the node moves.
@@ -152,6 +152,9 @@ class MixtureInfo(NamedTuple):
     #: Which chains built the references, "collapsed" (a token at a time) or "augmented" (data augmentation, a
     #: cell at a time), whichever draws fewer random numbers on these data.
     chain: str = "collapsed"
+    #: Accepted share of the moves of whole cells' splits in the annealing, the data-augmentation proposals and the
+    #: reference's draws (nan, nan where none ran: with collapsed chains).
+    split_move_acceptance: tuple = (float("nan"), float("nan"))
 
 
 class UpperBoundInfo(NamedTuple):

@@ -65,9 +65,10 @@ from .references import (
     uniform_reference,
     with_reference,
 )
+from .split_moves import split_move_draws, split_move_work, split_moves_block
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
-from .tempered_numba import NumbaParticles, kernel_tables, numba
+from .tempered_numba import NumbaParticles, ParticleArrays, kernel_tables, numba
 from .tempered_problem import TemperedProblem, best_allocation, build_tempered_problem
 
 
@@ -108,9 +109,16 @@ def initial_log_weights(start: MixtureStart, sizes: np.ndarray) -> np.ndarray:
 
 class MixtureParticles(NumbaParticles):
     """Particles of the mixture start: component b's particles are a contiguous range, moved with b's
-    reference. Systematic resampling keeps the ancestors in order, so the ranges stay contiguous."""
+    reference. Systematic resampling keeps the ancestors in order, so the ranges stay contiguous.
 
-    def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart):
+    Given ``cells`` (a ``HostProblem``: the cells' kernels draw fewer random numbers than a token at a time,
+    :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`), every other move, the first included,
+    is instead as many pairs of moves of whole cells' splits (:mod:`~bam_ppl.infer.smc.split_moves`) as draw
+    the random numbers of a Gibbs sweep: the sweeps mix the tokens of cells that hold few, the cell moves
+    the splits of cells that hold many, at the same cost."""
+
+    def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart,
+                 cells: HostProblem | None = None):
         super().__init__(tp, num_particles, keys, pool)
         sizes = component_sizes(start.log_weights, num_particles)
         kept = sizes > 0  # a component without particles leaves the mixture, the last weights too
@@ -119,6 +127,32 @@ class MixtureParticles(NumbaParticles):
         self.sizes = sizes[kept]
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
+        self.cells = cells
+        self.split_pairs = 0 if cells is None else max(1, tp.token_cell.shape[0] // split_move_draws(cells))
+        self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
+        self.num_moves = 0
+
+    def move(self, beta: float, num_sweeps: int, *block_moves) -> None:
+        self.num_moves += 1
+        if self.cells is None or self.num_moves % 2 == 0:
+            super().move(beta, num_sweeps, *block_moves)
+            return
+        tp = self.tp
+        tokens = (tp.token_cell, tp.cell_start, tp.row_base, tp.row_offset, tp.moved)
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
+                                   self.accepted)
+        pairs = self.split_pairs * num_sweeps
+
+        def one(block):
+            b, first, stop = block
+            work, accepted = split_move_work(self.cells), np.zeros(2, np.int64)
+            for begin, end, structure in self.segments(first, stop):
+                split_moves_block(self.rngs[b], begin, end, float(beta), pairs, particles, tokens, self.cells,
+                                 structure.log_reference, work, accepted)
+            return accepted
+
+        self.split_moves[:, 0] += pairs * self.num_particles
+        self.split_moves[:, 1] += np.sum(list(self.pool.map(one, self.blocks)), axis=0)
 
     def segments(self, first: int, stop: int) -> list:
         edges = np.searchsorted(self.component[first:stop], np.arange(self.sizes.size + 1)) + first
@@ -150,10 +184,12 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
 
 
 class MixtureRun(NamedTuple):
-    """One run of :func:`run_mixture`: its log evidence (with the last reweighting) and the tempered run."""
+    """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run and its
+    moves of whole cells (:attr:`MixtureParticles.split_moves`)."""
 
     log_evidence: float
     run: TemperedRun
+    split_moves: np.ndarray
 
 
 class Scouted(NamedTuple):
@@ -337,7 +373,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles``
     particles from the mixture ``start`` of the search's references (module docstring)."""
     tp = problem.tp
-    particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start)
+    particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start, problem.cells)
 
     def last_weights(ps):
         return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
@@ -345,7 +381,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
                    final_log_weights=last_weights)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run)
+    return MixtureRun(run.log_evidence + run.log_relabelled, run, particles.split_moves)
 
 
 @dataclass(frozen=True)
@@ -565,4 +601,10 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
                          num_particles=call_particles(options, found),
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
-                         chain="collapsed" if problem.cells is None else "augmented"))
+                         chain="collapsed" if problem.cells is None else "augmented",
+                         split_move_acceptance=_acceptance(sum(run.split_moves for run in runs))))
+
+
+def _acceptance(moves: np.ndarray) -> tuple:
+    """Accepted share of each kind of cell move (nan where none was proposed)."""
+    return tuple(float(accepted / proposed) if proposed else float("nan") for proposed, accepted in moves)
