@@ -74,7 +74,7 @@ class TemperedInfo(NamedTuple):
     #: Sweeps of the chains that built the references (None without one).
     reference_sweeps: object
     #: Accepted share of the cell moves (nan where none ran).
-    split_move_acceptance: float
+    cell_move_acceptance: float
     #: Accepted share of the pair moves.
     pair_move_acceptance: float
     #: Accepted share of the node moves.
