@@ -32,18 +32,17 @@ def test_a_pair_of_moves_leaves_every_tempered_target_invariant(name, beta):
     target = np.exp(log_target - logsumexp(log_target))
     index = {split.tobytes(): i for i, split in enumerate(splits)}
     work = split_moves.split_move_work(cells)
-    accepted = np.zeros(2, np.int64)
     rng = np.random.default_rng(1)
     num = 20_000
     moved = np.empty(num, np.int64)
     for n, s in enumerate(rng.choice(len(target), size=num, p=target)):
         work.split[:] = splits[s]
-        split_moves.split_moves(rng, beta, 1, work, cells, log_q, accepted)
+        split_moves.split_moves(rng, beta, 1, work, cells, log_q)
         moved[n] = index[work.split.tobytes()]
     found = np.bincount(moved, minlength=len(target))
     statistic = ((found - num * target) ** 2 / (num * target)).sum()
     assert statistic < chi2.ppf(0.999, len(target) - 1), (statistic, len(target))
-    assert accepted.min() > 0
+    assert work.accepted.min() > 0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -63,9 +62,8 @@ def test_moved_particles_keep_their_counts_and_log_terms(name):
     particles = ParticleArrays(np.stack([tp.concentration + c for c, _, _ in start]), configs.copy(),
                                np.zeros(num), np.array([j for _, j, _ in start]), np.array([s for _, _, s in start]),
                                np.zeros((num, 3), np.int64))
-    tokens = (tp.token_cell, tp.cell_start, tp.row_base, tp.row_offset, tp.moved)
-    split_moves.split_moves_block(np.random.default_rng(2), 0, num, 0.5, 3, particles, tokens, cells, log_q,
-                                split_moves.split_move_work(cells), np.zeros(2, np.int64))
+    split_moves.split_moves_block(np.random.default_rng(2), (0, num), 0.5, 3, particles,
+                                  split_moves.split_problem(cells, tp), log_q, split_moves.split_move_work(cells))
     assert not np.array_equal(particles.config, configs)
     for p in range(num):
         counts, joint, log_start = exact(particles.config[p])

@@ -65,7 +65,7 @@ from .references import (
     uniform_reference,
     with_reference,
 )
-from .split_moves import split_move_draws, split_move_work, split_moves_block
+from .split_moves import split_move_draws, split_move_work, split_moves_block, split_problem
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
 from .tempered_numba import NumbaParticles, ParticleArrays, kernel_tables, numba
@@ -137,19 +137,18 @@ class MixtureParticles(NumbaParticles):
         if self.cells is None or self.num_moves % 2 == 0:
             super().move(beta, num_sweeps, *block_moves)
             return
-        tp = self.tp
-        tokens = (tp.token_cell, tp.cell_start, tp.row_base, tp.row_offset, tp.moved)
+        problem = split_problem(self.cells, self.tp)
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
                                    self.accepted)
         pairs = self.split_pairs * num_sweeps
 
         def one(block):
             b, first, stop = block
-            work, accepted = split_move_work(self.cells), np.zeros(2, np.int64)
+            work = split_move_work(self.cells)
             for begin, end, structure in self.segments(first, stop):
-                split_moves_block(self.rngs[b], begin, end, float(beta), pairs, particles, tokens, self.cells,
-                                 structure.log_reference, work, accepted)
-            return accepted
+                split_moves_block(self.rngs[b], (begin, end), float(beta), pairs, particles, problem,
+                                  structure.log_reference, work)
+            return work.accepted
 
         self.split_moves[:, 0] += pairs * self.num_particles
         self.split_moves[:, 1] += np.sum(list(self.pool.map(one, self.blocks)), axis=0)

@@ -34,22 +34,41 @@ except ImportError:  # pragma: no cover
     numba = None
 
 
+class SplitProblem(NamedTuple):
+    """The cells' arrays (``cells``, a ``HostProblem``) and where the tempered problem keeps the tokens: each
+    token's cell, the cells' token ranges, and the rows a token's configuration increments."""
+
+    cells: tuple
+    token_cell: np.ndarray
+    cell_start: np.ndarray
+    row_base: np.ndarray
+    row_offset: np.ndarray
+    moved: np.ndarray
+
+
+def split_problem(cells, tp) -> SplitProblem:
+    """The :class:`SplitProblem` of the cells ``cells`` and the tempered problem ``tp``."""
+    return SplitProblem(cells, tp.token_cell, tp.cell_start, tp.row_base, tp.row_offset, tp.moved)
+
+
 class SplitMoveWork(NamedTuple):
     """Work arrays of one block of particles: the current and proposed splits (U, L), the tables' log θ,
-    their columns' totals and one cell's probabilities."""
+    their columns' totals, one cell's probabilities, and the accepted moves of each kind (2,)."""
 
     split: np.ndarray
     proposed: np.ndarray
     log_theta: np.ndarray
     column: np.ndarray
     probability: np.ndarray
+    accepted: np.ndarray
 
 
 def split_move_work(cells) -> SplitMoveWork:
     """:class:`SplitMoveWork` for the cells ``cells`` (a ``HostProblem``)."""
     num_cells, num_configs = cells.valid.shape
     return SplitMoveWork(np.zeros((num_cells, num_configs), np.int64), np.zeros((num_cells, num_configs), np.int64),
-                        np.empty(cells.alpha.shape[0]), np.empty(cells.num_columns), np.empty(num_configs))
+                         np.empty(cells.alpha.shape[0]), np.empty(cells.num_columns), np.empty(num_configs),
+                         np.zeros(2, np.int64))
 
 
 def split_move_draws(cells) -> int:
@@ -108,9 +127,9 @@ def _propose(rng, kind, work, cells, log_q) -> None:
         _draw_split(rng, int(cells.counts[u]), work.probability, work.proposed[u])
 
 
-def split_moves(rng, beta, num_pairs, work, cells, log_q, accepted) -> tuple:
+def split_moves(rng, beta, num_pairs, work, cells, log_q) -> tuple:
     """``num_pairs`` pairs of moves (a data-augmentation proposal, then a draw from q) of the split
-    ``work.split`` under γ_β, in place; ``accepted`` (2,) counts the accepted ones of each kind.
+    ``work.split`` under γ_β, in place; ``work.accepted`` counts the accepted ones of each kind.
     Returns the changes of log p(S, X) and of log q(S)."""
     log_p = _log_joint(work.split, cells, work.log_theta, work.column)
     log_ref = _log_reference(work.split, log_q)
@@ -127,7 +146,7 @@ def split_moves(rng, beta, num_pairs, work, cells, log_q, accepted) -> tuple:
             if log_ratio >= 0.0 or rng.random() < math.exp(log_ratio):
                 work.split[:, :] = work.proposed
                 log_p, log_ref = new_p, new_ref
-                accepted[kind] += 1
+                work.accepted[kind] += 1
     return log_p - start_p, log_ref - start_ref
 
 
@@ -153,17 +172,16 @@ def _place_split(split, config, counts, cell_start, row_base, row_offset, moved)
                 t += 1
 
 
-def split_moves_block(rng, first, stop, beta, num_pairs, particles, tokens, cells, log_q, work, accepted) -> None:
-    """:func:`split_moves` for particles ``first``..``stop`` of ``particles`` (the tempered kernel's
-    ``ParticleArrays``), whose log L and log start take the changes of log p and log q; ``tokens`` is
-    (token_cell, cell_start, row_base, row_offset, moved) of the tempered problem."""
-    token_cell, cell_start, row_base, row_offset, moved = tokens
-    for p in range(first, stop):
-        _split_of(particles.config[p], token_cell, work.split)
-        change_p, change_ref = split_moves(rng, beta, num_pairs, work, cells, log_q, accepted)
+def split_moves_block(rng, block, beta, num_pairs, particles, problem, log_q, work) -> None:
+    """:func:`split_moves` for particles ``block`` = (first, stop) of ``particles`` (the tempered kernel's
+    ``ParticleArrays``), whose log L and log start take the changes of log p and log q; ``problem`` is a
+    :class:`SplitProblem`."""
+    for p in range(block[0], block[1]):
+        _split_of(particles.config[p], problem.token_cell, work.split)
+        change_p, change_ref = split_moves(rng, beta, num_pairs, work, problem.cells, log_q)
         if change_p != 0.0 or change_ref != 0.0:
-            _place_split(work.split, particles.config[p], particles.shifted[p], cell_start, row_base, row_offset,
-                         moved)
+            _place_split(work.split, particles.config[p], particles.shifted[p], problem.cell_start, problem.row_base,
+                         problem.row_offset, problem.moved)
             particles.log_like[p] += change_p
             particles.log_start[p] += change_ref
 
