@@ -33,17 +33,29 @@ def _log_gamma_draw(rng, shape: float) -> float:
     return math.log(rng.standard_gamma(shape + 1.0)) + math.log(1.0 - rng.random()) / shape
 
 
-def _draw_log_tables(rng, split, cells, log_theta, column) -> None:
-    """log θ ~ Dirichlet(α + n) per column into ``log_theta``, n the table counts of ``split`` (U, L)."""
+def split_draws(cells) -> int:
+    """Binomials that drawing every cell's split takes at most: min(X_u, L_u) per cell (L_u the configurations
+    it allows)."""
+    return int(np.minimum(cells.counts, cells.valid.sum(1)).sum())
+
+
+def posterior_concentration(split, cells, out) -> None:
+    """α + n into ``out``, n the table counts of the cells' splits ``split`` (U, L)."""
     counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, _ = cells
     M, U = cell_flat.shape
-    log_theta[:] = alpha
+    out[:] = alpha
     for u in range(U):
         for l in range(config_flat.shape[1]):
             if split[u, l] > 0:
                 for m in range(M):
                     if mask[m, u] > 0.0:
-                        log_theta[cell_flat[m, u] + config_flat[m, l]] += split[u, l]
+                        out[cell_flat[m, u] + config_flat[m, l]] += split[u, l]
+
+
+def _draw_log_tables(rng, split, cells, log_theta, column) -> None:
+    """log θ ~ Dirichlet(α + n) per column into ``log_theta``, n the table counts of ``split`` (U, L)."""
+    alpha, column_of = cells.alpha, cells.column_of
+    posterior_concentration(split, cells, log_theta)
     column[:] = -np.inf
     for f in range(alpha.shape[0]):
         log_theta[f] = _log_gamma_draw(rng, log_theta[f])
@@ -106,6 +118,7 @@ def augmented_sweeps(rng, num_sweeps, skip, split, cells, total) -> int:
 
 if numba is not None:
     _log_gamma_draw = numba.njit(inline="always", cache=True)(_log_gamma_draw)
+    posterior_concentration = numba.njit(nogil=True, cache=True)(posterior_concentration)
     _draw_log_tables = numba.njit(nogil=True, cache=True)(_draw_log_tables)
     _cell_conditional = numba.njit(nogil=True, cache=True)(_cell_conditional)
     _draw_split = numba.njit(nogil=True, cache=True)(_draw_split)

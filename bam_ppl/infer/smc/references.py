@@ -15,7 +15,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS
 from ...types import as_key
 from ...validation import check_int
 from ..gibbs import collapsed_numba as gibbs_numba
-from ..gibbs.augmented_numba import augmented_sweeps
+from ..gibbs.augmented_numba import augmented_sweeps, split_draws
 from ..gibbs.chib import configs_of_allocation
 from ..prepare import prepare
 from .tempered_numba import _cell_probabilities, kernel_tables, token_layout
@@ -105,7 +105,7 @@ def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
     """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
     numbers than the collapsed chain: a sweep of it draws one per table entry and at most
     min(X_u, L_u) per cell u (L_u its allowed configurations), a collapsed sweep one per token."""
-    draws = cells.alpha.size + np.minimum(cells.counts, cells.valid.sum(1)).sum()
+    draws = cells.alpha.size + split_draws(cells)
     return bool(sweeps_factor * draws < cells.counts.sum())
 
 

@@ -26,7 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..gibbs.augmented_numba import _cell_conditional, _draw_log_tables, _draw_split
+from ..gibbs.augmented_numba import (
+    _cell_conditional,
+    _draw_log_tables,
+    _draw_split,
+    posterior_concentration,
+    split_draws,
+)
 
 try:
     import numba
@@ -74,27 +80,19 @@ def split_move_work(cells) -> SplitMoveWork:
 def split_move_draws(cells) -> int:
     """Random numbers one pair of moves draws: a Gamma per table entry, and for each proposal at most
     min(X_u, L_u) binomials per cell (L_u the configurations it allows)."""
-    return int(cells.alpha.size + 2 * np.minimum(cells.counts, cells.valid.sum(1)).sum())
+    return int(cells.alpha.size + 2 * split_draws(cells))
 
 
 def _log_joint(split, cells, log_theta, column) -> float:
     """log p(S, X) up to a constant: Σ_entries lnΓ(α + n) − Σ_columns lnΓ(Σα + N), n the tables' counts of
     ``split``; ``log_theta`` and ``column`` are work arrays."""
-    counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, _ = cells
-    M, U = cell_flat.shape
-    log_theta[:] = alpha
-    for u in range(U):
-        for l in range(config_flat.shape[1]):
-            if split[u, l] > 0:
-                for m in range(M):
-                    if mask[m, u] > 0.0:
-                        log_theta[cell_flat[m, u] + config_flat[m, l]] += split[u, l]
+    posterior_concentration(split, cells, log_theta)
     column[:] = 0.0
     total = 0.0
-    for f in range(alpha.shape[0]):
+    for f in range(cells.alpha.shape[0]):
         total += math.lgamma(log_theta[f])
-        column[column_of[f]] += log_theta[f]
-    for c in range(num_columns):
+        column[cells.column_of[f]] += log_theta[f]
+    for c in range(cells.num_columns):
         total -= math.lgamma(column[c])
     return total
 
