@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 
+REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's allowed configurations
 # One chain per reference: chains of the posterior settle in modes of different mass, and an
 # average over chains in different modes is a blend that fits none of them. The chains of several
 # references run at once, one per core.
@@ -59,14 +60,13 @@ REFERENCE_THIN = 4
 
 
 def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: int, seed,
-                         floor: float | None = None, skip: int = 0) -> np.ndarray:
+                         floor: float = REFERENCE_FLOOR, skip: int = 0) -> np.ndarray:
     """A per-cell reference q for :func:`with_reference`, from the allocation with token
     configurations ``config`` (T,): every cell's urn conditional (eq. 4.1, β = 1) averaged over
     ``num_sweeps`` collapsed-Gibbs sweeps of the posterior (every REFERENCE_THIN-th, and the
     start; with ``num_sweeps`` 0 the allocation's own conditionals) by one chain started there
     and seeded by ``seed``, the first ``skip`` sweeps left out, then mixed with ``floor`` of the uniform distribution over the
-    configurations the cell allows so that none is out of reach (default :func:`laplace_floor` of the
-    conditionals averaged). The average over a long chain
+    configurations the cell allows so that none is out of reach. The average over a long chain
     estimates the posterior's marginals in the mode it settles in, the product over tokens of
     which is the closest product distribution to the posterior there (KL(π ‖ q)). A chain started
     at a high-probability allocation falls from it into the posterior's bulk; ``skip`` leaves its
@@ -78,18 +78,16 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     chain = _Chain.start(tp, config, seed)
     total = np.zeros_like(chain.out)
     done = chain.sweep(min(int(skip), num_sweeps)) if skip > 0 else 0
-    averaged = 0
     while True:
         total += chain.conditionals(tp)
-        averaged += 1
         if done >= num_sweeps:
             break
         done += chain.sweep(min(REFERENCE_THIN, num_sweeps - done))
-    return _floored_log_q(total, chain.out, laplace_floor(averaged) if floor is None else floor)
+    return _floored_log_q(total, chain.out, floor)
 
 
 def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarray, num_sweeps: int, seed,
-                                   floor: float | None = None, skip: int = 0) -> np.ndarray:
+                                   floor: float = REFERENCE_FLOOR, skip: int = 0) -> np.ndarray:
     """The reference of :func:`reference_from_chain` from a data-augmentation chain instead
     (:mod:`~bam_ppl.infer.gibbs.augmented_numba`; ``cells`` its
     :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`): every cell's conditional p(· | u, θ)
@@ -99,16 +97,8 @@ def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarra
                         minlength=num_cells * num_configs).reshape(num_cells, num_configs)
     total = np.zeros((num_cells, num_configs))
     skip = min(int(skip), max(0, int(num_sweeps) - 1))  # at least one sweep's conditionals
-    averaged = augmented_sweeps(np.random.default_rng(np.asarray(seed, np.uint32)), max(1, int(num_sweeps)), skip, split,
-                                cells, total)
-    return _floored_log_q(total, cells.valid.astype(np.float64), laplace_floor(averaged) if floor is None else floor)
-
-
-def laplace_floor(num_averaged: int) -> float:
-    """The uniform distribution's share of a reference averaged over ``num_averaged`` conditionals: it counts
-    as one more (Laplace's rule of succession), so that q resolves no probability finer than its
-    average can, and every token's ratio p/q stays within (N + 1) L."""
-    return 1.0 / (num_averaged + 1.0)
+    augmented_sweeps(np.random.default_rng(np.asarray(seed, np.uint32)), max(1, int(num_sweeps)), skip, split, cells, total)
+    return _floored_log_q(total, cells.valid.astype(np.float64), floor)
 
 
 def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
