@@ -127,26 +127,25 @@ class MixtureParticles(NumbaParticles):
         self.sizes = sizes[kept]
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
-        self.cells = cells
+        self.split_problem = None if cells is None else split_problem(cells, tp)
         self.split_pairs = 0 if cells is None else max(1, tp.token_cell.shape[0] // split_move_draws(cells))
         self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
         self.num_moves = 0
 
     def move(self, beta: float, num_sweeps: int, *block_moves) -> None:
         self.num_moves += 1
-        if self.cells is None or self.num_moves % 2 == 0:
+        if self.split_problem is None or self.num_moves % 2 == 0:
             super().move(beta, num_sweeps, *block_moves)
             return
-        problem = split_problem(self.cells, self.tp)
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
                                    self.accepted)
         pairs = self.split_pairs * num_sweeps
 
         def one(block):
             b, first, stop = block
-            work = split_move_work(self.cells)
+            work = split_move_work(self.split_problem.cells)
             for begin, end, structure in self.segments(first, stop):
-                split_moves_block(self.rngs[b], (begin, end), float(beta), pairs, particles, problem,
+                split_moves_block(self.rngs[b], (begin, end), float(beta), pairs, particles, self.split_problem,
                                   structure.log_reference, work)
             return work.accepted
 
