@@ -62,6 +62,37 @@ def test_last_weights_share_every_basin_and_relabelling_exactly_once():
     np.testing.assert_allclose(total.reshape(20, -1).sum(1), relabellings.shape[0], rtol=1e-10)
 
 
+def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_basin():
+    # A start whose chain lies where a reference's own chain went (up to relabelling) stops and adds its weight to
+    # that reference; an allocation far from every state the chain visited is not covered.
+    model = bam.models.nmf(2, a=1.0)
+    X = np.kron(np.eye(2, dtype=np.int64), np.full((2, 2), 20))  # two blocks: one basin, two relabelled copies
+    problem, _ = mixture.mixture_problem(model, X, 10**6)
+    tp = problem.tp
+    config = np.random.default_rng(0).integers(0, tp.num_configs, tp.token_cell.size)
+    chain = references.start_chain(tp, None, config, np.array([1, 2], np.uint32))
+    chain.sweep(100)
+    found = [mixture.finish(problem, mixture.Started(chain, np.nan, config, 200))]
+    assert mixture.covered_by(problem, [], chain.config()) == -1
+    assert np.isfinite(found[0].floor) and found[0].log_q is not None
+    assert mixture.covered_by(problem, found, chain.config()) == 0  # its last state: the least covered is the floor
+    swapped = problem.symmetry.relabellings[1][chain.config()]
+    assert not np.array_equal(swapped, chain.config()) and mixture.covered_by(problem, found, swapped) == 0
+    assert mixture.covered_by(problem, found, np.zeros_like(config)) == -1  # every token in one class
+
+
+def test_the_start_weighs_each_reference_by_the_starts_it_carries():
+    # Two references, the first covering two later starts: weights 3 : 1, and the defensive component one start's.
+    tp, _ = _problem(bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]]))
+    log_q = _random_log_q(tp, 1)
+    found = [mixture.Scouted(log_q, np.nan, None, 10, 0.0), mixture.Scouted(None, np.nan, None, 5, covered_by=0),
+             mixture.Scouted(log_q, np.nan, None, 10, 0.0), mixture.Scouted(None, np.nan, None, 5, covered_by=0)]
+    start = mixture.defended_start(found, tp)
+    assert start.log_q.shape[0] == 3
+    np.testing.assert_allclose(np.exp(start.log_weights), [0.6, 0.2, 0.2])
+    assert mixture.call_particles(mixture.effort_sizes(1.0)._replace(min_particles=1), [found]) == 4 * 5
+
+
 def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_particles=12):
     tp, symmetry = _problem(model, X)
     start = _start(tp, start_seeds, weights)

@@ -28,6 +28,14 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
+The search runs every start's posterior chain halfway first; then, start by start, a chain that
+lies where an earlier reference covers (its state scores under that reference at least as high as
+the least of the states the reference's own chain visited, up to relabelling) stops and adds its
+weight to that reference, and the others finish theirs. Most starts reach a few basins, so most
+chains stop halfway, and the start weighs each basin region by the starts that reached it, as
+before; a start judged covered in error loses only its own reference, never the estimate's unbiasedness.
+Data-augmentation chains (dense tables) all finish (:func:`references_of`).
+
 Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
 holds for any start, so each run is an unbiased estimate of p(X) given its search, and the runs are
 independent, searches included, so their spread, the stated error, also shows which basins a search
@@ -58,10 +66,10 @@ from ..registry import register_evidence
 from ..variational.vb_numba import HostProblem, host_problem
 from .references import (
     augmented_chain_is_cheaper,
+    averaged_reference,
     configs_from_counts,
     kernel_counts,
-    reference_from_augmented_chain,
-    reference_from_chain,
+    start_chain,
     uniform_reference,
     with_reference,
 )
@@ -191,14 +199,19 @@ class MixtureRun(NamedTuple):
 
 
 class Scouted(NamedTuple):
-    """What one start of the search found (:func:`scout`): the reference ``log_q`` (U, L), the
-    annealed scout's ``log_evidence`` (nan for a drawn one or a VB fit), the ``config`` its chain
-    started from and the ``sweeps`` that chain ran."""
+    """What one start of the search found (:func:`search`): the reference ``log_q`` (U, L) its chain
+    built (None where an earlier start's reference covers where the chain got to, which then
+    carries it: ``covered_by``, its index among the run's starts, −1 for a reference), the annealed
+    scout's ``log_evidence`` (nan for a drawn one or a VB fit), the ``config`` its chain started
+    from, the ``sweeps`` that chain ran, and, for a reference, ``floor``: the least log Σ_g q(g(z))
+    over the states z its chain visited while averaging (:func:`covered_by`)."""
 
-    log_q: np.ndarray
+    log_q: np.ndarray | None
     log_evidence: float
     config: np.ndarray
     sweeps: int
+    floor: float = np.inf
+    covered_by: int = -1
 
 
 class MixtureProblem(NamedTuple):
@@ -250,7 +263,7 @@ def scouts_per_kind(options: MixtureOptions, num_tokens: int) -> int:
 
 def particles_for(options: MixtureOptions, num_references: int) -> int:
     """Particles of each run: ``num_particles`` if given, else ``particles_per_reference`` for each of
-    the call's ``num_references`` (every run's, and the defensive component), at least ``min_particles``."""
+    the call's ``num_references`` (every run's starts, and the defensive component), at least ``min_particles``."""
     if options.num_particles is not None:
         return options.num_particles
     return max(options.min_particles, options.particles_per_reference * num_references)
@@ -258,7 +271,8 @@ def particles_for(options: MixtureOptions, num_references: int) -> int:
 
 def call_particles(options: MixtureOptions, found: list[list[Scouted]]) -> int:
     """Particles of each run of a call whose searches found ``found`` (:func:`particles_for` over all
-    runs' references and the defensive component)."""
+    runs' starts, those an earlier reference covers included, and the defensive component): a basin
+    region many starts reach still gets the particles it had when each built a reference of its own."""
     return particles_for(options, sum(map(len, found)) + 1)
 
 
@@ -301,14 +315,24 @@ class _Inline:
     map = staticmethod(lambda fn, *items: list(map(fn, *items)))
 
 
-def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind) -> Scouted:
-    """One start of the search and its reference: an annealed scout (``kind`` "annealed": a tempered
-    SMC run of ``scout_particles`` from the latent urn, whose best allocation marks a basin it
-    reached), a drawn one ("drawn": one draw from the urn) or a given allocation's token
-    configurations (an array: a VB fit rounded), then a posterior chain of :func:`chain_sweeps` sweeps
-    from there whose last half averages into the reference (``references.reference_from_chain``, or
-    ``reference_from_augmented_chain`` where ``problem.cells`` is given, for ``augmented_sweeps`` times the
-    sweeps): its first half is the way from a mode, or from an urn draw, into the posterior's bulk."""
+class Started(NamedTuple):
+    """A start of the search after the first half of its chain (:func:`start`): the ``chain``
+    (:func:`~bam_ppl.infer.smc.references.start_chain`, to go on), the annealed scout's
+    ``log_evidence`` (nan for the others), the ``config`` the chain started from and its full ``sweeps``."""
+
+    chain: object
+    log_evidence: float
+    config: np.ndarray
+    sweeps: int
+
+
+def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind) -> Started:
+    """One start of the search: an annealed scout (``kind`` "annealed": a tempered SMC run of
+    ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached), a drawn
+    one ("drawn": one draw from the urn) or a given allocation's token configurations (an array: a
+    VB fit rounded), then the first half of a posterior chain of :func:`chain_sweeps` sweeps from
+    there (``augmented_sweeps`` times as many where ``problem.cells`` is given): the way from a
+    mode, or from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -321,12 +345,50 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
         particles.initialise()
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
-    if problem.cells is None:
-        log_q = reference_from_chain(problem.tp, config, sweeps, seeds[1], skip=sweeps // 2)
-    else:
-        sweeps *= ENGINE.augmented_sweeps
-        log_q = reference_from_augmented_chain(problem.tp, problem.cells, config, sweeps, seeds[1], skip=sweeps // 2)
-    return Scouted(log_q, value, config, sweeps)
+    sweeps *= 1 if problem.cells is None else ENGINE.augmented_sweeps
+    chain = start_chain(problem.tp, problem.cells, config, seeds[1])
+    chain.sweep(sweeps // 2)
+    return Started(chain, value, config, sweeps)
+
+
+def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray) -> int:
+    """Index in ``found`` of the reference that covers the state ``config`` best, −1 if none does. A
+    reference q covers z when log Σ_g q(g(z)) over the label symmetries g is at least its ``floor``,
+    the least over the states its own chain visited: z then lies in the region that chain explored."""
+    kept = [b for b, f in enumerate(found) if f.log_q is not None]
+    if not kept:
+        return -1
+    sums = orbit_log_sums(problem.tp, np.stack([found[b].log_q for b in kept]), config[None], problem.symmetry)
+    if sums is None:
+        return -1
+    margin = sums[1][:, 0] - np.array([found[b].floor for b in kept])
+    return kept[int(np.argmax(margin))] if margin.max() >= 0.0 else -1
+
+
+def finish(problem: MixtureProblem, started: Started) -> Scouted:
+    """The second half of a start's chain, whose average is its reference
+    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor``."""
+    reference = averaged_reference(started.chain, started.sweeps - started.sweeps // 2)
+    sums = orbit_log_sums(problem.tp, reference.log_q, reference.states, problem.symmetry)
+    floor = np.inf if sums is None else float(np.min(sums[1]))
+    return Scouted(reference.log_q, started.log_evidence, started.config, started.sweeps, floor)
+
+
+def references_of(problem: MixtureProblem, starts: list[Started]) -> list[Scouted]:
+    """One run's references, start by start: a start whose chain, after its first half, lies where an
+    earlier reference covers (:func:`covered_by`) stops there and adds its weight to that reference's;
+    the others finish their chains (:func:`finish`). A basin many starts reach is built once.
+    Data-augmentation chains (``problem.cells``) all finish: a product over tokens fits a dense cell's
+    split of its tokens poorly, and there the mixture of every chain's reference anneals more surely
+    than the few that cover the rest (benchmarks/README.md), while the chains cost little next to the annealing."""
+    found = []
+    for started in starts:
+        cover = covered_by(problem, found, started.chain.config()) if problem.cells is None else -1
+        if cover < 0:
+            found.append(finish(problem, started))
+        else:
+            found.append(Scouted(None, started.log_evidence, started.config, started.sweeps // 2, covered_by=cover))
+    return found
 
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
@@ -356,14 +418,15 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
 def search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
            vb_configs: list[list]) -> list[list[Scouted]]:
     """Every run's search, all in parallel: for run r (``seeds[r]``), ``num_scouts`` annealed and as
-    many drawn scouts, and the allocations of ``vb_configs[r]`` (:func:`scout`). The kinds find
-    different basins: annealing carries a scout across the allocations of sparse tables, a chain
-    from a draw mixes between groupings of the cells of dense ones, VB's coordinate ascent climbs
-    to optima that sampling rarely visits on real data."""
+    many drawn scouts, and the allocations of ``vb_configs[r]`` (:func:`start`), then the run's
+    references (:func:`references_of`). The kinds find different basins: annealing carries a scout
+    across the allocations of sparse tables, a chain from a draw mixes between groupings of the
+    cells of dense ones, VB's coordinate ascent climbs to optima that sampling rarely visits on real data."""
     kinds = [["annealed", "drawn"] * options.num_scouts + list(configs) for configs in vb_configs]
     tasks = [(seed, kind) for run_seeds, run_kinds in zip(seeds, kinds) for seed, kind in zip(run_seeds, run_kinds)]
-    found = iter(pool.map(lambda task: scout(problem, options, *task), tasks))
-    return [[next(found) for _ in run_kinds] for run_kinds in kinds]
+    started = iter(pool.map(lambda task: start(problem, options, *task), tasks))
+    per_run = [[next(started) for _ in run_kinds] for run_kinds in kinds]
+    return list(pool.map(lambda starts: references_of(problem, starts), per_run))
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
@@ -387,7 +450,7 @@ class EngineConfig:
     """The numbers of the engine (one line of why each); ``effort`` scales the particles, the scouts,
     the chains' least sweeps and budgets and the VB restarts."""
 
-    # Particles of each run per reference of the call (all runs' searches), so that each run carries as many
+    # Particles of each run per start of the call (all runs' searches), so that each run carries as many
     # particles as a run from all of them would: with fewer, a run falls short more often than its spread shows ...
     particles_per_reference: int = 4
     # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
@@ -491,10 +554,16 @@ def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tupl
 
 
 def defended_start(found: list[Scouted], tp: TemperedProblem) -> MixtureStart:
-    """The equal-weight mixture of the search's references and, as one more component, the uniform
-    distribution over every cell's configurations: a defensive component (Hesterberg 1995) that
-    covers what no reference does, so that the importance weights stay bounded."""
-    return uniform_start([f.log_q for f in found] + [uniform_reference(tp)])
+    """The mixture of the search's references, each weighted by the starts it carries (its own and
+    those it covers, :func:`references_of`), and, as one more component of one start's weight, the
+    uniform distribution over every cell's configurations: a defensive component (Hesterberg 1995)
+    that covers what no reference does, so that the importance weights stay bounded."""
+    carried = np.bincount([i if f.log_q is not None else f.covered_by for i, f in enumerate(found)],
+                          minlength=len(found))
+    kept = [i for i, f in enumerate(found) if f.log_q is not None]
+    log_q = np.ascontiguousarray(np.stack([found[i].log_q for i in kept] + [uniform_reference(tp)]), np.float64)
+    weights = np.append(carried[kept], 1.0)
+    return MixtureStart(log_q, np.log(weights / weights.sum()))
 
 
 @register_evidence("mixture", models=(AllocationModel,))
@@ -511,7 +580,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (4 · effort per reference of the call, at least 64 · effort), the call's
+        Scales the particles (4 · effort per start of the call's searches, at least 64 · effort), the call's
         scouts of each kind (32 · effort, fewer where their chains would exceed 1.6 billion · effort
         token moves), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
@@ -600,7 +669,8 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          num_particles=call_particles(options, found),
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
                          chain="collapsed" if problem.cells is None else "augmented",
-                         split_move_acceptance=_acceptance(sum(run.split_moves for run in runs))))
+                         split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
+                         num_references=[sum(f.log_q is not None for f in own) for own in found]))
 
 
 def _acceptance(moves: np.ndarray) -> tuple:

@@ -75,15 +75,9 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
-    chain = _Chain.start(tp, config, seed)
-    total = np.zeros_like(chain.out)
-    done = chain.sweep(min(int(skip), num_sweeps)) if skip > 0 else 0
-    while True:
-        total += chain.conditionals(tp)
-        if done >= num_sweeps:
-            break
-        done += chain.sweep(min(REFERENCE_THIN, num_sweeps - done))
-    return _floored_log_q(total, chain.out, floor)
+    chain = start_chain(tp, None, config, seed)
+    chain.sweep(min(int(skip), num_sweeps))
+    return averaged_reference(chain, max(0, num_sweeps - int(skip)), floor).log_q
 
 
 def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarray, num_sweeps: int, seed,
@@ -92,26 +86,49 @@ def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarra
     (:mod:`~bam_ppl.infer.gibbs.augmented_numba`; ``cells`` its
     :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`): every cell's conditional p(· | u, θ)
     averaged over the sweeps after the first ``skip``, which estimates the same posterior marginals."""
-    num_cells, num_configs = cells.valid.shape
-    split = np.bincount(tp.token_cell.astype(np.int64) * num_configs + np.asarray(config, np.int64),
-                        minlength=num_cells * num_configs).reshape(num_cells, num_configs)
-    total = np.zeros((num_cells, num_configs))
+    chain = start_chain(tp, cells, config, seed)
     skip = min(int(skip), max(0, int(num_sweeps) - 1))  # at least one sweep's conditionals
-    augmented_sweeps(np.random.default_rng(np.asarray(seed, np.uint32)), max(1, int(num_sweeps)), skip, split, cells, total)
-    return _floored_log_q(total, cells.valid.astype(np.float64), floor)
+    chain.sweep(skip)
+    return averaged_reference(chain, max(1, int(num_sweeps)) - skip, floor).log_q
 
 
-def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
-    """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
-    numbers than the collapsed chain: a sweep of it draws one per table entry and at most
-    min(X_u, L_u) per cell u (L_u its allowed configurations), a collapsed sweep one per token."""
-    draws = cells.alpha.size + split_draws(cells)
-    return bool(sweeps_factor * draws < cells.counts.sum())
+# States a chain keeps from the sweeps its reference averages, to tell which later starts the reference covers
+# (:func:`covers`): a further state of the region it explored falls below all of them with probability 1/17.
+RECORDED_STATES = 16
+
+
+class ChainReference(NamedTuple):
+    """A reference ``log_q`` (U, L) and the token configurations ``states`` (RECORDED_STATES, T) of
+    states its chain visited while averaging, evenly spread."""
+
+    log_q: np.ndarray
+    states: np.ndarray
+
+
+def start_chain(tp: TemperedProblem, cells, config: np.ndarray, seed):
+    """A posterior chain at the token configurations ``config``, seeded by ``seed``: collapsed
+    (``cells`` None) or data augmentation (``cells`` the problem's
+    :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`)."""
+    return _Chain.start(tp, config, seed) if cells is None else _AugmentedChain.start(tp, cells, config, seed)
+
+
+def averaged_reference(chain, num_sweeps: int, floor: float = REFERENCE_FLOOR) -> ChainReference:
+    """The reference of ``chain`` (:func:`start_chain`) over its next ``num_sweeps`` sweeps, and
+    RECORDED_STATES of the states it visits (the last one's at the end)."""
+    marks = np.linspace(num_sweeps, 0, RECORDED_STATES, endpoint=False)[::-1]
+    marks = np.minimum(np.round(marks / chain.thin) * chain.thin, num_sweeps).astype(np.int64)  # on averaged sweeps
+    marks[-1] = num_sweeps
+    total, states, done = chain.average_from(), [], 0
+    for mark in marks:
+        done += chain.average(max(0, int(mark) - done), total)
+        states.append(chain.config())
+    return ChainReference(_floored_log_q(total, chain.allowed(), floor), np.stack(states))
 
 
 class _Chain(NamedTuple):
     """A collapsed-Gibbs chain of the posterior as the reference builders run it (numba, no GIL)."""
 
+    tp: TemperedProblem
     rows: object
     factorised: object
     structure: object
@@ -120,23 +137,86 @@ class _Chain(NamedTuple):
     state: np.ndarray  # every token's configuration, updated in place
     order: np.ndarray
     out: np.ndarray  # (U, L) the cells' conditionals at the last call of ``conditionals``
+    thin: int = REFERENCE_THIN
 
     @classmethod
     def start(cls, tp: TemperedProblem, config: np.ndarray, seed) -> _Chain:
         rows = tp.gibbs_rows
-        return cls(rows, gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0]),
+        return cls(tp, rows, gibbs_numba.factorised_rows(rows, tp.concentration, tp.token_cell.shape[0]),
                    kernel_tables(tp, False), np.random.default_rng(np.asarray(seed, np.uint32)),
                    tp.concentration + counts_of_configs(tp, config), np.array(config, np.int32),
                    np.arange(len(config), dtype=np.int32), np.empty((tp.cell_start.shape[0] - 1, tp.num_configs)))
 
     def sweep(self, num_sweeps: int) -> int:
-        gibbs_numba.gibbs_sweeps(self.rng, num_sweeps, True, self.shifted, self.state, self.order, self.rows,
-                                 self.factorised)
+        if num_sweeps > 0:
+            gibbs_numba.gibbs_sweeps(self.rng, num_sweeps, True, self.shifted, self.state, self.order, self.rows,
+                                     self.factorised)
         return num_sweeps
 
-    def conditionals(self, tp: TemperedProblem) -> np.ndarray:
-        _cell_probabilities(self.shifted, self.structure, token_layout(tp), self.out)
+    def conditionals(self) -> np.ndarray:
+        _cell_probabilities(self.shifted, self.structure, token_layout(self.tp), self.out)
         return self.out
+
+    def average_from(self) -> np.ndarray:
+        """The sum of conditionals an average starts with: the current state's."""
+        return self.conditionals().copy()
+
+    def average(self, num_sweeps: int, total: np.ndarray) -> int:
+        """``num_sweeps`` sweeps, the conditionals of every REFERENCE_THIN-th added to ``total``."""
+        done = 0
+        while done < num_sweeps:
+            done += self.sweep(min(REFERENCE_THIN, num_sweeps - done))
+            total += self.conditionals()
+        return done
+
+    def config(self) -> np.ndarray:
+        return self.state.astype(np.int64)
+
+    def allowed(self) -> np.ndarray:
+        return self.out
+
+
+class _AugmentedChain(NamedTuple):
+    """A data-augmentation chain of the posterior (:mod:`~bam_ppl.infer.gibbs.augmented_numba`): the
+    tables drawn given the cells' splits ``split`` (U, L), then every cell's split given them."""
+
+    cells: object
+    rng: np.random.Generator
+    split: np.ndarray
+    thin: int = 1
+
+    @classmethod
+    def start(cls, tp: TemperedProblem, cells, config: np.ndarray, seed) -> _AugmentedChain:
+        num_cells, num_configs = cells.valid.shape
+        split = np.bincount(tp.token_cell.astype(np.int64) * num_configs + np.asarray(config, np.int64),
+                            minlength=num_cells * num_configs).reshape(num_cells, num_configs)
+        return cls(cells, np.random.default_rng(np.asarray(seed, np.uint32)), split)
+
+    def sweep(self, num_sweeps: int) -> int:
+        if num_sweeps > 0:
+            augmented_sweeps(self.rng, num_sweeps, num_sweeps, self.split, self.cells, np.zeros(self.split.shape))
+        return num_sweeps
+
+    def average_from(self) -> np.ndarray:
+        return np.zeros(self.split.shape)
+
+    def average(self, num_sweeps: int, total: np.ndarray) -> int:
+        return augmented_sweeps(self.rng, num_sweeps, 0, self.split, self.cells, total) if num_sweeps > 0 else 0
+
+    def config(self) -> np.ndarray:
+        """Token configurations of the splits (tokens sorted by cell)."""
+        return np.repeat(np.tile(np.arange(self.split.shape[1]), self.split.shape[0]), self.split.reshape(-1))
+
+    def allowed(self) -> np.ndarray:
+        return self.cells.valid.astype(np.float64)
+
+
+def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
+    """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
+    numbers than the collapsed chain: a sweep of it draws one per table entry and at most
+    min(X_u, L_u) per cell u (L_u its allowed configurations), a collapsed sweep one per token."""
+    draws = cells.alpha.size + split_draws(cells)
+    return bool(sweeps_factor * draws < cells.counts.sum())
 
 
 def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndarray:
