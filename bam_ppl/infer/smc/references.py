@@ -107,8 +107,7 @@ class ChainReference(NamedTuple):
 
 def start_chain(tp: TemperedProblem, cells, config: np.ndarray, seed):
     """A posterior chain at the token configurations ``config``, seeded by ``seed``: collapsed
-    (``cells`` None) or data augmentation (``cells`` the problem's
-    :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`)."""
+    (``cells`` None) or data augmentation (``cells`` the problem's ``HostProblem``, its cells' arrays)."""
     return _Chain.start(tp, config, seed) if cells is None else _AugmentedChain.start(tp, cells, config, seed)
 
 
