@@ -68,6 +68,7 @@ def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_b
     model = bam.models.nmf(2, a=1.0)
     X = np.kron(np.eye(2, dtype=np.int64), np.full((2, 2), 20))  # two blocks: one basin, two relabelled copies
     problem, _ = mixture.mixture_problem(model, X, 10**6)
+    problem = problem._replace(cells=None)  # collapsed chains, which covering applies to
     tp = problem.tp
     config = np.random.default_rng(0).integers(0, tp.num_configs, tp.token_cell.size)
     chain = references.start_chain(tp, None, config, np.array([1, 2], np.uint32))

@@ -369,7 +369,9 @@ def finish(problem: MixtureProblem, started: Started) -> Scouted:
     """The second half of a start's chain, whose average is its reference
     (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor``."""
     reference = averaged_reference(started.chain, started.sweeps - started.sweeps // 2)
-    sums = orbit_log_sums(problem.tp, reference.log_q, reference.states, problem.symmetry)
+    # Data-augmentation chains cover nothing (:func:`references_of`): their floor is not needed.
+    sums = None if problem.cells is not None else orbit_log_sums(problem.tp, reference.log_q, reference.states,
+                                                                 problem.symmetry)
     floor = np.inf if sums is None else float(np.min(sums[1]))
     return Scouted(reference.log_q, started.log_evidence, started.config, started.sweeps, floor)
 
