@@ -182,29 +182,31 @@ def _tabulated_count(counts, index, base):
     return int(counts[index] - base + 0.5)
 
 
-def _constant_power(counts, f, tables, c):
-    """The constant rows' factor of configuration c, from the tables."""
-    num_varying = f.token_starts.shape[1]
+def _constant_power(counts, starts, bases, power, first_row, c):
+    """The constant rows' factor of configuration c, from the tables (their rows from ``first_row``
+    on). It takes arrays, not the NamedTuples that hold them: inlined twice per token, those made
+    the sweep markedly slower (``benchmarks/tempered_baseline.py``)."""
     factor = 1.0
-    for k in range(f.constant_starts.shape[0]):
-        factor *= tables.power[num_varying + k, _tabulated_count(counts, f.constant_starts[k] + c, f.constant_base[k])]
+    for k in range(starts.shape[0]):
+        factor *= power[first_row + k, _tabulated_count(counts, starts[k] + c, bases[k])]
     return factor
 
 
-def _tabulated_log_change(counts, f, tables, token, old, new, logs):
+def _tabulated_log_change(counts, rows, log, token, old, new, logs):
     """Add to logs[0], logs[1] the change of log π₀ and log L as ``token`` (out of ``counts``) moves
-    from configuration ``old`` to ``new``."""
-    num_varying = f.token_starts.shape[1]
+    from configuration ``old`` to ``new``; ``rows`` the factorised rows' arrays (:func:`_sweeps_tabulated`)."""
+    token_starts, token_base, varying_ends, constant_starts, constant_base, constant_ends = rows
+    num_varying = token_starts.shape[1]
     for v in range(num_varying):
-        first = f.token_starts[token, v]
-        change = (tables.log[v, _tabulated_count(counts, first + new, f.token_base[v])]
-                  - tables.log[v, _tabulated_count(counts, first + old, f.token_base[v])])
-        logs[0 if v < f.varying_ends[1] else 1] += change
-    for k in range(f.constant_starts.shape[0]):
-        first = f.constant_starts[k]
-        change = (tables.log[num_varying + k, _tabulated_count(counts, first + new, f.constant_base[k])]
-                  - tables.log[num_varying + k, _tabulated_count(counts, first + old, f.constant_base[k])])
-        logs[0 if k < f.constant_ends[1] else 1] += change
+        first = token_starts[token, v]
+        change = (log[v, _tabulated_count(counts, first + new, token_base[v])]
+                  - log[v, _tabulated_count(counts, first + old, token_base[v])])
+        logs[0 if v < varying_ends[1] else 1] += change
+    for k in range(constant_starts.shape[0]):
+        first = constant_starts[k]
+        change = (log[num_varying + k, _tabulated_count(counts, first + new, constant_base[k])]
+                  - log[num_varying + k, _tabulated_count(counts, first + old, constant_base[k])])
+        logs[0 if k < constant_ends[1] else 1] += change
 
 
 def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
@@ -214,13 +216,15 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     to rounding."""
     counts, conf, logs = particle
     f = layout.factorised
-    token_starts, token_base, constant_starts = f.token_starts, f.token_base, f.constant_starts
+    token_starts, token_base, constant_starts, constant_base = f.token_starts, f.token_base, f.constant_starts, f.constant_base
+    rows = (token_starts, token_base, f.varying_ends, constant_starts, constant_base, f.constant_ends)
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
+    power, log, start = tables.power, tables.log, tables.start
     num_configs = weight.shape[0]
     num_varying = token_starts.shape[1]
     constant = np.empty(num_configs)
     for c in range(num_configs):
-        constant[c] = _constant_power(counts, f, tables, c)
+        constant[c] = _constant_power(counts, constant_starts, constant_base, power, num_varying, c)
     for _ in range(num_sweeps):
         shuffle(rng, order)
         for position in range(order.shape[0]):
@@ -228,21 +232,21 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
             old = conf[token]
             cell = token_cell[token]
             _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
-            constant[old] = _constant_power(counts, f, tables, old)
+            constant[old] = _constant_power(counts, constant_starts, constant_base, power, num_varying, old)
             total = 0.0
             for c in range(num_configs):
-                w = tables.start[cell if referenced else 0, c] * constant[c]
+                w = start[cell if referenced else 0, c] * constant[c]
                 for v in range(num_varying):
-                    w *= tables.power[v, _tabulated_count(counts, token_starts[token, v] + c, token_base[v])]
+                    w *= power[v, _tabulated_count(counts, token_starts[token, v] + c, token_base[v])]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
             if new != old:
-                _tabulated_log_change(counts, f, tables, token, old, new, logs)
+                _tabulated_log_change(counts, rows, log, token, old, new, logs)
                 if referenced:
                     logs[2] += log_reference[cell, new] - log_reference[cell, old]
             _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
-            constant[new] = _constant_power(counts, f, tables, new)
+            constant[new] = _constant_power(counts, constant_starts, constant_base, power, num_varying, new)
             conf[token] = new
 
 
@@ -286,6 +290,8 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
     the row's entry at the token's cell and configuration; cells may restrict the configurations."""
     counts, conf, logs = particle
     row_base, row_offset, moved, row_value = st.row_base, st.row_offset, st.moved, st.row_value
+    has_valid, valid, referenced, log_reference = st.has_valid, st.valid, st.referenced, st.log_reference
+    power, log, start, latent = tables
     base, _, _, _, weight = scratch
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
     for _ in range(num_sweeps):
@@ -301,20 +307,20 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
             total = 0.0
             for c in range(num_configs):
                 w = 0.0
-                if not st.has_valid or st.valid[cell, c]:
-                    w = tables.start[cell if st.referenced else 0, c]
+                if not has_valid or valid[cell, c]:
+                    w = start[cell if referenced else 0, c]
                     for r in range(num_rows):
-                        w *= tables.power[r, _tabulated_count(counts, base[r] + row_offset[r, c], row_value[r])]
+                        w *= power[r, _tabulated_count(counts, base[r] + row_offset[r, c], row_value[r])]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
             if new != old:
                 for r in range(num_rows):
-                    change = (tables.log[r, _tabulated_count(counts, base[r] + row_offset[r, new], row_value[r])]
-                              - tables.log[r, _tabulated_count(counts, base[r] + row_offset[r, old], row_value[r])])
-                    logs[0 if tables.latent[r] else 1] += change
-                if st.referenced:
-                    logs[2] += st.log_reference[cell, new] - st.log_reference[cell, old]
+                    change = (log[r, _tabulated_count(counts, base[r] + row_offset[r, new], row_value[r])]
+                              - log[r, _tabulated_count(counts, base[r] + row_offset[r, old], row_value[r])])
+                    logs[0 if latent[r] else 1] += change
+                if referenced:
+                    logs[2] += log_reference[cell, new] - log_reference[cell, old]
             for m in moved:
                 counts[base[m] + row_offset[m, new]] += 1.0
             conf[token] = new
