@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # each test module on one worker (tests/conftest.py). `make test PARALLEL=` runs it in one process.
 PARALLEL ?= -n auto --maxprocesses=4 --dist loadgroup
 
-.PHONY: install demo test test-stats test-integration test-all test-py312 test-py312-subset tutorials bench lint clean docs wheel-check
+.PHONY: install demo test test-stats test-integration test-all test-py312 test-py312-subset tutorials bench lint clean clean-kernels docs wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -107,5 +107,10 @@ wheel-check:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bam_ppl tests benchmarks tutorials
 
-clean:
+clean: clean-kernels
 	rm -rf $(VENV) $(VENV312) build *.egg-info .pytest_cache
+
+# numba's cache beside the package (cache=True). It keys each kernel on its own file only: after an edit
+# to a helper module, the kernels of other files that inline it run the old code until this removes them.
+clean-kernels:
+	find bam_ppl -name '*.nbi' -delete -o -name '*.nbc' -delete
