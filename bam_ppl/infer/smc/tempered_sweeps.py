@@ -192,21 +192,19 @@ def _constant_power(counts, starts, bases, power, first_row, c):
     return factor
 
 
-def _tabulated_log_change(counts, rows, log, token, old, new, logs):
-    """Add to logs[0], logs[1] the change of log π₀ and log L as ``token`` (out of ``counts``) moves
-    from configuration ``old`` to ``new``; ``rows`` the factorised rows' arrays (:func:`_sweeps_tabulated`)."""
-    token_starts, token_base, varying_ends, constant_starts, constant_base, constant_ends = rows
-    num_varying = token_starts.shape[1]
-    for v in range(num_varying):
-        first = token_starts[token, v]
-        change = (log[v, _tabulated_count(counts, first + new, token_base[v])]
-                  - log[v, _tabulated_count(counts, first + old, token_base[v])])
-        logs[0 if v < varying_ends[1] else 1] += change
-    for k in range(constant_starts.shape[0]):
-        first = constant_starts[k]
-        change = (log[num_varying + k, _tabulated_count(counts, first + new, constant_base[k])]
-                  - log[num_varying + k, _tabulated_count(counts, first + old, constant_base[k])])
-        logs[0 if k < constant_ends[1] else 1] += change
+def _tabulated_log_change(counts, log, first_row, starts, bases, num_prior, old, new):
+    """The change of (log π₀, log L) as a token (out of ``counts``) moves from configuration ``old`` to
+    ``new``, over the rows read from ``starts`` (table rows from ``first_row`` on; the first
+    ``num_prior`` rows are π₀'s)."""
+    prior, like = 0.0, 0.0
+    for k in range(starts.shape[0]):
+        change = (log[first_row + k, _tabulated_count(counts, starts[k] + new, bases[k])]
+                  - log[first_row + k, _tabulated_count(counts, starts[k] + old, bases[k])])
+        if k < num_prior:
+            prior += change
+        else:
+            like += change
+    return prior, like
 
 
 def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
@@ -217,7 +215,7 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     counts, conf, logs = particle
     f = layout.factorised
     token_starts, token_base, constant_starts, constant_base = f.token_starts, f.token_base, f.constant_starts, f.constant_base
-    rows = (token_starts, token_base, f.varying_ends, constant_starts, constant_base, f.constant_ends)
+    varying_prior, constant_prior = f.varying_ends[1], f.constant_ends[1]
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     power, log, start = tables.power, tables.log, tables.start
     num_configs = weight.shape[0]
@@ -242,7 +240,13 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
             if new != old:
-                _tabulated_log_change(counts, rows, log, token, old, new, logs)
+                prior, like = _tabulated_log_change(counts, log, 0, token_starts[token], token_base, varying_prior, old, new)
+                logs[0] += prior
+                logs[1] += like
+                prior, like = _tabulated_log_change(counts, log, num_varying, constant_starts, constant_base,
+                                                    constant_prior, old, new)
+                logs[0] += prior
+                logs[1] += like
                 if referenced:
                     logs[2] += log_reference[cell, new] - log_reference[cell, old]
             _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
