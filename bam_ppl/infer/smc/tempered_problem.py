@@ -230,6 +230,8 @@ class FactorisedTempered(NamedTuple):
     tabulated: bool
     token_base: np.ndarray  # (V,) the value every entry of each varying row starts from
     constant_base: np.ndarray  # (K,) the same for the constant rows
+    entries: np.ndarray  # (E,) int64: every entry the rows read, once (tabulated; else empty)
+    entry_base: np.ndarray  # (E,) the value each of them starts from
 
 
 def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
@@ -254,15 +256,25 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
     first = row_base + row_offset[:, :1]  # (R, U) each row's entry of configuration 0 at each cell
     token_base = row_value[order]
     constant_base = row_value[[r for group in fixed for r in group]]
+    tabulated = usable and bool(np.isfinite(token_base).all() and np.isfinite(constant_base).all())
+    read = [np.unique(first[r][:, None] + np.arange(num_configs)) for r in order + [r for group in fixed for r in group]]
+    entries = np.concatenate(read or [np.zeros(0, np.int64)]).astype(np.int64)
+    entry_base = np.repeat(np.concatenate([token_base, constant_base]), [e.size for e in read])
+    # Two rows reading one entry would need one count for two bases: no tables then.
+    tabulated = tabulated and np.unique(entries).size == entries.size
+    if not tabulated:
+        entries, entry_base = np.zeros(0, np.int64), np.zeros(0)
     return FactorisedTempered(
         usable=usable,
         token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
         varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
         constant_starts=np.array([first[r, 0] for group in fixed for r in group], np.int64),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
-        tabulated=usable and bool(np.isfinite(token_base).all() and np.isfinite(constant_base).all()),
+        tabulated=tabulated,
         token_base=token_base,
         constant_base=constant_base,
+        entries=entries,
+        entry_base=entry_base,
     )
 
 

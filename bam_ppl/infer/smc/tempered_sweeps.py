@@ -182,24 +182,23 @@ def _tabulated_count(counts, index, base):
     return int(counts[index] - base + 0.5)
 
 
-def _constant_power(counts, starts, bases, power, first_row, c):
-    """The constant rows' factor of configuration c, from the tables (their rows from ``first_row``
-    on). It takes arrays, not the NamedTuples that hold them: inlined twice per token, those made
-    the sweep markedly slower (``benchmarks/tempered_baseline.py``)."""
+def _constant_power(n, starts, power, first_row, c):
+    """The constant rows' factor of configuration c, read from the tables (their rows from ``first_row`` on)
+    at the token counts ``n``. It takes arrays, not the NamedTuples that hold them: inlined twice per token,
+    those made the sweep markedly slower (``benchmarks/tempered_baseline.py``)."""
     factor = 1.0
     for k in range(starts.shape[0]):
-        factor *= power[first_row + k, _tabulated_count(counts, starts[k] + c, bases[k])]
+        factor *= power[first_row + k, n[starts[k] + c]]
     return factor
 
 
-def _tabulated_log_change(counts, log, first_row, starts, bases, num_prior, old, new):
-    """The change of (log π₀, log L) as a token (out of ``counts``) moves from configuration ``old`` to
-    ``new``, over the rows read from ``starts`` (table rows from ``first_row`` on; the first
+def _tabulated_log_change(n, log, first_row, starts, num_prior, old, new):
+    """The change of (log π₀, log L) as a token (out of the token counts ``n``) moves from configuration
+    ``old`` to ``new``, over the rows read from ``starts`` (table rows from ``first_row`` on; the first
     ``num_prior`` rows are π₀'s)."""
     prior, like = 0.0, 0.0
     for k in range(starts.shape[0]):
-        change = (log[first_row + k, _tabulated_count(counts, starts[k] + new, bases[k])]
-                  - log[first_row + k, _tabulated_count(counts, starts[k] + old, bases[k])])
+        change = log[first_row + k, n[starts[k] + new]] - log[first_row + k, n[starts[k] + old]]
         if k < num_prior:
             prior += change
         else:
@@ -207,51 +206,62 @@ def _tabulated_log_change(counts, log, first_row, starts, bases, num_prior, old,
     return prior, like
 
 
+def _token_counts(counts, entries, entry_base):
+    """The number of tokens at every entry the rows read (``entries``, each starting from ``entry_base``),
+    as integers indexed like ``counts``: the sweep reads its tables without a conversion per factor."""
+    n = np.zeros(counts.shape[0], np.int64)
+    for i in range(entries.shape[0]):
+        n[entries[i]] = int(counts[entries[i]] - entry_base[i] + 0.5)
+    return n
+
+
 def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
     """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
-    instead of one log and one exp per configuration; the same draws, ``rng`` consumed alike, up
-    to rounding."""
+    at the entries' integer token counts instead of one log and one exp per configuration; the same
+    draws, ``rng`` consumed alike, up to rounding. The counts go back as base + count."""
     counts, conf, logs = particle
     f = layout.factorised
-    token_starts, token_base, constant_starts, constant_base = f.token_starts, f.token_base, f.constant_starts, f.constant_base
+    token_starts, constant_starts = f.token_starts, f.constant_starts
     varying_prior, constant_prior = f.varying_ends[1], f.constant_ends[1]
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     power, log, start = tables.power, tables.log, tables.start
     num_configs = weight.shape[0]
     num_varying = token_starts.shape[1]
+    n = _token_counts(counts, f.entries, f.entry_base)
     constant = np.empty(num_configs)
     for c in range(num_configs):
-        constant[c] = _constant_power(counts, constant_starts, constant_base, power, num_varying, c)
+        constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
     for _ in range(num_sweeps):
         shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
             old = conf[token]
             cell = token_cell[token]
-            _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
-            constant[old] = _constant_power(counts, constant_starts, constant_base, power, num_varying, old)
+            _shift_factorised(n, token_starts, token, constant_starts, old, -1)
+            constant[old] = _constant_power(n, constant_starts, power, num_varying, old)
             total = 0.0
             for c in range(num_configs):
                 w = start[cell if referenced else 0, c] * constant[c]
                 for v in range(num_varying):
-                    w *= power[v, _tabulated_count(counts, token_starts[token, v] + c, token_base[v])]
+                    w *= power[v, n[token_starts[token, v] + c]]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
             if new != old:
-                prior, like = _tabulated_log_change(counts, log, 0, token_starts[token], token_base, varying_prior, old, new)
+                prior, like = _tabulated_log_change(n, log, 0, token_starts[token], varying_prior, old, new)
                 logs[0] += prior
                 logs[1] += like
-                prior, like = _tabulated_log_change(counts, log, num_varying, constant_starts, constant_base,
-                                                    constant_prior, old, new)
+                prior, like = _tabulated_log_change(n, log, num_varying, constant_starts, constant_prior, old, new)
                 logs[0] += prior
                 logs[1] += like
                 if referenced:
                     logs[2] += log_reference[cell, new] - log_reference[cell, old]
-            _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
-            constant[new] = _constant_power(counts, constant_starts, constant_base, power, num_varying, new)
+            _shift_factorised(n, token_starts, token, constant_starts, new, 1)
+            constant[new] = _constant_power(n, constant_starts, power, num_varying, new)
             conf[token] = new
+    for i in range(f.entries.shape[0]):
+        counts[f.entries[i]] = f.entry_base[i] + n[f.entries[i]]
 
 
 def _rows_tables_pay(layout, st, num_sweeps):
@@ -333,7 +343,8 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
     compile_numba(globals(), inline=("_linear_weight", "_draw", "_start_powers", "_constant_product", "_set_constant", "_shift_factorised",
-                                     "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change"),
+                                     "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change",
+                                     "_token_counts"),
                   nogil=("_sweeps_factorised", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
     _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
