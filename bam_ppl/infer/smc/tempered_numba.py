@@ -18,6 +18,7 @@ from .tempered_problem import (
     exact_log_terms,
 )
 from .tempered_sweeps import (
+    RowTables,
     _draw,
     _factorised_factors,
     _linear_weight,
@@ -25,6 +26,7 @@ from .tempered_sweeps import (
     _rows_tables,
     _rows_tables_pay,
     _set_constant,
+    _start_powers,
     _sweeps_factorised,
     _sweeps_rows_tabulated,
     _sweeps_tabulated,
@@ -432,16 +434,26 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
                 accepted[kind] += 1
 
 
-def _fast_paths(mode, layout, st, num_sweeps):
+def _fast_paths(mode, layout, st):
     """Which sweeps of :mod:`~bam_ppl.infer.smc.tempered_sweeps` a _SWEEP pass from a reference or
-    π₀ takes: factorised, factorised with tables, or the general rows with tables."""
+    π₀ can take: factorised (where the rows allow), or the general rows with tables."""
     plain = mode == _SWEEP and (st.referenced or not st.tilted)
     fast = plain and layout.factorised.usable
-    return (fast, fast and _tables_pay(layout, st, num_sweeps),
-            plain and not fast and _rows_tables_pay(layout, st, num_sweeps))
+    return fast, plain and not fast
 
 
-def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
+def sweep_tables(mode, beta, layout, st, work):
+    """The tables of a pass's sweeps at ``beta`` (:class:`~bam_ppl.infer.smc.tempered_sweeps.RowTables`
+    without the start's powers, which each reference has its own of): those of the factorised rows
+    and those of the general rows, each empty unless its sweep applies and its tables cost fewer logs
+    and exps than the pass's ``work`` sweeps of a particle would compute. Built once per pass and
+    shared by every block and reference."""
+    fast, general = _fast_paths(mode, layout, st)
+    return (_row_tables(beta, layout, st, fast and _tables_pay(layout, st, work)),
+            _rows_tables(beta, st, layout.token_cell.shape[0], general and _rows_tables_pay(layout, st, work)))
+
+
+def _tempered_block(rng, block, mode, beta, moves, particles, layout, st, shared):
     """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
     block's Generator ``rng``.
 
@@ -450,7 +462,7 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     order per sweep), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
     counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
-    configuration minus those of the old one.
+    configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
     """
     row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
     token_cell, num_configs = layout.token_cell, row_offset.shape[1]
@@ -460,9 +472,12 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st):
     logs = np.zeros(3)
     order = np.arange(num_tokens)
     passes = 1 if mode == _URN else moves.num_sweeps
-    fast, tabulate, by_rows = _fast_paths(mode, layout, st, (block[1] - block[0]) * passes)
-    tables = _row_tables(beta, layout, st, tabulate)
-    row_tables = _rows_tables(beta, st, num_tokens, by_rows)
+    fast, _ = _fast_paths(mode, layout, st)
+    factorised_rows, general_rows = shared
+    tabulate, by_rows = factorised_rows.power.shape[0] > 0, general_rows.power.shape[0] > 0
+    powers = _start_powers(beta, st, tabulate or by_rows)
+    tables = RowTables(factorised_rows.power, factorised_rows.log, powers, factorised_rows.latent)
+    row_tables = RowTables(general_rows.power, general_rows.log, powers, general_rows.latent)
     for p in range(block[0], block[1]):
         counts = particles.shifted[p]
         conf = particles.config[p]
@@ -554,7 +569,7 @@ if numba is not None:
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_fast_paths", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
+                  nogil=("_fast_paths", "sweep_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
                          "_tempered_block", "_log_multinomial_block", "_cell_probabilities"))
 
 
@@ -598,11 +613,15 @@ class NumbaParticles:
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
                                    self.accepted)
 
+        passes = 1 if mode == _URN else num_sweeps
+        shared = sweep_tables(mode, float(beta), self.layout, self.segments(0, self.num_particles)[0][2],
+                              self.num_particles * passes)
+
         def one(block):
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
                 _tempered_block(self.rngs[b], (begin, end), mode, float(beta), moves, particles, self.layout,
-                                structure)
+                                structure, shared)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(

@@ -150,7 +150,8 @@ def _start_powers(beta, st, wanted):
 
 
 def _row_tables(beta, layout, st, wanted):
-    """:class:`RowTables` at ``beta`` (counts of at most T tokens); empty unless ``wanted``."""
+    """:class:`RowTables` at ``beta`` (counts of at most T tokens), the start's powers left out
+    (:func:`_start_powers`); empty unless ``wanted``."""
     f = layout.factorised
     num_varying = f.token_starts.shape[1]
     base = np.concatenate((f.token_base, f.constant_base)) if wanted else np.zeros(0)
@@ -165,7 +166,7 @@ def _row_tables(beta, layout, st, wanted):
         for n in range(power.shape[1]):
             log[r, n] = sign * math.log(base[r] + n)
             power[r, n] = math.exp(exponent * log[r, n])
-    return RowTables(power, log, _start_powers(beta, st, wanted), np.zeros(0, np.bool_))
+    return RowTables(power, log, np.ones((1, 1)), np.zeros(0, np.bool_))
 
 
 def _tables_pay(layout, st, num_sweeps):
@@ -280,7 +281,8 @@ def _rows_tables_pay(layout, st, num_sweeps):
 def _rows_tables(beta, st, num_tokens, wanted):
     """:class:`RowTables` over the problem's rows (kernel numbering) at ``beta``, for
     :func:`_sweeps_rows_tabulated`: a row outside the weights' four groups reads ones (its log 0);
-    ``latent[r]`` whether row r is a latent table's. Empty unless ``wanted``."""
+    ``latent[r]`` whether row r is a latent table's; the start's powers left out (:func:`_start_powers`).
+    Empty unless ``wanted``."""
     num_rows = st.row_value.shape[0] if wanted else 0
     power = np.ones((num_rows, num_tokens + 1))
     log = np.zeros_like(power)
@@ -294,7 +296,7 @@ def _rows_tables(beta, st, num_tokens, wanted):
             for n in range(num_tokens + 1):
                 log[r, n] = sign * math.log(st.row_value[r] + n)
                 power[r, n] = math.exp(exponent * log[r, n])
-    return RowTables(power, log, _start_powers(beta, st, wanted), latent)
+    return RowTables(power, log, np.ones((1, 1)), latent)
 
 
 def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
@@ -342,10 +344,10 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
 
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
-    compile_numba(globals(), inline=("_linear_weight", "_draw", "_start_powers", "_constant_product", "_set_constant", "_shift_factorised",
+    compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
                                      "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change",
                                      "_token_counts"),
-                  nogil=("_sweeps_factorised", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
+                  nogil=("_sweeps_factorised", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
     _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
     _sweeps_rows_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_rows_tabulated)
