@@ -476,8 +476,8 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st, shared
     factorised_rows, general_rows = shared
     tabulate, by_rows = factorised_rows.power.shape[0] > 0, general_rows.power.shape[0] > 0
     powers = _start_powers(beta, st, tabulate or by_rows)
-    tables = RowTables(factorised_rows.power, factorised_rows.log, powers, factorised_rows.latent)
-    row_tables = RowTables(general_rows.power, general_rows.log, powers, general_rows.latent)
+    tables = RowTables(factorised_rows.power, factorised_rows.log, powers, factorised_rows.latent, factorised_rows.log_gamma)
+    row_tables = RowTables(general_rows.power, general_rows.log, powers, general_rows.latent, general_rows.log_gamma)
     for p in range(block[0], block[1]):
         counts = particles.shifted[p]
         conf = particles.config[p]

@@ -232,6 +232,7 @@ class FactorisedTempered(NamedTuple):
     constant_base: np.ndarray  # (K,) the same for the constant rows
     entries: np.ndarray  # (E,) int64: every entry the rows read, once (tabulated; else empty)
     entry_base: np.ndarray  # (E,) the value each of them starts from
+    entry_row: np.ndarray  # (E,) int64: its row (varying ones, then constant ones)
 
 
 def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
@@ -259,11 +260,12 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
     tabulated = usable and bool(np.isfinite(token_base).all() and np.isfinite(constant_base).all())
     read = [np.unique(first[r][:, None] + np.arange(num_configs)) for r in order + [r for group in fixed for r in group]]
     entries = np.concatenate(read or [np.zeros(0, np.int64)]).astype(np.int64)
-    entry_base = np.repeat(np.concatenate([token_base, constant_base]), [e.size for e in read])
+    entry_row = np.repeat(np.arange(len(read)), [e.size for e in read]).astype(np.int64)
+    entry_base = np.concatenate([token_base, constant_base])[entry_row]
     # Two rows reading one entry would need one count for two bases: no tables then.
     tabulated = tabulated and np.unique(entries).size == entries.size
     if not tabulated:
-        entries, entry_base = np.zeros(0, np.int64), np.zeros(0)
+        entries, entry_base, entry_row = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
     return FactorisedTempered(
         usable=usable,
         token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
@@ -275,6 +277,7 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
         constant_base=constant_base,
         entries=entries,
         entry_base=entry_base,
+        entry_row=entry_row,
     )
 
 

@@ -131,12 +131,15 @@ class RowTables(NamedTuple):
     need no log or exp (:func:`_sweeps_tabulated`); rows: the varying ones, then the constant ones
     (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`). ``power[r, n]`` = (b_r + n)^(±e_r),
     e_r = β (1 on a latent row of an untilted path), − on a denominator; ``log[r, n]`` = ±log(b_r + n);
-    ``start[u, c]`` = q(u, c)^(1−β) of a reference (ones untilted)."""
+    ``start[u, c]`` = q(u, c)^(1−β) of a reference (ones untilted); ``log_gamma[r, n]`` = Σ_(m<n) log[r, m]
+    = ±log Γ(b_r + n)/Γ(b_r), the row's share of log π₀ or log L at count n (:func:`_row_tables`; empty
+    for the general rows)."""
 
     power: np.ndarray
     log: np.ndarray
     start: np.ndarray
-    latent: np.ndarray  # (rows,) bool: a latent table's row (:func:`_rows_tables`; empty for the factorised rows)
+    latent: np.ndarray  # (rows,) bool: a latent table's row, whose factors are π₀'s
+    log_gamma: np.ndarray
 
 
 def _start_powers(beta, st, wanted):
@@ -157,16 +160,21 @@ def _row_tables(beta, layout, st, wanted):
     base = np.concatenate((f.token_base, f.constant_base)) if wanted else np.zeros(0)
     power = np.empty((base.shape[0], layout.token_cell.shape[0] + 1))
     log = np.empty_like(power)
+    log_gamma = np.zeros_like(power)
+    latent = np.zeros(base.shape[0], np.bool_)
     for r in range(base.shape[0]):
         ends = f.varying_ends if r < num_varying else f.constant_ends
         k = r if r < num_varying else r - num_varying
         group = 0 if k < ends[0] else 1 if k < ends[1] else 2 if k < ends[2] else 3
         sign = 1.0 if group % 2 == 0 else -1.0
         exponent = beta if st.referenced or group >= 2 else 1.0
+        latent[r] = group < 2
         for n in range(power.shape[1]):
             log[r, n] = sign * math.log(base[r] + n)
             power[r, n] = math.exp(exponent * log[r, n])
-    return RowTables(power, log, np.ones((1, 1)), np.zeros(0, np.bool_))
+            if n > 0:
+                log_gamma[r, n] = log_gamma[r, n - 1] + log[r, n - 1]
+    return RowTables(power, log, np.ones((1, 1)), latent, log_gamma)
 
 
 def _tables_pay(layout, st, num_sweeps):
@@ -193,43 +201,47 @@ def _constant_power(n, starts, power, first_row, c):
     return factor
 
 
-def _tabulated_log_change(n, log, first_row, starts, num_prior, old, new):
-    """The change of (log π₀, log L) as a token (out of the token counts ``n``) moves from configuration
-    ``old`` to ``new``, over the rows read from ``starts`` (table rows from ``first_row`` on; the first
-    ``num_prior`` rows are π₀'s)."""
+def _log_gamma_change(n, before, f, tables, logs):
+    """Add to ``logs`` the change of (log π₀, log L) from the token counts ``before`` a call's sweeps to
+    ``n`` after them: per entry read, its row's log Γ(b + n)/Γ(b) at the new count less at the old one.
+    One sum per entry instead of one per move: the moves' logs telescope."""
     prior, like = 0.0, 0.0
-    for k in range(starts.shape[0]):
-        change = log[first_row + k, n[starts[k] + new]] - log[first_row + k, n[starts[k] + old]]
-        if k < num_prior:
-            prior += change
-        else:
-            like += change
-    return prior, like
+    for i in range(f.entries.shape[0]):
+        e, r = f.entries[i], f.entry_row[i]
+        if n[e] != before[e]:
+            change = tables.log_gamma[r, n[e]] - tables.log_gamma[r, before[e]]
+            if tables.latent[r]:
+                prior += change
+            else:
+                like += change
+    logs[0] += prior
+    logs[1] += like
 
 
-def _token_counts(counts, entries, entry_base):
-    """The number of tokens at every entry the rows read (``entries``, each starting from ``entry_base``),
-    as integers indexed like ``counts``: the sweep reads its tables without a conversion per factor."""
+def _token_counts(counts, f):
+    """The number of tokens at every entry the rows read (``f.entries``, each starting from its row's
+    base), as integers indexed like ``counts``: the sweep reads its tables without a conversion per factor."""
     n = np.zeros(counts.shape[0], np.int64)
-    for i in range(entries.shape[0]):
-        n[entries[i]] = int(counts[entries[i]] - entry_base[i] + 0.5)
+    for i in range(f.entries.shape[0]):
+        n[f.entries[i]] = int(counts[f.entries[i]] - f.entry_base[i] + 0.5)
     return n
 
 
 def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
     """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
-    at the entries' integer token counts instead of one log and one exp per configuration; the same
+    at the entries' integer token counts instead of one log and one exp per configuration, and the
+    change of log π₀ and log L from the counts at the end (:func:`_log_gamma_change`); the same
     draws, ``rng`` consumed alike, up to rounding. The counts go back as base + count."""
     counts, conf, logs = particle
     f = layout.factorised
     token_starts, constant_starts = f.token_starts, f.constant_starts
-    varying_prior, constant_prior = f.varying_ends[1], f.constant_ends[1]
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
-    power, log, start = tables.power, tables.log, tables.start
+    power, start = tables.power, tables.start
     num_configs = weight.shape[0]
     num_varying = token_starts.shape[1]
-    n = _token_counts(counts, f.entries, f.entry_base)
+    n = _token_counts(counts, f)
+    before = n.copy()
     constant = np.empty(num_configs)
     for c in range(num_configs):
         constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
@@ -249,18 +261,12 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
-            if new != old:
-                prior, like = _tabulated_log_change(n, log, 0, token_starts[token], varying_prior, old, new)
-                logs[0] += prior
-                logs[1] += like
-                prior, like = _tabulated_log_change(n, log, num_varying, constant_starts, constant_prior, old, new)
-                logs[0] += prior
-                logs[1] += like
-                if referenced:
-                    logs[2] += log_reference[cell, new] - log_reference[cell, old]
+            if referenced:
+                logs[2] += log_reference[cell, new] - log_reference[cell, old]
             _shift_factorised(n, token_starts, token, constant_starts, new, 1)
             constant[new] = _constant_power(n, constant_starts, power, num_varying, new)
             conf[token] = new
+    _log_gamma_change(n, before, f, tables, logs)
     for i in range(f.entries.shape[0]):
         counts[f.entries[i]] = f.entry_base[i] + n[f.entries[i]]
 
@@ -296,7 +302,7 @@ def _rows_tables(beta, st, num_tokens, wanted):
             for n in range(num_tokens + 1):
                 log[r, n] = sign * math.log(st.row_value[r] + n)
                 power[r, n] = math.exp(exponent * log[r, n])
-    return RowTables(power, log, np.ones((1, 1)), latent)
+    return RowTables(power, log, np.ones((1, 1)), latent, np.zeros((0, 0)))
 
 
 def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
@@ -307,7 +313,7 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
     counts, conf, logs = particle
     row_base, row_offset, moved, row_value = st.row_base, st.row_offset, st.moved, st.row_value
     has_valid, valid, referenced, log_reference = st.has_valid, st.valid, st.referenced, st.log_reference
-    power, log, start, latent = tables
+    power, log, start, latent = tables.power, tables.log, tables.start, tables.latent
     base, _, _, _, weight = scratch
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
     for _ in range(num_sweeps):
@@ -345,7 +351,7 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
     compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
-                                     "_factorised_factors", "_tabulated_count", "_constant_power", "_tabulated_log_change",
+                                     "_factorised_factors", "_tabulated_count", "_constant_power", "_log_gamma_change",
                                      "_token_counts"),
                   nogil=("_sweeps_factorised", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
