@@ -65,6 +65,9 @@ class KernelTables(NamedTuple):
     log_reference: np.ndarray
     referenced: bool  # the start is the product reference ``log_reference``
     row_value: np.ndarray  # (rows,) every entry of a row starts from this value (nan: not one)
+    entries: np.ndarray  # every entry the rows read, its base and row (TemperedProblem's, empty where not tabulated)
+    entry_base: np.ndarray
+    entry_row: np.ndarray
 
 
 class TokenLayout(NamedTuple):
@@ -133,7 +136,7 @@ def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
     return KernelTables(tp.row_base, tp.row_offset, tp.valid, tp.has_valid, tp.latent_numerators,
                         tp.latent_denominators, tp.visible_numerators, tp.visible_denominators, tied, tp.tie_rows,
                         tp.tie_earlier, tp.moved, tp.log_space, tp.shift, tp.tilted and tilted, tp.log_reference,
-                        tp.referenced and tilted, tp.row_value)
+                        tp.referenced and tilted, tp.row_value, tp.entries, tp.entry_base, tp.entry_row)
 
 
 def token_layout(tp: TemperedProblem) -> TokenLayout:

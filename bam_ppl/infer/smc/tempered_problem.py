@@ -54,6 +54,23 @@ class TemperedProblem(NamedTuple):
     node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
     factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
     row_value: np.ndarray  # (rows,) the concentration plus fixed counts every entry of a row starts from (nan: not one)
+    # Every entry the rows read, once, where each row's start from one value (row_value) and no two rows share
+    # one (else empty): the value it starts from, its row (the tabulated general sweep counts tokens in integers).
+    entries: np.ndarray
+    entry_base: np.ndarray
+    entry_row: np.ndarray
+
+
+def entries_of_rows(first: np.ndarray, offsets: np.ndarray, bases: np.ndarray) -> tuple:
+    """(entries, entry_base, entry_row): every entry that rows whose configuration c reads ``first[r, u] +
+    offsets[r, c]`` at cell u read, once, the value ``bases[r]`` it starts from and its row r; empty
+    arrays where a base is not finite or two rows read one entry (one count could not serve two bases)."""
+    read = [np.unique(first[r][:, None] + offsets[r][None, :]) for r in range(first.shape[0])]
+    entries = np.concatenate(read + [np.zeros(0, np.int64)]).astype(np.int64)
+    entry_row = np.repeat(np.arange(len(read)), [e.size for e in read]).astype(np.int64)
+    if not np.isfinite(bases).all() or np.unique(entries).size != entries.size:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    return entries, np.asarray(bases, np.float64)[entry_row], entry_row
 
 
 def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
@@ -187,6 +204,7 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
             not spec.ties and not spec.has_valid and not log_space
             and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), row_value=row_value),
         row_value=row_value,
+        **dict(zip(("entries", "entry_base", "entry_row"), entries_of_rows(row_base, row_offset, row_value))),
     )
 
 
@@ -257,15 +275,10 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
     first = row_base + row_offset[:, :1]  # (R, U) each row's entry of configuration 0 at each cell
     token_base = row_value[order]
     constant_base = row_value[[r for group in fixed for r in group]]
-    tabulated = usable and bool(np.isfinite(token_base).all() and np.isfinite(constant_base).all())
-    read = [np.unique(first[r][:, None] + np.arange(num_configs)) for r in order + [r for group in fixed for r in group]]
-    entries = np.concatenate(read or [np.zeros(0, np.int64)]).astype(np.int64)
-    entry_row = np.repeat(np.arange(len(read)), [e.size for e in read]).astype(np.int64)
-    entry_base = np.concatenate([token_base, constant_base])[entry_row]
-    # Two rows reading one entry would need one count for two bases: no tables then.
-    tabulated = tabulated and np.unique(entries).size == entries.size
-    if not tabulated:
-        entries, entry_base, entry_row = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    rows = order + [r for group in fixed for r in group]
+    entries, entry_base, entry_row = entries_of_rows(first[rows], np.tile(np.arange(num_configs), (len(rows), 1)),
+                                                     np.concatenate([token_base, constant_base]))
+    tabulated = usable and entries.size > 0
     return FactorisedTempered(
         usable=usable,
         token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),

@@ -186,11 +186,6 @@ def _tables_pay(layout, st, num_sweeps):
     return f.tabulated and table_size <= num_sweeps * num_tokens * num_configs
 
 
-def _tabulated_count(counts, index, base):
-    """The number of tokens at entry ``index`` of a row whose entries start from ``base``."""
-    return int(counts[index] - base + 0.5)
-
-
 def _constant_power(n, starts, power, first_row, c):
     """The constant rows' factor of configuration c, read from the tables (their rows from ``first_row`` on)
     at the token counts ``n``. It takes arrays, not the NamedTuples that hold them: inlined twice per token,
@@ -203,8 +198,8 @@ def _constant_power(n, starts, power, first_row, c):
 
 def _log_gamma_change(n, before, f, tables, logs):
     """Add to ``logs`` the change of (log π₀, log L) from the token counts ``before`` a call's sweeps to
-    ``n`` after them: per entry read, its row's log Γ(b + n)/Γ(b) at the new count less at the old one.
-    One sum per entry instead of one per move: the moves' logs telescope."""
+    ``n`` after them: per entry read (``f.entries``, of row ``f.entry_row``), its row's log Γ(b + n)/Γ(b)
+    at the new count less at the old one. One sum per entry instead of one per move: the moves' logs telescope."""
     prior, like = 0.0, 0.0
     for i in range(f.entries.shape[0]):
         e, r = f.entries[i], f.entry_row[i]
@@ -219,12 +214,20 @@ def _log_gamma_change(n, before, f, tables, logs):
 
 
 def _token_counts(counts, f):
-    """The number of tokens at every entry the rows read (``f.entries``, each starting from its row's
-    base), as integers indexed like ``counts``: the sweep reads its tables without a conversion per factor."""
+    """The number of tokens at every entry the rows read (``f.entries``, each starting from ``f.entry_base``),
+    as integers indexed like ``counts``: the sweep reads its tables without a conversion per factor."""
     n = np.zeros(counts.shape[0], np.int64)
     for i in range(f.entries.shape[0]):
         n[f.entries[i]] = int(counts[f.entries[i]] - f.entry_base[i] + 0.5)
     return n
+
+
+def _set_counts(counts, n, before, f):
+    """The entries whose token count changed from ``before`` to ``n`` back into ``counts``, as base + count."""
+    for i in range(f.entries.shape[0]):
+        e = f.entries[i]
+        if n[e] != before[e]:
+            counts[e] = f.entry_base[i] + n[e]
 
 
 def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
@@ -232,7 +235,7 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
     at the entries' integer token counts instead of one log and one exp per configuration, and the
     change of log π₀ and log L from the counts at the end (:func:`_log_gamma_change`); the same
-    draws, ``rng`` consumed alike, up to rounding. The counts go back as base + count."""
+    draws, ``rng`` consumed alike, up to rounding."""
     counts, conf, logs = particle
     f = layout.factorised
     token_starts, constant_starts = f.token_starts, f.constant_starts
@@ -267,15 +270,15 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
             constant[new] = _constant_power(n, constant_starts, power, num_varying, new)
             conf[token] = new
     _log_gamma_change(n, before, f, tables, logs)
-    for i in range(f.entries.shape[0]):
-        counts[f.entries[i]] = f.entry_base[i] + n[f.entries[i]]
+    _set_counts(counts, n, before, f)
 
 
 def _rows_tables_pay(layout, st, num_sweeps):
     """Whether :func:`_sweeps_rows_tabulated` applies (no tied rows, linear weights, every row from one
-    value) and its tables cost fewer logs and exps than ``num_sweeps`` sweeps would compute."""
+    value, no entry read by two rows) and its tables cost fewer logs and exps than ``num_sweeps``
+    sweeps would compute."""
     num_tokens, num_configs = layout.token_cell.shape[0], st.row_offset.shape[1]
-    if st.tie_rows.shape[0] > 0 or st.log_space:
+    if st.tie_rows.shape[0] > 0 or st.log_space or st.entries.shape[0] == 0:
         return False
     for r in range(st.row_value.shape[0]):
         if np.isnan(st.row_value[r]):
@@ -292,6 +295,7 @@ def _rows_tables(beta, st, num_tokens, wanted):
     num_rows = st.row_value.shape[0] if wanted else 0
     power = np.ones((num_rows, num_tokens + 1))
     log = np.zeros_like(power)
+    log_gamma = np.zeros_like(power)
     latent = np.zeros(num_rows, np.bool_)
     groups = (st.latent_numerators, st.latent_denominators, st.visible_numerators, st.visible_denominators)
     for group in range(4 if wanted else 0):
@@ -302,20 +306,25 @@ def _rows_tables(beta, st, num_tokens, wanted):
             for n in range(num_tokens + 1):
                 log[r, n] = sign * math.log(st.row_value[r] + n)
                 power[r, n] = math.exp(exponent * log[r, n])
-    return RowTables(power, log, np.ones((1, 1)), latent, np.zeros((0, 0)))
+                if n > 0:
+                    log_gamma[r, n] = log_gamma[r, n - 1] + log[r, n - 1]
+    return RowTables(power, log, np.ones((1, 1)), latent, log_gamma)
 
 
 def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
     """``num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
-    shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) through
-    the row's entry at the token's cell and configuration; cells may restrict the configurations."""
+    shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) at the
+    row's entry at the token's cell and configuration, counted in integers as in :func:`_sweeps_tabulated`;
+    cells may restrict the configurations."""
     counts, conf, logs = particle
-    row_base, row_offset, moved, row_value = st.row_base, st.row_offset, st.moved, st.row_value
+    row_base, row_offset, moved = st.row_base, st.row_offset, st.moved
     has_valid, valid, referenced, log_reference = st.has_valid, st.valid, st.referenced, st.log_reference
-    power, log, start, latent = tables.power, tables.log, tables.start, tables.latent
+    power, start = tables.power, tables.start
     base, _, _, _, weight = scratch
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
+    n = _token_counts(counts, st)
+    before = n.copy()
     for _ in range(num_sweeps):
         shuffle(rng, order)
         for position in range(order.shape[0]):
@@ -325,34 +334,31 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
             for r in range(num_rows):
                 base[r] = row_base[r, cell]
             for m in moved:
-                counts[base[m] + row_offset[m, old]] -= 1.0
+                n[base[m] + row_offset[m, old]] -= 1
             total = 0.0
             for c in range(num_configs):
                 w = 0.0
                 if not has_valid or valid[cell, c]:
                     w = start[cell if referenced else 0, c]
                     for r in range(num_rows):
-                        w *= power[r, _tabulated_count(counts, base[r] + row_offset[r, c], row_value[r])]
+                        w *= power[r, n[base[r] + row_offset[r, c]]]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
-            if new != old:
-                for r in range(num_rows):
-                    change = (log[r, _tabulated_count(counts, base[r] + row_offset[r, new], row_value[r])]
-                              - log[r, _tabulated_count(counts, base[r] + row_offset[r, old], row_value[r])])
-                    logs[0 if latent[r] else 1] += change
-                if referenced:
-                    logs[2] += log_reference[cell, new] - log_reference[cell, old]
+            if referenced:
+                logs[2] += log_reference[cell, new] - log_reference[cell, old]
             for m in moved:
-                counts[base[m] + row_offset[m, new]] += 1.0
+                n[base[m] + row_offset[m, new]] += 1
             conf[token] = new
+    _log_gamma_change(n, before, st, tables, logs)
+    _set_counts(counts, n, before, st)
 
 
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
     compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
-                                     "_factorised_factors", "_tabulated_count", "_constant_power", "_log_gamma_change",
-                                     "_token_counts"),
+                                     "_factorised_factors", "_constant_power", "_log_gamma_change", "_token_counts",
+                                     "_set_counts"),
                   nogil=("_sweeps_factorised", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
     _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
