@@ -93,8 +93,11 @@ class Scratch(NamedTuple):
 
 
 class Moves(NamedTuple):
-    """What a _SWEEP pass does to each particle: Gibbs sweeps, then cell, pair and node block moves."""
+    """What a pass does to each particle: ``mode`` _URN draws every token from the start at β = 0;
+    _SWEEP does Gibbs sweeps targeting π_β, then cell, pair and node block moves."""
 
+    mode: int
+    beta: float
     num_sweeps: int
     num_cell_moves: int
     num_pair_moves: int
@@ -456,34 +459,37 @@ def sweep_tables(mode, beta, layout, st, work):
             _rows_tables(beta, st, layout.token_cell.shape[0], general and _rows_tables_pay(layout, st, work)))
 
 
-def _tempered_block(rng, block, mode, beta, moves, particles, layout, st, shared):
+def _segment_tables(beta, st, shared):
+    """The pass's :func:`sweep_tables` ``shared`` with the start's powers of ``st``'s reference."""
+    factorised, general = shared
+    powers = _start_powers(beta, st, factorised.power.shape[0] + general.power.shape[0] > 0)
+    return (RowTables(factorised.power, factorised.log, powers, factorised.latent, factorised.log_gamma),
+            RowTables(general.power, general.log, powers, general.latent, general.log_gamma))
+
+
+def _tempered_block(rng, block, moves, particles, layout, st, shared):
     """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
     block's Generator ``rng``.
 
-    ``mode`` _URN adds every token (random order) drawn from the start distribution's urn
+    ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
     conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
     order per sweep), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
     counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
     configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
     """
-    row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
+    mode, beta, row_base, row_offset, moved, log_space = moves.mode, moves.beta, st.row_base, st.row_offset, st.moved, st.log_space
     token_cell, num_configs = layout.token_cell, row_offset.shape[1]
     num_tokens = token_cell.shape[0]
     scratch = _weight_scratch(row_base.shape[0], num_configs)
     base, lat, vis, start, weight = scratch
     logs = np.zeros(3)
     order = np.arange(num_tokens)
-    passes = 1 if mode == _URN else moves.num_sweeps
     fast, _ = _fast_paths(mode, layout, st)
-    factorised_rows, general_rows = shared
-    tabulate, by_rows = factorised_rows.power.shape[0] > 0, general_rows.power.shape[0] > 0
-    powers = _start_powers(beta, st, tabulate or by_rows)
-    tables = RowTables(factorised_rows.power, factorised_rows.log, powers, factorised_rows.latent, factorised_rows.log_gamma)
-    row_tables = RowTables(general_rows.power, general_rows.log, powers, general_rows.latent, general_rows.log_gamma)
+    tables, row_tables = _segment_tables(beta, st, shared)
+    tabulate, by_rows = tables.power.shape[0] > 0, row_tables.power.shape[0] > 0
     for p in range(block[0], block[1]):
-        counts = particles.shifted[p]
-        conf = particles.config[p]
+        counts, conf = particles.shifted[p], particles.config[p]
         logs[:] = 0.0
         if tabulate:
             _sweeps_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, layout, st, tables, weight)
@@ -492,7 +498,7 @@ def _tempered_block(rng, block, mode, beta, moves, particles, layout, st, shared
         elif by_rows:
             _sweeps_rows_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, token_cell, st,
                                    row_tables, scratch)
-        for _ in range(0 if fast or by_rows else passes):
+        for _ in range(0 if fast or by_rows else 1 if mode == _URN else moves.num_sweeps):
             shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
@@ -572,7 +578,7 @@ if numba is not None:
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
-                  nogil=("_fast_paths", "sweep_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
+                  nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
                          "_tempered_block", "_log_multinomial_block", "_cell_probabilities"))
 
 
@@ -612,7 +618,7 @@ class NumbaParticles:
         self.accepted[:] = 0
         tp = self.tp
 
-        moves = Moves(num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
+        moves = Moves(mode, float(beta), num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
                                    self.accepted)
 
@@ -623,8 +629,7 @@ class NumbaParticles:
         def one(block):
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
-                _tempered_block(self.rngs[b], (begin, end), mode, float(beta), moves, particles, self.layout,
-                                structure, shared)
+                _tempered_block(self.rngs[b], (begin, end), moves, particles, self.layout, structure, shared)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(
