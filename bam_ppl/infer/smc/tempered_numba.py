@@ -463,8 +463,8 @@ def _segment_tables(beta, st, shared):
     """The pass's :func:`sweep_tables` ``shared`` with the start's powers of ``st``'s reference."""
     factorised, general = shared
     powers = _start_powers(beta, st, factorised.power.shape[0] + general.power.shape[0] > 0)
-    return (RowTables(factorised.power, factorised.log, powers, factorised.latent, factorised.log_gamma),
-            RowTables(general.power, general.log, powers, general.latent, general.log_gamma))
+    return (RowTables(factorised.power, powers, factorised.latent, factorised.log_gamma),
+            RowTables(general.power, powers, general.latent, general.log_gamma))
 
 
 def _tempered_block(rng, block, moves, particles, layout, st, shared):

@@ -130,13 +130,11 @@ class RowTables(NamedTuple):
     """A tempered sweep's factors as tables over the count n of an entry, so that a token's weights
     need no log or exp (:func:`_sweeps_tabulated`); rows: the varying ones, then the constant ones
     (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`). ``power[r, n]`` = (b_r + n)^(±e_r),
-    e_r = β (1 on a latent row of an untilted path), − on a denominator; ``log[r, n]`` = ±log(b_r + n);
-    ``start[u, c]`` = q(u, c)^(1−β) of a reference (ones untilted); ``log_gamma[r, n]`` = Σ_(m<n) log[r, m]
-    = ±log Γ(b_r + n)/Γ(b_r), the row's share of log π₀ or log L at count n (:func:`_row_tables`; empty
-    for the general rows)."""
+    e_r = β (1 on a latent row of an untilted path), − on a denominator; ``start[u, c]`` = q(u, c)^(1−β)
+    of a reference (ones untilted); ``log_gamma[r, n]`` = ±Σ_(m<n) log(b_r + m) = ±log Γ(b_r + n)/Γ(b_r),
+    the row's share of log π₀ or log L at count n."""
 
     power: np.ndarray
-    log: np.ndarray
     start: np.ndarray
     latent: np.ndarray  # (rows,) bool: a latent table's row, whose factors are π₀'s
     log_gamma: np.ndarray
@@ -159,7 +157,6 @@ def _row_tables(beta, layout, st, wanted):
     num_varying = f.token_starts.shape[1]
     base = np.concatenate((f.token_base, f.constant_base)) if wanted else np.zeros(0)
     power = np.empty((base.shape[0], layout.token_cell.shape[0] + 1))
-    log = np.empty_like(power)
     log_gamma = np.zeros_like(power)
     latent = np.zeros(base.shape[0], np.bool_)
     for r in range(base.shape[0]):
@@ -170,11 +167,11 @@ def _row_tables(beta, layout, st, wanted):
         exponent = beta if st.referenced or group >= 2 else 1.0
         latent[r] = group < 2
         for n in range(power.shape[1]):
-            log[r, n] = sign * math.log(base[r] + n)
-            power[r, n] = math.exp(exponent * log[r, n])
-            if n > 0:
-                log_gamma[r, n] = log_gamma[r, n - 1] + log[r, n - 1]
-    return RowTables(power, log, np.ones((1, 1)), latent, log_gamma)
+            log = sign * math.log(base[r] + n)
+            power[r, n] = math.exp(exponent * log)
+            if n + 1 < power.shape[1]:
+                log_gamma[r, n + 1] = log_gamma[r, n] + log
+    return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
 def _tables_pay(layout, st, num_sweeps):
@@ -294,7 +291,6 @@ def _rows_tables(beta, st, num_tokens, wanted):
     Empty unless ``wanted``."""
     num_rows = st.row_value.shape[0] if wanted else 0
     power = np.ones((num_rows, num_tokens + 1))
-    log = np.zeros_like(power)
     log_gamma = np.zeros_like(power)
     latent = np.zeros(num_rows, np.bool_)
     groups = (st.latent_numerators, st.latent_denominators, st.visible_numerators, st.visible_denominators)
@@ -304,11 +300,11 @@ def _rows_tables(beta, st, num_tokens, wanted):
         for r in groups[group]:
             latent[r] = group < 2
             for n in range(num_tokens + 1):
-                log[r, n] = sign * math.log(st.row_value[r] + n)
-                power[r, n] = math.exp(exponent * log[r, n])
-                if n > 0:
-                    log_gamma[r, n] = log_gamma[r, n - 1] + log[r, n - 1]
-    return RowTables(power, log, np.ones((1, 1)), latent, log_gamma)
+                log = sign * math.log(st.row_value[r] + n)
+                power[r, n] = math.exp(exponent * log)
+                if n < num_tokens:
+                    log_gamma[r, n + 1] = log_gamma[r, n] + log
+    return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
 def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
