@@ -54,8 +54,8 @@ class TemperedProblem(NamedTuple):
     node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
     factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
     row_value: np.ndarray  # (rows,) the concentration plus fixed counts every entry of a row starts from (nan: not one)
-    # Every entry the rows read, once, where each row's start from one value (row_value) and no two rows share
-    # one (else empty): the value it starts from, its row (the tabulated general sweep counts tokens in integers).
+    # Every entry the rows read, once, where each row's entries start from one value (row_value) and no two rows
+    # share one (else empty): the value it starts from, its row (the tabulated general sweep counts in integers).
     entries: np.ndarray
     entry_base: np.ndarray
     entry_row: np.ndarray
