@@ -136,21 +136,9 @@ def conditional_ess(log_w_normalised: np.ndarray, log_like: np.ndarray, step: fl
 
 
 def next_temperature(beta: float, log_w_normalised: np.ndarray, log_like: np.ndarray, rho: float) -> float:
-    """The largest β' ≤ 1 (by bisection) whose conditional ESS fraction stays ≥ ``rho``."""
-    if numba is not None:
-        return _next_temperature(float(beta), np.asarray(log_w_normalised, np.float64),
-                                 np.asarray(log_like, np.float64), float(rho))
-    if conditional_ess(log_w_normalised, log_like, 1.0 - beta) >= rho:
-        return 1.0
-    low, high = 0.0, 1.0 - beta
-    for _ in range(BISECTION_STEPS):
-        middle = 0.5 * (low + high)
-        if conditional_ess(log_w_normalised, log_like, middle) >= rho:
-            low = middle
-        else:
-            high = middle
-    step = low if low > 0 else high
-    return min(1.0, beta + step)
+    """The largest β' ≤ 1 (by bisection) whose conditional ESS fraction (:func:`conditional_ess`) stays ≥ ``rho``."""
+    return _next_temperature(float(beta), np.asarray(log_w_normalised, np.float64), np.asarray(log_like, np.float64),
+                             float(rho))
 
 
 def _log_sum_exp_scaled(log_w, shifted, scale):
@@ -167,8 +155,8 @@ def _log_sum_exp_scaled(log_w, shifted, scale):
 
 
 def _next_temperature(beta, log_w, log_like, rho):
-    """:func:`next_temperature` compiled: the bisection's 120 sums of P terms cost less than the
-    NumPy calls they take, which outweighed the moves of a few particles."""
+    """:func:`next_temperature`, compiled where numba is: the bisection's 120 sums of P terms cost less
+    than the NumPy calls they would take, which outweighed the moves of a few particles."""
     shifted = log_like - np.max(log_like)
 
     def ess(step):
