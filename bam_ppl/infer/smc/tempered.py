@@ -136,7 +136,7 @@ def conditional_ess(log_w_normalised: np.ndarray, log_like: np.ndarray, step: fl
 
 
 def next_temperature(beta: float, log_w_normalised: np.ndarray, log_like: np.ndarray, rho: float) -> float:
-    """The largest β' ≤ 1 (by bisection) whose conditional ESS fraction (:func:`conditional_ess`) stays ≥ ``rho``."""
+    """The largest β' ≤ 1 (by bisection) whose conditional ESS fraction (``conditional_ess``) stays ≥ ``rho``."""
     return _next_temperature(float(beta), np.asarray(log_w_normalised, np.float64), np.asarray(log_like, np.float64),
                              float(rho))
 
