@@ -60,6 +60,14 @@ def resolve_kernel(kernel: str, option: str = "engine") -> str:
     return kernel
 
 
+def unrolled(starts):
+    """A few row starts as a kernel takes them: a tuple of ints, so that numba compiles the kernel
+    for their number and unrolls the loops over them (over an array of a few entries, such loops
+    cost a third of a token's update); none as an empty array (numba cannot iterate an empty tuple)."""
+    starts = tuple(int(s) for s in np.asarray(starts).reshape(-1))
+    return starts if starts else np.empty(0, np.int64)
+
+
 def seeded_generator(key) -> np.random.Generator:
     """A chain's NumPy Generator, seeded from a raw JAX key (array of two uint32 words)."""
     return numpy_generator(jnp.asarray(key, jnp.uint32))

@@ -35,6 +35,7 @@ from ..kernels import log_urn_weights as _log_urn_weights
 from ..kernels import row_values as _row_values
 from ..kernels import seeded_generator as _seeded
 from ..kernels import shuffle as _shuffle
+from ..kernels import unrolled as _unrolled
 
 # What a call of the kernel does with each token.
 SWEEP = 0  # remove the token's increments, redraw its configuration, add them back
@@ -167,13 +168,14 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
 
 
 def _constant_factor(shifted, numerator_starts, denominator_starts, c):
-    """Product over the cell-independent rows of the weight of configuration ``c``."""
-    factor = 1.0
+    """Product over the cell-independent rows of the weight of configuration ``c``: one division."""
+    top = 1.0
     for start in numerator_starts:
-        factor *= shifted[start + c]
+        top *= shifted[start + c]
+    bottom = 1.0
     for start in denominator_starts:
-        factor /= shifted[start + c]
-    return factor
+        bottom *= shifted[start + c]
+    return top / bottom
 
 
 def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
@@ -185,7 +187,7 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     at the same place (``numerator_starts``, ``denominator_starts``). Each record
     ``tokens[t] = (configuration, start of each varying row at t's cell)``. The draws consume
     ``rng`` as :func:`_place_tokens` does: a shuffle, then one uniform per token. ``rows`` is a
-    :class:`FactorisedRows`.
+    :class:`FactorisedRows`; its constant rows' starts are tuples (:func:`~bam_ppl.infer.kernels.unrolled`).
     """
     num_configs, num_varying_numerators = rows.num_configs, rows.num_varying_numerators
     numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
@@ -243,8 +245,8 @@ class FactorisedRows(NamedTuple):
     token_starts: np.ndarray  # (T, V) int32: start of each varying row at each token's cell
     num_configs: int
     num_varying_numerators: int
-    numerator_starts: np.ndarray  # starts of the numerator rows every token reads at one place
-    denominator_starts: np.ndarray
+    numerator_starts: tuple | np.ndarray  # starts of the numerator rows every token reads at one place
+    denominator_starts: tuple | np.ndarray  # (kernels.unrolled)
 
 
 def token_entries(row_base, row_offset, rows, token_cell, dtype=np.int64) -> np.ndarray:
@@ -281,7 +283,7 @@ def factorised_rows(rows: UrnRows, concentration, num_tokens):
     constant = np.all(starts == starts[:, :1], axis=1)
     varying_numerators = [r for r in numerator_rows if not constant[r]]
     varying = varying_numerators + [r for r in denominator_rows if not constant[r]]
-    constant_starts = lambda group: np.array([starts[r, 0] for r in group if constant[r]], np.int64)  # noqa: E731
+    constant_starts = lambda group: _unrolled([starts[r, 0] for r in group if constant[r]])  # noqa: E731
     return FactorisedRows(
         token_starts=np.ascontiguousarray(starts[varying][:, token_cell].T, dtype=np.int32),
         num_configs=num_configs,

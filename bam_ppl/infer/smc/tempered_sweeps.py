@@ -59,8 +59,8 @@ def _set_constant(counts, starts, ends, c, lat, vis):
 def _shift_factorised(counts, token_starts, token, constant_starts, c, step):
     for v in range(token_starts.shape[1]):
         counts[token_starts[token, v] + c] += step
-    for k in range(constant_starts.shape[0]):
-        counts[constant_starts[k] + c] += step
+    for start in constant_starts:
+        counts[start + c] += step
 
 
 def _factorised_factors(counts, token_starts, varying_ends, token, constant_lat, constant_vis, lat, vis):
@@ -187,9 +187,10 @@ def _constant_power(n, starts, power, first_row, c):
     """The constant rows' factor of configuration c, read from the tables (their rows from ``first_row`` on)
     at the token counts ``n``. It takes arrays, not the NamedTuples that hold them: inlined twice per token,
     those made the sweep markedly slower (``benchmarks/tempered_baseline.py``)."""
-    factor = 1.0
-    for k in range(starts.shape[0]):
-        factor *= power[first_row + k, n[starts[k] + c]]
+    factor, row = 1.0, first_row
+    for start in starts:
+        factor *= power[row, n[start + c]]
+        row += 1
     return factor
 
 
