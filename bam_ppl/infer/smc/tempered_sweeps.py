@@ -185,8 +185,9 @@ def _tables_pay(layout, st, num_sweeps):
 
 def _constant_power(n, starts, power, first_row, c):
     """The constant rows' factor of configuration c, read from the tables (their rows from ``first_row`` on)
-    at the token counts ``n``. It takes arrays, not the NamedTuples that hold them: inlined twice per token,
-    those made the sweep markedly slower (``benchmarks/tempered_baseline.py``)."""
+    at the token counts ``n``, the rows' starts a tuple (:func:`~bam_ppl.infer.kernels.unrolled`). It takes
+    the arrays, not the NamedTuples that hold them: inlined twice per token, those made the sweep markedly
+    slower (``benchmarks/tempered_baseline.py``)."""
     factor, row = 1.0, first_row
     for start in starts:
         factor *= power[row, n[start + c]]
