@@ -62,8 +62,8 @@ def resolve_kernel(kernel: str, option: str = "engine") -> str:
 
 def unrolled(starts):
     """A few row starts as a kernel takes them: a tuple of ints, so that numba compiles the kernel
-    for their number and unrolls the loops over them (over an array of a few entries, such loops
-    cost a third of a token's update); none as an empty array (numba cannot iterate an empty tuple)."""
+    for their number and unrolls the loops over them (``benchmarks/tempered_baseline.py``); none as an
+    empty array (numba cannot iterate an empty tuple)."""
     starts = tuple(int(s) for s in np.asarray(starts).reshape(-1))
     return starts if starts else np.empty(0, np.int64)
 
