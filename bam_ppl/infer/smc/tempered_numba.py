@@ -527,6 +527,31 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
         particles.log_start[p] += logs[2]
 
 
+def _draw_product(rng, block, particles, token_cell, st, cumulative):
+    """Particles ``block`` = (first, stop), fresh, drawn exactly from the product start q(z) =
+    Π_τ q(cell of τ, z_τ) (``st.log_reference``; ``cumulative`` (U, L) the running sums of q over each
+    cell's allowed configurations): every token's configuration, the counts it adds, and log q(z) into
+    ``particles.log_start``; log π₀ and log L are the caller's (closed forms of the counts)."""
+    row_base, row_offset, moved, log_q = st.row_base, st.row_offset, st.moved, st.log_reference
+    last = cumulative.shape[1] - 1
+    for p in range(block[0], block[1]):
+        counts, conf = particles.shifted[p], particles.config[p]
+        total = 0.0
+        for token in range(token_cell.shape[0]):
+            cell = token_cell[token]
+            target = rng.random() * cumulative[cell, last]
+            c = 0
+            while c < last and cumulative[cell, c] <= target:
+                c += 1
+            while c > 0 and cumulative[cell, c] <= cumulative[cell, c - 1]:  # rounding left the target at the total
+                c -= 1
+            for m in moved:
+                counts[row_base[m, cell] + row_offset[m, c]] += 1.0
+            conf[token] = c
+            total += log_q[cell, c]
+        particles.log_start[p] = total
+
+
 def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_configs, log_int, out):
     """out[p] = Σ_(cell, configuration) lnΓ(S + 1) = Σ_tokens log(rank within its group)."""
     seen = np.zeros(num_configs, np.int64)
@@ -579,7 +604,7 @@ if numba is not None:
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
                                      "_shift_token", "_set_base", "_log_total", "_restrict"),
                   nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
-                         "_tempered_block", "_log_multinomial_block", "_cell_probabilities"))
+                         "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
 
 
 def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
@@ -641,8 +666,33 @@ class NumbaParticles:
         return [(first, stop, self.structure)]
 
     def initialise(self) -> None:
-        """Exact draws from π₀ (the urn over latent tables; missing visible values uniform)."""
-        self._run(_URN, 0.0, 1)
+        """Exact draws from the start: from π₀'s urn token by token (the latent tables; missing visible
+        values uniform), or, from product references, every token on its own (:meth:`_draw_products`)."""
+        if all(structure.referenced for _, _, structure in self.segments(0, self.num_particles)):
+            self._draw_products()
+        else:
+            self._run(_URN, 0.0, 1)
+
+    def _draw_products(self) -> None:
+        """Every particle drawn from its segment's product reference (:func:`_draw_product`), each block
+        from its own Generator; log π₀ and log L from the counts in closed form."""
+        tp = self.tp
+        self.shifted[:] = tp.concentration + tp.fixed_counts
+        self.log_start[:] = 0.0
+        self.accepted[:] = 0
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
+                                   self.accepted)
+
+        def one(block):
+            b, first, stop = block
+            for begin, end, structure in self.segments(first, stop):
+                q = np.exp(structure.log_reference)
+                cumulative = np.cumsum(np.where(structure.valid, q, 0.0) if structure.has_valid else q, axis=1)
+                _draw_product(self.rngs[b], (begin, end), particles, self.layout.token_cell, structure, cumulative)
+
+        list(self.pool.map(one, self.blocks))
+        for p in range(self.num_particles):
+            self.log_prior[p], self.log_like[p] = exact_log_terms(tp, self.counts(p))
 
     def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
              num_node_moves: int = 0) -> None:
