@@ -73,7 +73,7 @@ def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_b
     config = np.random.default_rng(0).integers(0, tp.num_configs, tp.token_cell.size)
     chain = references.start_chain(tp, None, config, np.array([1, 2], np.uint32))
     chain.sweep(100)
-    found = [mixture.finish(problem, mixture.Started(chain, np.nan, config, 200, 100))]
+    found = [mixture.finish(problem, mixture.Started(chain, np.nan, config, 200))]
     assert mixture.covered_by(problem, [], chain.config()) == -1
     assert np.isfinite(found[0].floor) and found[0].log_q is not None
     assert mixture.covered_by(problem, found, chain.config()) == 0  # its last state: the least covered is the floor

@@ -139,8 +139,8 @@ class MixtureInfo(NamedTuple):
     #: For each run, the log evidence of each start of its search, in order (an annealed scout's run; nan for a drawn
     #: scout or a VB fit).
     scout_log_evidence: list
-    #: For each run, the sweeps of each start's chain, in the order of the starts (a quarter or half of the length
-    #: for a chain that stopped where an earlier reference covers).
+    #: For each run, the sweeps of each start's chain, in the order of the starts (half the length for a chain
+    #: that stopped where an earlier reference covers).
     chain_sweeps: list
     #: Particles per run.
     num_particles: int
@@ -157,7 +157,7 @@ class MixtureInfo(NamedTuple):
     #: reference's draws (nan, nan where none ran: with collapsed chains).
     split_move_acceptance: tuple = (float("nan"), float("nan"))
     #: For each run, the references its search built (one per basin region its starts reached, the other starts
-    #: stopped after a quarter or half of their chains, covered by one of them).
+    #: stopped halfway, covered by one of them).
     num_references: list = ()
 
 

@@ -28,13 +28,12 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
-The search runs every start's posterior chain a quarter of the way first; then, start by start, a
-chain that lies where an earlier reference covers (its state scores under that reference at least as
-high as the least of the states the reference's own chain visited, up to relabelling) stops and adds
-its weight to that reference; the others run on to the first half's end, are checked again, and finish
-theirs if still uncovered. Most starts reach a few basins, so most chains stop early, and the start
-weighs each basin region by the starts that reached it; a start judged covered in error loses only its
-own reference, never the estimate's unbiasedness.
+The search runs every start's posterior chain halfway first; then, start by start, a chain that
+lies where an earlier reference covers (its state scores under that reference at least as high as
+the least of the states the reference's own chain visited, up to relabelling) stops and adds its
+weight to that reference, and the others finish theirs. Most starts reach a few basins, so most
+chains stop halfway, and the start weighs each basin region by the starts that reached it, as
+before; a start judged covered in error loses only its own reference, never the estimate's unbiasedness.
 Data-augmentation chains (dense tables) all finish (:func:`references_of`).
 
 Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
@@ -317,25 +316,23 @@ class _Inline:
 
 
 class Started(NamedTuple):
-    """A start of the search after the first quarter of its chain (:func:`start`): the ``chain``
+    """A start of the search after the first half of its chain (:func:`start`): the ``chain``
     (:func:`~bam_ppl.infer.smc.references.start_chain`, to go on), the annealed scout's
-    ``log_evidence`` (nan for the others), the ``config`` the chain started from, its full ``sweeps``
-    and the sweeps ``done``."""
+    ``log_evidence`` (nan for the others), the ``config`` the chain started from and its full ``sweeps``."""
 
     chain: object
     log_evidence: float
     config: np.ndarray
     sweeps: int
-    done: int
 
 
 def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind) -> Started:
     """One start of the search: an annealed scout (``kind`` "annealed": a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached), a drawn
     one ("drawn": one draw from the urn) or a given allocation's token configurations (an array: a
-    VB fit rounded), then the first quarter of a posterior chain of :func:`chain_sweeps` sweeps from
+    VB fit rounded), then the first half of a posterior chain of :func:`chain_sweeps` sweeps from
     there (``augmented_sweeps`` times as many where ``problem.cells`` is given): the way from a
-    mode, or from an urn draw, into the posterior's bulk (:func:`references_of` goes on)."""
+    mode, or from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -350,7 +347,8 @@ def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
     sweeps *= 1 if problem.cells is None else ENGINE.augmented_sweeps
     chain = start_chain(problem.tp, problem.cells, config, seeds[1])
-    return Started(chain, value, config, sweeps, chain.sweep(sweeps // 4))
+    chain.sweep(sweeps // 2)
+    return Started(chain, value, config, sweeps)
 
 
 def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray) -> int:
@@ -368,9 +366,8 @@ def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray
 
 
 def finish(problem: MixtureProblem, started: Started) -> Scouted:
-    """A start's chain to its first half's end, then its second half, whose average is its reference
+    """The second half of a start's chain, whose average is its reference
     (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor``."""
-    started.chain.sweep(started.sweeps // 2 - started.done)
     reference = averaged_reference(started.chain, started.sweeps - started.sweeps // 2)
     # Data-augmentation chains cover nothing (:func:`references_of`): their floor is not needed.
     sums = None if problem.cells is not None else orbit_log_sums(problem.tp, reference.log_q, reference.states,
@@ -380,23 +377,19 @@ def finish(problem: MixtureProblem, started: Started) -> Scouted:
 
 
 def references_of(problem: MixtureProblem, starts: list[Started]) -> list[Scouted]:
-    """One run's references, start by start: a start whose chain, after its first quarter or else its
-    first half, lies where an earlier reference covers (:func:`covered_by`) stops there and adds its
-    weight to that reference's; the others finish their chains (:func:`finish`). A basin many starts
-    reach is built once, and a chain that is already there after a quarter costs half as much.
+    """One run's references, start by start: a start whose chain, after its first half, lies where an
+    earlier reference covers (:func:`covered_by`) stops there and adds its weight to that reference's;
+    the others finish their chains (:func:`finish`). A basin many starts reach is built once.
     Data-augmentation chains (``problem.cells``) all finish: a product over tokens fits a dense cell's
     split of its tokens poorly, and there the mixture of every chain's reference anneals more surely
     than the few that cover the rest (benchmarks/README.md), while the chains cost little next to the annealing."""
     found = []
     for started in starts:
         cover = covered_by(problem, found, started.chain.config()) if problem.cells is None else -1
-        if cover < 0 and problem.cells is None:  # on to the first half's end, and checked again there
-            started = started._replace(done=started.done + started.chain.sweep(started.sweeps // 2 - started.done))
-            cover = covered_by(problem, found, started.chain.config())
         if cover < 0:
             found.append(finish(problem, started))
         else:
-            found.append(Scouted(None, started.log_evidence, started.config, started.done, covered_by=cover))
+            found.append(Scouted(None, started.log_evidence, started.config, started.sweeps // 2, covered_by=cover))
     return found
 
 
