@@ -103,7 +103,8 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
             keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(r), tempered.NUM_BLOCKS + 1)))
             particles = mixture.MixtureParticles(tp, num_particles, keys[:-1].astype(np.uint32), pool, start)
             run = tempered._one_run(
-                particles, references.with_reference(tp, start.log_q[0]), np.random.default_rng(keys[-1].astype(np.uint32)),
+                particles, references.with_reference(tp, particles.start.log_q[0]),
+                np.random.default_rng(keys[-1].astype(np.uint32)),
                 tempered.PathOptions(0.9, 1, schedule), initial_log_w=particles.initial_log_weights(),
                 final_log_weights=lambda ps: mixture.mixture_log_weights(tp, ps.start, symmetry, np.asarray(ps.config),
                                                                          ps.component))
@@ -112,10 +113,12 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
     return np.array(values)
 
 
-@pytest.mark.parametrize("weights, num_particles", [([1, 1, 1], 12), ([0.6, 0.3, 0.1], 12), ([0.9, 0.05, 0.05], 4)])
+@pytest.mark.parametrize("weights, num_particles", [([1, 1, 1], 12), ([0.6, 0.3, 0.1], 12), ([0.9, 0.05, 0.05], 4),
+                                                    ([0.05, 0.05, 0.9], 4)])
 def test_mixture_start_with_a_fixed_schedule_is_unbiased(weights, num_particles):
     # exp of every run is unbiased for p(X) on the natural scale, whatever the references and weights,
-    # also where components get no particle and leave the mixture (the last case: sizes 4, 0, 0).
+    # also where components get no particle and leave the mixture (sizes 4, 0, 0 and 0, 0, 4: then the
+    # first particle belongs to the last component).
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
     values = _mixture_runs(model, X, [3, 4, 5], weights, 300, [0.3, 0.6, 1.0], num_particles)
     ratios = np.exp(values - exact_log_evidence(model, X))

@@ -441,7 +441,9 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     def last_weights(ps):
         return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
 
-    run = _one_run(particles, with_reference(tp, start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
+    # The run's problem carries the reference of particle 0's component (the first that kept particles): the
+    # closed-form log start that _one_run checks particle 0 against is that component's.
+    run = _one_run(particles, with_reference(tp, particles.start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
                    final_log_weights=last_weights)
     return MixtureRun(run.log_evidence + run.log_relabelled, run, particles.split_moves)
