@@ -271,8 +271,8 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
     consecutive = bool(np.all(row_offset[every] == row_offset[every, :1] + np.arange(num_configs)))
     usable = (bool(usable) and consecutive and len(every) > 0
               and int(row_base.max(initial=0) + row_offset.max(initial=0)) < 2**31)
-    if not usable:
-        order = []
+    if not usable:  # no rows for the fast path: every such problem's kernels share one compilation
+        order, fixed = [], [[] for _ in groups]
     first = row_base + row_offset[:, :1]  # (R, U) each row's entry of configuration 0 at each cell
     token_base = row_value[order]
     constant_base = row_value[[r for group in fixed for r in group]]
