@@ -527,24 +527,18 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
         particles.log_start[p] += logs[2]
 
 
-def _draw_product(rng, block, particles, token_cell, st, cumulative):
+def _draw_product(rng, block, particles, token_cell, st, q):
     """Particles ``block`` = (first, stop), fresh, drawn exactly from the product start q(z) =
-    Π_τ q(cell of τ, z_τ) (``st.log_reference``; ``cumulative`` (U, L) the running sums of q over each
-    cell's allowed configurations): every token's configuration, the counts it adds, and log q(z) into
+    Π_τ q(cell of τ, z_τ) (``st.log_reference``; ``q`` (U, L) its probabilities, 0 where a cell does not
+    allow a configuration): every token's configuration, the counts it adds, and log q(z) into
     ``particles.log_start``; log π₀ and log L are the caller's (closed forms of the counts)."""
     row_base, row_offset, moved, log_q = st.row_base, st.row_offset, st.moved, st.log_reference
-    last = cumulative.shape[1] - 1
     for p in range(block[0], block[1]):
         counts, conf = particles.shifted[p], particles.config[p]
         total = 0.0
         for token in range(token_cell.shape[0]):
             cell = token_cell[token]
-            target = rng.random() * cumulative[cell, last]
-            c = 0
-            while c < last and cumulative[cell, c] <= target:
-                c += 1
-            while c > 0 and cumulative[cell, c] <= cumulative[cell, c - 1]:  # rounding left the target at the total
-                c -= 1
+            c = _draw(rng, q[cell])
             for m in moved:
                 counts[row_base[m, cell] + row_offset[m, c]] += 1.0
             conf[token] = c
@@ -687,8 +681,8 @@ class NumbaParticles:
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):
                 q = np.exp(structure.log_reference)
-                cumulative = np.cumsum(np.where(structure.valid, q, 0.0) if structure.has_valid else q, axis=1)
-                _draw_product(self.rngs[b], (begin, end), particles, self.layout.token_cell, structure, cumulative)
+                q = np.where(structure.valid, q, 0.0) if structure.has_valid else q
+                _draw_product(self.rngs[b], (begin, end), particles, self.layout.token_cell, structure, q)
 
         list(self.pool.map(one, self.blocks))
         for p in range(self.num_particles):
