@@ -311,7 +311,8 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
              initial_log_w=None, final_log_weights=None):
     """One tempered SMC run over ``particles`` (already allocated) along ``path``. ``initial_log_w``
     (P,) the normalised start weights (default equal); ``final_log_weights`` a function of the
-    particles returning the log weights of the last reweighting (default: the label symmetries')."""
+    particles returning the log weights of the last reweighting (default: the label symmetries').
+    ``tp``'s start must be particle 0's: its closed-form terms there fix every particle's offsets."""
     num = particles.num_particles
     particles.initialise()
     # Constant factors the rows leave out (equal for every allocation): fixed from one particle.
