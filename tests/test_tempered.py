@@ -239,7 +239,7 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
     for problem in (tp, general):
         out = np.empty((data.nnz, tp.num_configs))
         tempered_numba._cell_probabilities(fast.shifted[0], tempered_numba.kernel_tables(problem, False),
-                                           tempered_numba.token_layout(problem), out)
+                                           problem.cell_start, problem.factorised, out)
         probabilities.append(out)
     np.testing.assert_allclose(*probabilities, rtol=1e-12)
     np.testing.assert_allclose(probabilities[0].sum(1), 1.0)

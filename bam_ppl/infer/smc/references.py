@@ -18,7 +18,7 @@ from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.augmented_numba import augmented_sweeps, split_draws
 from ..gibbs.chib import configs_of_allocation
 from ..prepare import prepare
-from .tempered_numba import _cell_probabilities, kernel_tables, token_layout
+from .tempered_numba import _cell_probabilities, kernel_tables
 from .tempered_problem import (
     TemperedProblem,
     build_tempered_problem,
@@ -153,7 +153,7 @@ class _Chain(NamedTuple):
         return num_sweeps
 
     def conditionals(self) -> np.ndarray:
-        _cell_probabilities(self.shifted, self.structure, token_layout(self.tp), self.out)
+        _cell_probabilities(self.shifted, self.structure, self.tp.cell_start, self.tp.factorised, self.out)
         return self.out
 
     def average_from(self) -> np.ndarray:
@@ -252,7 +252,7 @@ def configs_from_counts(tp: TemperedProblem, counts_kernel: np.ndarray) -> np.nd
     num_cells = tp.cell_start.shape[0] - 1
     probability = np.empty((num_cells, tp.num_configs))
     _cell_probabilities(np.asarray(tp.concentration + counts_kernel, np.float64), kernel_tables(tp, False),
-                        token_layout(tp), probability)
+                        tp.cell_start, tp.factorised, probability)
     sizes = np.diff(tp.cell_start)
     share = probability * sizes[:, None]
     whole = np.floor(share).astype(np.int64)
@@ -266,8 +266,8 @@ def uniform_reference(tp: TemperedProblem) -> np.ndarray:
     """log q (U, L) of the uniform distribution over the configurations each cell allows (0 where
     not allowed, as :func:`reference_from_chain` gives it)."""
     probability = np.empty((tp.cell_start.shape[0] - 1, tp.num_configs))
-    _cell_probabilities(np.asarray(tp.concentration, np.float64), kernel_tables(tp, False), token_layout(tp),
-                        probability)
+    _cell_probabilities(np.asarray(tp.concentration, np.float64), kernel_tables(tp, False), tp.cell_start,
+                        tp.factorised, probability)
     allowed = probability > 0.0
     return np.where(allowed, -np.log(allowed.sum(1, keepdims=True)), 0.0)
 

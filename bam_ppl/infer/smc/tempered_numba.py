@@ -71,14 +71,22 @@ class KernelTables(NamedTuple):
 
 
 class TokenLayout(NamedTuple):
-    """Where the tokens are: each token's cell, the cells' token ranges, the node moves' tables
-    (:func:`_node_tokens`) and the factorised rows (:func:`_sweeps_factorised`)."""
+    """Where the tokens are: each token's cell, the cells' token ranges and the node moves' tables
+    (:func:`_node_tokens`)."""
 
     token_cell: np.ndarray
     cell_start: np.ndarray
     node_swap: np.ndarray
     node_size: np.ndarray
     node_child: np.ndarray
+
+
+class FactorisedLayout(NamedTuple):
+    """What the factorised sweeps read (:func:`_factorised_block`): each token's cell and the factorised
+    rows. Apart from :class:`TokenLayout`: the rows' constant starts are a tuple whose length is part
+    of the type, so only the small kernels that read them are compiled once per length."""
+
+    token_cell: np.ndarray
     factorised: tuple
 
 
@@ -143,7 +151,11 @@ def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
 
 
 def token_layout(tp: TemperedProblem) -> TokenLayout:
-    return TokenLayout(tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size, tp.node_child, tp.factorised)
+    return TokenLayout(tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size, tp.node_child)
+
+
+def factorised_layout(tp: TemperedProblem) -> FactorisedLayout:
+    return FactorisedLayout(tp.token_cell, tp.factorised)
 
 
 def _row_value(shifted, st, use_shift, base, r, c):
@@ -440,22 +452,22 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
                 accepted[kind] += 1
 
 
-def _fast_paths(mode, layout, st):
+def _fast_paths(mode, usable, st):
     """Which sweeps of :mod:`~bam_ppl.infer.smc.tempered_sweeps` a _SWEEP pass from a reference or
-    π₀ can take: factorised (where the rows allow), or the general rows with tables."""
+    π₀ can take: factorised (where the rows allow: ``usable``), or the general rows with tables."""
     plain = mode == _SWEEP and (st.referenced or not st.tilted)
-    fast = plain and layout.factorised.usable
+    fast = plain and usable
     return fast, plain and not fast
 
 
-def sweep_tables(mode, beta, layout, st, work):
+def sweep_tables(mode, beta, layout, fast_layout, st, work):
     """The tables of a pass's sweeps at ``beta`` (:class:`~bam_ppl.infer.smc.tempered_sweeps.RowTables`
     without the start's powers, which each reference has its own of): those of the factorised rows
     and those of the general rows, each empty unless its sweep applies and its tables cost fewer logs
     and exps than the pass's ``work`` sweeps of a particle would compute. Built once per pass and
     shared by every block and reference."""
-    fast, general = _fast_paths(mode, layout, st)
-    return (_row_tables(beta, layout, st, fast and _tables_pay(layout, st, work)),
+    fast, general = _fast_paths(mode, fast_layout.factorised.usable, st)
+    return (_row_tables(beta, fast_layout, st, fast and _tables_pay(fast_layout, st, work)),
             _rows_tables(beta, st, layout.token_cell.shape[0], general and _rows_tables_pay(layout, st, work)))
 
 
@@ -467,9 +479,38 @@ def _segment_tables(beta, st, shared):
             RowTables(general.power, powers, general.latent, general.log_gamma))
 
 
+def _add_logs(particles, p, logs):
+    particles.log_prior[p] += logs[0]
+    particles.log_like[p] += logs[1]
+    particles.log_start[p] += logs[2]
+
+
+def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, shared):
+    """:func:`_tempered_block` for a _SWEEP pass that takes the factorised path (:func:`_fast_paths`):
+    each particle's sweeps by :func:`_sweeps_tabulated` (where the pass's tables were built) or
+    :func:`_sweeps_factorised`, then its block moves, ``rng`` consumed as the general kernel would."""
+    beta = moves.beta
+    num_tokens = layout.token_cell.shape[0]
+    scratch = _weight_scratch(st.row_base.shape[0], st.row_offset.shape[1])
+    logs = np.zeros(3)
+    order = np.arange(num_tokens)
+    tables, _ = _segment_tables(beta, st, shared)
+    for p in range(block[0], block[1]):
+        particle = OneParticle(particles.shifted[p], particles.config[p], logs)
+        logs[:] = 0.0
+        if tables.power.shape[0] > 0:
+            _sweeps_tabulated(rng, moves.num_sweeps, particle, order, fast_layout, st, tables, scratch.weight)
+        else:
+            _sweeps_factorised(rng, moves.num_sweeps, beta, particle, order, fast_layout, st, scratch)
+        if moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
+            _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
+        _add_logs(particles, p, logs)
+
+
 def _tempered_block(rng, block, moves, particles, layout, st, shared):
     """Particles ``block`` = (first, stop) of :class:`ParticleArrays` ``particles``, drawing from the
-    block's Generator ``rng``.
+    block's Generator ``rng``, where the pass does not take the factorised path (that is
+    :func:`_factorised_block`).
 
     ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
     conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
@@ -485,20 +526,15 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
     base, lat, vis, start, weight = scratch
     logs = np.zeros(3)
     order = np.arange(num_tokens)
-    fast, _ = _fast_paths(mode, layout, st)
-    tables, row_tables = _segment_tables(beta, st, shared)
-    tabulate, by_rows = tables.power.shape[0] > 0, row_tables.power.shape[0] > 0
+    _, row_tables = _segment_tables(beta, st, shared)
+    by_rows = row_tables.power.shape[0] > 0
     for p in range(block[0], block[1]):
         counts, conf = particles.shifted[p], particles.config[p]
         logs[:] = 0.0
-        if tabulate:
-            _sweeps_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, layout, st, tables, weight)
-        elif fast:
-            _sweeps_factorised(rng, moves.num_sweeps, beta, OneParticle(counts, conf, logs), order, layout, st, scratch)
-        elif by_rows:
+        if by_rows:
             _sweeps_rows_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, token_cell, st,
                                    row_tables, scratch)
-        for _ in range(0 if fast or by_rows else 1 if mode == _URN else moves.num_sweeps):
+        for _ in range(0 if by_rows else 1 if mode == _URN else moves.num_sweeps):
             shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
@@ -522,9 +558,7 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
                     logs[2] += start[new] - start[old]
         if mode == _SWEEP and moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
             _block_moves(rng, beta, moves, OneParticle(counts, conf, logs), particles.accepted[p], layout, st)
-        particles.log_prior[p] += logs[0]
-        particles.log_like[p] += logs[1]
-        particles.log_start[p] += logs[2]
+        _add_logs(particles, p, logs)
 
 
 def _draw_product(rng, block, particles, token_cell, st, q):
@@ -561,7 +595,7 @@ def _log_multinomial_block(first, stop, config, token_cell, cell_start, num_conf
         out[p] = total
 
 
-def _cell_probabilities(shifted, st, layout, out):
+def _cell_probabilities(shifted, st, cell_start, f, out):
     """out[u, c] = the urn conditional (β = 1) of a token of cell u at configuration c, given the
     counts ``shifted`` (concentration + counts, kernel numbering); 0 where not allowed. Read as
     :func:`_sweeps_factorised` reads the rows where ``factorised`` is usable, so that these averages
@@ -569,9 +603,8 @@ def _cell_probabilities(shifted, st, layout, out):
     num_configs = st.row_offset.shape[1]
     scratch = _weight_scratch(st.row_base.shape[0], num_configs)
     _, lat, vis, _, weight = scratch
-    cell_start = layout.cell_start
-    # Factorised: the constant rows once, each cell's varying rows through its first token's indices.
-    f = layout.factorised
+    # Factorised (``f``, a FactorisedTempered): the constant rows once, each cell's varying rows
+    # through its first token's indices.
     usable, token_starts, varying_ends, constant_starts, constant_ends = (f.usable, f.token_starts, f.varying_ends,
                                                                           f.constant_starts, f.constant_ends)
     constant_lat, constant_vis = np.ones(num_configs), np.ones(num_configs)
@@ -596,9 +629,9 @@ if numba is not None:
     # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
-                                     "_shift_token", "_set_base", "_log_total", "_restrict"),
+                                     "_shift_token", "_set_base", "_log_total", "_restrict", "_add_logs"),
                   nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
-                         "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
+                         "_factorised_block", "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
 
 
 def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
@@ -630,6 +663,7 @@ class NumbaParticles:
         self.pool = pool
         self.structure = kernel_tables(tp, True)
         self.layout = token_layout(tp)
+        self.fast_layout = factorised_layout(tp)
         self.accepted = np.zeros((num_particles, 3), np.int64)
         self.block_moves = np.zeros((3, 2), np.int64)  # (cell, pair, node) moves: proposed, accepted
 
@@ -642,13 +676,18 @@ class NumbaParticles:
                                    self.accepted)
 
         passes = 1 if mode == _URN else num_sweeps
-        shared = sweep_tables(mode, float(beta), self.layout, self.segments(0, self.num_particles)[0][2],
-                              self.num_particles * passes)
+        shared = sweep_tables(mode, float(beta), self.layout, self.fast_layout,
+                              self.segments(0, self.num_particles)[0][2], self.num_particles * passes)
+        usable = self.fast_layout.factorised.usable
 
         def one(block):
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
-                _tempered_block(self.rngs[b], (begin, end), moves, particles, self.layout, structure, shared)
+                if _fast_paths(mode, usable, structure)[0]:
+                    _factorised_block(self.rngs[b], (begin, end), moves, particles, self.layout, self.fast_layout,
+                                      structure, shared)
+                else:
+                    _tempered_block(self.rngs[b], (begin, end), moves, particles, self.layout, structure, shared)
 
         list(self.pool.map(one, self.blocks))
         self.block_moves += np.stack([self.num_particles * block_moves_proposed(
