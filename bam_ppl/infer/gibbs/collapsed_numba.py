@@ -216,7 +216,8 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
                 for c in range(num_configs):
                     weight[c] = factor[c] * shifted[first + c] * shifted[second + c]
             else:
-                weight[:] = factor
+                for c in range(num_configs):  # not weight[:] = factor: numba's shape checks take seconds to compile
+                    weight[c] = factor[c]
                 for v in range(num_varying):
                     start = tokens[token, 1 + v]
                     if v < num_varying_numerators:

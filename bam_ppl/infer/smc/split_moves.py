@@ -142,7 +142,9 @@ def split_moves(rng, beta, num_pairs, work, cells, log_q) -> tuple:
             else:
                 log_ratio = beta * ((new_p - new_ref) - (log_p - log_ref))
             if log_ratio >= 0.0 or rng.random() < math.exp(log_ratio):
-                work.split[:, :] = work.proposed
+                for u in range(work.split.shape[0]):  # a loop: a slice copy compiles numba's shape checks
+                    for c in range(work.split.shape[1]):
+                        work.split[u, c] = work.proposed[u, c]
                 log_p, log_ref = new_p, new_ref
                 work.accepted[kind] += 1
     return log_p - start_p, log_ref - start_ref

@@ -114,7 +114,9 @@ def _log_permanent(M, occupied, drop, max_nodes):
     rest = np.zeros(n + 1)  # Σ over rows d.. of log Σ_j exp M[row, j]
     for d in range(n - 1, -1, -1):
         row = M[rows[d]]
-        order[d] = np.argsort(-row)
+        columns = np.argsort(-row)
+        for j in range(K):  # a loop: a slice copy compiles numba's shape checks (seconds)
+            order[d, j] = columns[j]
         top = row[order[d, 0]]
         rest[d] = rest[d + 1] + top + math.log(np.exp(row - top).sum())
     used = np.zeros(K, np.bool_)

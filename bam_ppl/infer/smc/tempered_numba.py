@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import compile_numba, shuffle
+from ..kernels import compile_numba, shuffle, unrolled
 from .tempered_problem import (
     TemperedProblem,
     counts_of_configs,
@@ -82,12 +82,13 @@ class TokenLayout(NamedTuple):
 
 
 class FactorisedLayout(NamedTuple):
-    """What the factorised sweeps read (:func:`_factorised_block`): each token's cell and the factorised
-    rows. Apart from :class:`TokenLayout`: the rows' constant starts are a tuple whose length is part
-    of the type, so only the small kernels that read them are compiled once per length."""
+    """What the factorised sweeps read (:func:`_factorised_block`): each token's cell, the factorised
+    rows and their constant rows' starts as a tuple (:func:`~bam_ppl.infer.kernels.unrolled`), whose
+    length is part of the type: only the kernels that read it are compiled once per length."""
 
     token_cell: np.ndarray
     factorised: tuple
+    constant_starts: tuple
 
 
 class Scratch(NamedTuple):
@@ -155,7 +156,7 @@ def token_layout(tp: TemperedProblem) -> TokenLayout:
 
 
 def factorised_layout(tp: TemperedProblem) -> FactorisedLayout:
-    return FactorisedLayout(tp.token_cell, tp.factorised)
+    return FactorisedLayout(tp.token_cell, tp.factorised, unrolled(tp.factorised.constant_starts))
 
 
 def _row_value(shifted, st, use_shift, base, r, c):
@@ -414,6 +415,17 @@ def _node_tokens(rng, conf, layout, members, pairs, cell_order):
     return n
 
 
+def _crowded_cells(cell_start):
+    """The cells with two tokens or more, in a loop: np.diff would compile numba's shape checks (seconds)."""
+    crowded = np.empty(cell_start.shape[0] - 1, np.int64)
+    n = 0
+    for u in range(crowded.shape[0]):
+        if cell_start[u + 1] - cell_start[u] >= 2:
+            crowded[n] = u
+            n += 1
+    return crowded[:n]
+
+
 def _block_moves(rng, beta, moves, particle, accepted, layout, st):
     """Metropolis–Hastings block moves of one :class:`OneParticle` targeting π_β (:func:`_block_move`), in place:
     ``moves.num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
@@ -429,7 +441,7 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
     proposal = np.empty(num_tokens, np.int32)
     members = np.empty(num_tokens, np.int64)
     pairs = np.full((num_tokens, 2), -1, np.int64)
-    cells = np.flatnonzero(np.diff(cell_start) >= 2)
+    cells = _crowded_cells(cell_start)
     cell_order = np.arange(cell_start.shape[0] - 1)
     all_tokens = np.arange(num_tokens)
     for _ in range(moves.num_cell_moves):
@@ -460,14 +472,14 @@ def _fast_paths(mode, usable, st):
     return fast, plain and not fast
 
 
-def sweep_tables(mode, beta, layout, fast_layout, st, work):
+def sweep_tables(mode, beta, layout, f, st, work):
     """The tables of a pass's sweeps at ``beta`` (:class:`~bam_ppl.infer.smc.tempered_sweeps.RowTables`
     without the start's powers, which each reference has its own of): those of the factorised rows
     and those of the general rows, each empty unless its sweep applies and its tables cost fewer logs
     and exps than the pass's ``work`` sweeps of a particle would compute. Built once per pass and
-    shared by every block and reference."""
-    fast, general = _fast_paths(mode, fast_layout.factorised.usable, st)
-    return (_row_tables(beta, fast_layout, st, fast and _tables_pay(fast_layout, st, work)),
+    shared by every block and reference. ``f``: the factorised rows."""
+    fast, general = _fast_paths(mode, f.usable, st)
+    return (_row_tables(beta, layout, f, st, fast and _tables_pay(layout, f, st, work)),
             _rows_tables(beta, st, layout.token_cell.shape[0], general and _rows_tables_pay(layout, st, work)))
 
 
@@ -629,7 +641,8 @@ if numba is not None:
     # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
-                                     "_shift_token", "_set_base", "_log_total", "_restrict", "_add_logs"),
+                                     "_shift_token", "_set_base", "_log_total", "_restrict", "_add_logs",
+                                     "_crowded_cells"),
                   nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
                          "_factorised_block", "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
 
@@ -676,8 +689,8 @@ class NumbaParticles:
                                    self.accepted)
 
         passes = 1 if mode == _URN else num_sweeps
-        shared = sweep_tables(mode, float(beta), self.layout, self.fast_layout,
-                              self.segments(0, self.num_particles)[0][2], self.num_particles * passes)
+        shared = sweep_tables(mode, float(beta), self.layout, tp.factorised, self.segments(0, self.num_particles)[0][2],
+                              self.num_particles * passes)
         usable = self.fast_layout.factorised.usable
 
         def one(block):

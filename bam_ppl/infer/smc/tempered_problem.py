@@ -13,7 +13,6 @@ from ...data import CountTensor
 from ...models.allocation import BoundModel
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.collapsed import build_problem
-from ..kernels import unrolled
 
 
 class TemperedProblem(NamedTuple):
@@ -244,7 +243,7 @@ class FactorisedTempered(NamedTuple):
     usable: bool
     token_starts: np.ndarray  # (T, V) int32: first entry of each varying row at the token's cell
     varying_ends: np.ndarray  # (4,) end of each group among the varying rows
-    constant_starts: tuple | np.ndarray  # K ints (kernels.unrolled): first entry of each constant row, by group
+    constant_starts: np.ndarray  # (K,) int64: first entry of each constant row, by group (the sweeps take them unrolled)
     constant_ends: np.ndarray  # (4,) end of each group among the constant rows
     tabulated: bool
     token_base: np.ndarray  # (V,) the value every entry of each varying row starts from
@@ -284,7 +283,7 @@ def factorised_tempered(token_cell, row_base, row_offset, groups, usable: bool,
         usable=usable,
         token_starts=np.ascontiguousarray(first[order][:, token_cell].T, np.int32).reshape(len(token_cell), len(order)),
         varying_ends=np.cumsum([len(group) for group in varying] if usable else [0] * 4).astype(np.int64),
-        constant_starts=unrolled([first[r, 0] for group in fixed for r in group]),
+        constant_starts=np.array([first[r, 0] for group in fixed for r in group], np.int64),
         constant_ends=np.cumsum([len(group) for group in fixed]).astype(np.int64),
         tabulated=tabulated,
         token_base=token_base,

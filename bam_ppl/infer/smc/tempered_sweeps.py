@@ -94,8 +94,8 @@ def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scrat
     leaves and joins, and each token reads only its varying rows (NMF(4): two of five), each from
     its start at the token's cell."""
     counts, conf, logs = particle
-    f = layout.factorised
-    token_starts, varying_ends, constant_starts, constant_ends = f.token_starts, f.varying_ends, f.constant_starts, f.constant_ends
+    f, constant_starts = layout.factorised, layout.constant_starts
+    token_starts, varying_ends, constant_ends = f.token_starts, f.varying_ends, f.constant_ends
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     _, lat, vis, start, weight = scratch
     num_configs = weight.shape[0]
@@ -150,10 +150,9 @@ def _start_powers(beta, st, wanted):
     return start
 
 
-def _row_tables(beta, layout, st, wanted):
-    """:class:`RowTables` at ``beta`` (counts of at most T tokens), the start's powers left out
-    (:func:`_start_powers`); empty unless ``wanted``."""
-    f = layout.factorised
+def _row_tables(beta, layout, f, st, wanted):
+    """:class:`RowTables` of the factorised rows ``f`` at ``beta`` (counts of at most T tokens), the start's
+    powers left out (:func:`_start_powers`); empty unless ``wanted``."""
     num_varying = f.token_starts.shape[1]
     base = np.concatenate((f.token_base, f.constant_base)) if wanted else np.zeros(0)
     power = np.empty((base.shape[0], layout.token_cell.shape[0] + 1))
@@ -174,10 +173,9 @@ def _row_tables(beta, layout, st, wanted):
     return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
-def _tables_pay(layout, st, num_sweeps):
-    """Whether :func:`_sweeps_tabulated` applies and its tables cost fewer logs and exps than
-    ``num_sweeps`` sweeps (of all the particles of a block) would compute without them."""
-    f = layout.factorised
+def _tables_pay(layout, f, st, num_sweeps):
+    """Whether :func:`_sweeps_tabulated` applies to the factorised rows ``f`` and its tables cost fewer
+    logs and exps than ``num_sweeps`` sweeps (of all the particles of a block) would compute without them."""
     num_tokens, num_configs = layout.token_cell.shape[0], st.row_offset.shape[1]
     table_size = (f.token_base.shape[0] + f.constant_base.shape[0]) * (num_tokens + 1) + st.log_reference.size
     return f.tabulated and table_size <= num_sweeps * num_tokens * num_configs
@@ -236,8 +234,8 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     change of log π₀ and log L from the counts at the end (:func:`_log_gamma_change`); the same
     draws, ``rng`` consumed alike, up to rounding."""
     counts, conf, logs = particle
-    f = layout.factorised
-    token_starts, constant_starts = f.token_starts, f.constant_starts
+    f, constant_starts = layout.factorised, layout.constant_starts
+    token_starts = f.token_starts
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     power, start = tables.power, tables.start
     num_configs = weight.shape[0]
