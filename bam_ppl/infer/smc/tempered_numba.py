@@ -433,6 +433,8 @@ def _block_moves(rng, beta, moves, particle, accepted, layout, st):
     re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
     classes of a latent node re-divided between them: :func:`_node_tokens`). ``particle.logs`` (3,)
     gets the change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
+    if moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves == 0:
+        return
     conf = particle.conf
     token_cell, cell_start = layout.token_cell, layout.cell_start
     num_configs = st.row_offset.shape[1]
@@ -514,8 +516,7 @@ def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, sha
             _sweeps_tabulated(rng, moves.num_sweeps, particle, order, fast_layout, st, tables, scratch.weight)
         else:
             _sweeps_factorised(rng, moves.num_sweeps, beta, particle, order, fast_layout, st, scratch)
-        if moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
-            _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
+        _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
 
@@ -568,7 +569,7 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
                     logs[0] += _log_change(lat, new, old, log_space)
                     logs[1] += _log_change(vis, new, old, log_space)
                     logs[2] += start[new] - start[old]
-        if mode == _SWEEP and moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves > 0:
+        if mode == _SWEEP:
             _block_moves(rng, beta, moves, OneParticle(counts, conf, logs), particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
@@ -691,7 +692,7 @@ class NumbaParticles:
         passes = 1 if mode == _URN else num_sweeps
         shared = sweep_tables(mode, float(beta), self.layout, tp.factorised, self.segments(0, self.num_particles)[0][2],
                               self.num_particles * passes)
-        usable = self.fast_layout.factorised.usable
+        usable = tp.factorised.usable
 
         def one(block):
             b, first, stop = block
