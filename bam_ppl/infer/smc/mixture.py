@@ -28,14 +28,13 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
-The search takes each run's starts in turn: a start's posterior chain stops as soon as it lies where
-an earlier reference covers (its state scores under that reference at least as high as the least of
-the states the reference's own chain visited, up to relabelling), checked at its start and after 1, 2,
-4, ... sweeps, and adds its weight to that reference; a chain still uncovered halfway finishes and
-builds a reference of its own. Most starts reach a few basins, so most chains stop early, and the
-start weighs each basin region by the starts that reached it; a start judged covered in error loses
-only its own reference, never the estimate's unbiasedness. Data-augmentation chains (dense tables)
-all finish (:func:`references_of`).
+The search runs every start's posterior chain halfway first; then, start by start, a chain that
+lies where an earlier reference covers (its state scores under that reference at least as high as
+the least of the states the reference's own chain visited, up to relabelling) stops and adds its
+weight to that reference, and the others finish theirs. Most starts reach a few basins, so most
+chains stop halfway, and the start weighs each basin region by the starts that reached it, as
+before; a start judged covered in error loses only its own reference, never the estimate's unbiasedness.
+Data-augmentation chains (dense tables) all finish (:func:`references_of`).
 
 Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
 holds for any start, so each run is an unbiased estimate of p(X) given its search, and the runs are
@@ -317,9 +316,9 @@ class _Inline:
 
 
 class Started(NamedTuple):
-    """A start of the search before its chain's sweeps (:func:`start`): the ``chain``
-    (:func:`~bam_ppl.infer.smc.references.start_chain`), the annealed scout's ``log_evidence`` (nan for
-    the others), the ``config`` the chain starts from and the ``sweeps`` of a whole chain."""
+    """A start of the search after the first half of its chain (:func:`start`): the ``chain``
+    (:func:`~bam_ppl.infer.smc.references.start_chain`, to go on), the annealed scout's
+    ``log_evidence`` (nan for the others), the ``config`` the chain started from and its full ``sweeps``."""
 
     chain: object
     log_evidence: float
@@ -331,9 +330,9 @@ def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     """One start of the search: an annealed scout (``kind`` "annealed": a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached), a drawn
     one ("drawn": one draw from the urn) or a given allocation's token configurations (an array: a
-    VB fit rounded), and a posterior chain from there of :func:`chain_sweeps` sweeps
-    (``augmented_sweeps`` times as many where ``problem.cells`` is given), which :func:`references_of`
-    runs: the way from a mode, or from an urn draw, into the posterior's bulk."""
+    VB fit rounded), then the first half of a posterior chain of :func:`chain_sweeps` sweeps from
+    there (``augmented_sweeps`` times as many where ``problem.cells`` is given): the way from a
+    mode, or from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -347,7 +346,9 @@ def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
     sweeps *= 1 if problem.cells is None else ENGINE.augmented_sweeps
-    return Started(start_chain(problem.tp, problem.cells, config, seeds[1]), value, config, sweeps)
+    chain = start_chain(problem.tp, problem.cells, config, seeds[1])
+    chain.sweep(sweeps // 2)
+    return Started(chain, value, config, sweeps)
 
 
 def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray) -> int:
@@ -376,28 +377,19 @@ def finish(problem: MixtureProblem, started: Started) -> Scouted:
 
 
 def references_of(problem: MixtureProblem, starts: list[Started]) -> list[Scouted]:
-    """One run's references, start by start: a start's chain stops as soon as it lies where an earlier
-    reference covers (:func:`covered_by`), checked before its first sweep and after 1, 2, 4, ... sweeps
-    (so that it runs at most twice the sweeps it needs to get there), and adds its weight to that
-    reference's; one still uncovered halfway finishes its chain (:func:`finish`). A basin many starts
-    reach is built once. Data-augmentation chains (``problem.cells``) all finish: a product over tokens
-    fits a dense cell's split of its tokens poorly, and there the mixture of every chain's reference
-    anneals more surely than the few that cover the rest (benchmarks/README.md), while the chains cost
-    little next to the annealing."""
+    """One run's references, start by start: a start whose chain, after its first half, lies where an
+    earlier reference covers (:func:`covered_by`) stops there and adds its weight to that reference's;
+    the others finish their chains (:func:`finish`). A basin many starts reach is built once.
+    Data-augmentation chains (``problem.cells``) all finish: a product over tokens fits a dense cell's
+    split of its tokens poorly, and there the mixture of every chain's reference anneals more surely
+    than the few that cover the rest (benchmarks/README.md), while the chains cost little next to the annealing."""
     found = []
     for started in starts:
-        half, ran, cover = started.sweeps // 2, 0, -1
-        if problem.cells is not None:
-            ran = started.chain.sweep(half)
-        while problem.cells is None:
-            cover = covered_by(problem, found, started.chain.config())
-            if cover >= 0 or ran == half:
-                break
-            ran += started.chain.sweep(min(max(ran, 1), half - ran))
+        cover = covered_by(problem, found, started.chain.config()) if problem.cells is None else -1
         if cover < 0:
             found.append(finish(problem, started))
         else:
-            found.append(Scouted(None, started.log_evidence, started.config, ran, covered_by=cover))
+            found.append(Scouted(None, started.log_evidence, started.config, started.sweeps // 2, covered_by=cover))
     return found
 
 
