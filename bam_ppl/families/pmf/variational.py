@@ -101,13 +101,18 @@ def vb_problem(model: PMFTensorModel, data):
     return bound, problem._replace(constant=jnp.asarray(-vb_core.log_beta_prior(bound)))
 
 
+# One compiled program each instead of dozens of eager operations (each compiled for its shape on a first call).
+_initial_q_jit = jax.jit(_initial_q, static_argnames=("prior", "total", "rank", "sizes"))
+_fresh_state = jax.jit(lambda problem, alpha_hat: vb_core.fresh_state(vb_core.expected_log_theta(problem, alpha_hat),
+                                                                      alpha_hat))
+
+
 def vb_start(bound, problem, q: Tables) -> vb_core.VBState:
     """The generic VB state of the Dirichlet parameters ``q`` (stacked), one restart."""
     sizes = [bound.sizes[name] for name in bound.visible]
-    tables = {"r": q.weights, **dict(zip(bound.visible, split_factors(q.factors, sizes)))}
-    alpha_hat = jnp.concatenate([jnp.ravel(tables[t.name]) for t in bound.tables])
-    state = vb_core.fresh_state(vb_core.expected_log_theta(problem, alpha_hat), alpha_hat)
-    return jax.tree.map(lambda x: x[None], state)
+    tables = {"r": np.asarray(q.weights), **dict(zip(bound.visible, split_factors(q.factors, sizes)))}
+    alpha_hat = np.concatenate([np.ravel(tables[t.name]) for t in bound.tables])
+    return jax.tree.map(lambda x: x[None], jax.device_get(_fresh_state(problem, alpha_hat)))
 
 
 # -- SVB-PMF (Algorithm 2) -----------------------------------------------------------------------------
@@ -275,7 +280,8 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     prior = Prior(model.alpha_lambda, model.alpha)
     with jax.enable_x64(True):
         bound, problem = vb_problem(model, data)
-        start = vb_start(bound, problem, _initial_q(key_fit, prior, data.total, model.max_rank, data.shape))
+        start = vb_start(bound, problem, _initial_q_jit(key_fit, prior, float(data.total), model.max_rank,
+                                                        tuple(int(s) for s in data.shape)))
         result = vb_core.run_from(start, problem, num_iters=num_iters, tol=tol,
                                   progress_bar=resolve_progress(progress_bar), desc="VB-PMF")
     tables = bound.split_flat(result.alpha_hat[0])
