@@ -26,6 +26,12 @@ from ...data import MISSING
 from ...models.pmf import PMFTensorModel, categorical_samples
 
 
+@jax.tree_util.register_static
+class Sizes(tuple):
+    """I_1..I_N, static under ``jax.jit`` (a pytree node without leaves): a function of :class:`PatternArrays`
+    compiles once per layout, its sizes part of the program's shapes."""
+
+
 class PatternArrays(NamedTuple):
     """Distinct sample patterns as flat row indices into the stacked factor tables."""
 
@@ -71,7 +77,7 @@ def pattern_arrays(data) -> PatternArrays:
     rows = np.where(data.indices == MISSING, sum(sizes), data.indices + offsets[None, :])
     row_variable = np.repeat(np.arange(len(sizes)), sizes)
     return PatternArrays(rows.astype(np.int32), data.counts.astype(np.float64),
-                         row_variable.astype(np.int32), sizes)
+                         row_variable.astype(np.int32), Sizes(sizes))
 
 
 def split_factors(stacked, sizes) -> list[np.ndarray]:

@@ -79,7 +79,7 @@ def responsibilities(log_weights, log_factors, rows):
 def _initial_q(key, prior: Prior, total: float, rank: int, sizes):
     """Random start α̃ = prior + U(0, 1) · T / R (per category: T / (R I_n)); Chege et al. 2024 leaves it open."""
     key_w, key_f = jax.random.split(key)
-    per_row = jnp.repeat(jnp.asarray([total / (rank * s) for s in sizes]), jnp.asarray(sizes),
+    per_row = jnp.repeat(jnp.asarray([total / (rank * s) for s in sizes]), jnp.asarray(tuple(sizes)),
                          total_repeat_length=int(sum(sizes)))
     weights = prior.alpha_lambda + jax.random.uniform(key_w, (rank,)) * total / rank
     factors = prior.alpha + jax.random.uniform(key_f, (int(sum(sizes)), rank)) * per_row[:, None]
@@ -295,6 +295,30 @@ def vb_pmf(model, data, *, rng_key=0, num_iters: int = 3000, tol: float = 1e-7,
     )
 
 
+class SVBProblem(NamedTuple):
+    """The arrays every SVB-PMF step reads: the training and held-out patterns (on the device) and the
+    training weights' cumulative sums (for drawing minibatches)."""
+
+    arrays: PatternArrays
+    heldout: PatternArrays
+    cdf: jnp.ndarray
+
+
+def _run_steps(state: SVBState, key, problem: SVBProblem, prior: Prior, batch_size: int, length: int):
+    """``length`` SVB steps (Algorithm 2) on minibatches of ``batch_size``, then the held-out NLL."""
+    def body(s, k):
+        return svb_step(k, s, problem.arrays, prior, problem.cdf, batch_size), None
+
+    state, _ = lax.scan(body, state, jax.random.split(key, length))
+    return state, _heldout_nll(state.q, problem.heldout)
+
+
+# Module-level programs, compiled once per layout and size instead of once per call.
+_run_steps = jax.jit(_run_steps, static_argnames=("prior", "batch_size", "length"))
+_svb_init = jax.jit(svb_init, static_argnames=("prior", "rank", "total", "batch_size", "warmup_batches"))
+_heldout_nll_jit = jax.jit(_heldout_nll)
+
+
 @register("svb", models=(PMFTensorModel,))
 def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters: int = 20_000,
             tol: float = 1e-4, eval_every: int | None = None, validation=None,
@@ -357,31 +381,19 @@ def svb_pmf(model, data, *, rng_key=0, batch_size: int | None = None, num_iters:
     arrays, heldout_arrays = pattern_arrays(train), pattern_arrays(heldout)
     prior = Prior(model.alpha_lambda, model.alpha)
     with jax.enable_x64(True):
-        device = PatternArrays(jnp.asarray(arrays.rows), jnp.asarray(arrays.weights),
-                               jnp.asarray(arrays.row_variable), arrays.sizes)
-        device_heldout = PatternArrays(jnp.asarray(heldout_arrays.rows), jnp.asarray(heldout_arrays.weights),
-                                       jnp.asarray(heldout_arrays.row_variable), heldout_arrays.sizes)
-        cdf = jnp.cumsum(device.weights)
-        state = jax.jit(lambda k: svb_init(k, device, prior, model.max_rank, arrays.total, cdf, M,
-                                           warmup_batches))(key_init)
-
-        def run_steps(state, key, length):
-            def body(s, k):
-                return svb_step(k, s, device, prior, cdf, M), None
-
-            state, _ = lax.scan(body, state, jax.random.split(key, length))
-            return state, _heldout_nll(state.q, device_heldout)
-
-        run_steps = jax.jit(run_steps, static_argnums=2)
+        problem = SVBProblem(arrays.on_device(), heldout_arrays.on_device(), jnp.cumsum(jnp.asarray(arrays.weights)))
+        state = _svb_init(key_init, problem.arrays, prior=prior, rank=model.max_rank, total=arrays.total,
+                          cdf=problem.cdf, batch_size=M, warmup_batches=warmup_batches)
         nll_trace = []
 
         def advance(carry, start, stop):
             state, previous, _ = carry
-            state, nll = run_steps(state, jax.random.fold_in(key_steps, start), stop - start)
+            state, nll = _run_steps(state, jax.random.fold_in(key_steps, start), problem, prior=prior, batch_size=M,
+                                    length=stop - start)
             nll_trace.append(float(nll))
             return state, nll_trace[-1], (previous - nll_trace[-1]) <= tol * abs(nll_trace[-1])
 
-        start = (state, float(_heldout_nll(state.q, device_heldout)), False)
+        start = (state, float(_heldout_nll_jit(state.q, problem.heldout)), False)
         state, _, converged = run_in_chunks(advance, start, num_iters, chunk=eval_every,
                                             show=resolve_progress(progress_bar), description="SVB-PMF",
                                             stop_early=lambda carry: carry[2])
