@@ -24,6 +24,7 @@ cells. The JAX cores run in float64 inside ``jax.enable_x64(True)``: with α_λ 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -304,6 +305,8 @@ class SVBProblem(NamedTuple):
     cdf: jnp.ndarray
 
 
+# Module-level programs, compiled once per layout and size instead of once per call.
+@functools.partial(jax.jit, static_argnames=("prior", "batch_size", "length"))
 def _run_steps(state: SVBState, key, problem: SVBProblem, prior: Prior, batch_size: int, length: int):
     """``length`` SVB steps (Algorithm 2) on minibatches of ``batch_size``, then the held-out NLL."""
     def body(s, k):
@@ -313,8 +316,6 @@ def _run_steps(state: SVBState, key, problem: SVBProblem, prior: Prior, batch_si
     return state, _heldout_nll(state.q, problem.heldout)
 
 
-# Module-level programs, compiled once per layout and size instead of once per call.
-_run_steps = jax.jit(_run_steps, static_argnames=("prior", "batch_size", "length"))
 _svb_init = jax.jit(svb_init, static_argnames=("prior", "rank", "total", "batch_size", "warmup_batches"))
 _heldout_nll_jit = jax.jit(_heldout_nll)
 
