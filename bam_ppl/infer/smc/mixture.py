@@ -66,6 +66,7 @@ from ..registry import register_evidence
 from ..variational.vb_numba import HostProblem, host_problem
 from .references import (
     augmented_chain_is_cheaper,
+    augmented_sweep_draws,
     averaged_reference,
     configs_from_counts,
     kernel_counts,
@@ -235,7 +236,7 @@ class MixtureOptions(NamedTuple):
     particles_per_reference: int
     min_particles: int
     num_scouts: int
-    search_token_moves: int | None  # None: num_scouts given, whatever the search costs
+    search_draws: int | None  # None: num_scouts given, whatever the search costs
     scout_particles: int
     reference_sweeps: int
     sweeps_per_token: float
@@ -252,13 +253,24 @@ def chain_sweeps(options: MixtureOptions, num_tokens: int) -> int:
     return max(1, min(wanted, options.chain_token_moves // num_tokens))
 
 
-def scouts_per_kind(options: MixtureOptions, num_tokens: int) -> int:
-    """Scouts of each kind: ``num_scouts``, fewer (at least one) where their chains would not fit in
-    ``search_token_moves``."""
-    if options.search_token_moves is None:
+def scouts_per_kind(options: MixtureOptions, num_tokens: int, draws_per_sweep: int | None = None) -> int:
+    """Scouts of each kind: ``num_scouts``, fewer (at least one) where their chains would draw more than
+    ``search_draws`` random numbers together, a chain drawing ``draws_per_sweep`` for each of its
+    :func:`chain_sweeps` (:func:`sweep_draws`; by default one per token, a collapsed chain's)."""
+    if options.search_draws is None:
         return options.num_scouts
-    affordable = options.search_token_moves // (2 * chain_sweeps(options, num_tokens) * num_tokens)
+    per_sweep = num_tokens if draws_per_sweep is None else draws_per_sweep
+    affordable = options.search_draws // (2 * chain_sweeps(options, num_tokens) * per_sweep)
     return int(np.clip(affordable, 1, options.num_scouts))
+
+
+def sweep_draws(problem: MixtureProblem) -> int:
+    """Random numbers a start's chain draws for each of its :func:`chain_sweeps`: one per token for a
+    collapsed chain, ``augmented_sweeps`` data-augmentation sweeps' worth for the other
+    (:func:`~bam_ppl.infer.smc.references.augmented_sweep_draws`)."""
+    if problem.cells is None:
+        return int(problem.tp.token_cell.shape[0])
+    return ENGINE.augmented_sweeps * augmented_sweep_draws(problem.cells)
 
 
 def particles_for(options: MixtureOptions, num_references: int) -> int:
@@ -461,8 +473,9 @@ class EngineConfig:
     min_particles: int = 64
     # Scouts of each kind per call, shared out among the runs: how many basins the searches can find ...
     num_scouts: int = 32
-    # ... as long as their chains' token moves together stay within this: the search's cost on large tables.
-    search_token_moves: int = 1_638_400_000
+    # ... as long as their chains draw at most this many random numbers together (about 10 s of one core): the
+    # search's cost where each chain is long, on large tables.
+    search_draws: int = 200_000_000
     # A chain's reference stops improving after a number of sweeps proportional to T, near 0.8 T at T = 1000 to
     # 16 000 (benchmarks/reference_chain_length.py; counts drift a token at a time). Its length per token,
     sweeps_per_token: float = 0.8
@@ -504,7 +517,7 @@ def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOp
         return max(least, int(round(size * effort)))
 
     return MixtureOptions(None, grow(config.particles_per_reference), grow(config.min_particles, 16),
-                          grow(config.num_scouts), grow(config.search_token_moves), config.scout_particles,
+                          grow(config.num_scouts), grow(config.search_draws), config.scout_particles,
                           grow(config.reference_sweeps, 10), config.sweeps_per_token, grow(config.chain_token_moves),
                           config.rho, grow(config.vb_restarts), config.vb_starts)
 
@@ -517,7 +530,7 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
     if num_particles is not None:
         sizes = sizes._replace(num_particles=check_int(num_particles, "num_particles", minimum=2))
     if num_scouts is not None:
-        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1), search_token_moves=None)
+        sizes = sizes._replace(num_scouts=check_int(num_scouts, "num_scouts", minimum=1), search_draws=None)
     if reference_sweeps is not None:
         sweeps = check_int(reference_sweeps, "reference_sweeps", minimum=0)
         sizes = sizes._replace(reference_sweeps=sweeps, sweeps_per_token=0.0, chain_token_moves=np.iinfo(np.int64).max)
@@ -585,8 +598,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the particles (4 · effort per start of the call's searches, at least 64 · effort), the call's
-        scouts of each kind (32 · effort, fewer where their chains would exceed 1.6 billion · effort
-        token moves), each
+        scouts of each kind (32 · effort, fewer where their chains would draw more than 200 million · effort
+        random numbers), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
         and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
     num_particles : int, optional
@@ -618,7 +631,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         raise ImportError("method='mixture' builds its references with the numba kernel: pip install numba")
     began, key = time.perf_counter(), as_key(rng_key)
     problem, (bound, data, layout) = mixture_problem(model, data, max_configs)
-    options = options._replace(num_scouts=scouts_per_kind(options, data.total), search_token_moves=None)
+    options = options._replace(num_scouts=scouts_per_kind(options, data.total, sweep_draws(problem)),
+                               search_draws=None)
     show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.min_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
     share = run_share(options, num_runs)

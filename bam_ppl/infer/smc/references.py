@@ -210,12 +210,16 @@ class _AugmentedChain(NamedTuple):
         return self.cells.valid.astype(np.float64)
 
 
+def augmented_sweep_draws(cells) -> int:
+    """Random numbers a data-augmentation sweep draws at most: one per table entry and min(X_u, L_u)
+    per cell u (L_u its allowed configurations)."""
+    return int(cells.alpha.size + split_draws(cells))
+
+
 def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
     """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
-    numbers than the collapsed chain: a sweep of it draws one per table entry and at most
-    min(X_u, L_u) per cell u (L_u its allowed configurations), a collapsed sweep one per token."""
-    draws = cells.alpha.size + split_draws(cells)
-    return bool(sweeps_factor * draws < cells.counts.sum())
+    numbers (:func:`augmented_sweep_draws`) than the collapsed chain, whose sweep draws one per token."""
+    return bool(sweeps_factor * augmented_sweep_draws(cells) < cells.counts.sum())
 
 
 def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndarray:
