@@ -204,12 +204,12 @@ def test_search_sizes_follow_the_tokens_within_the_budgets():
     # search's budget, never none; four particles per reference, at least 64; a number given is used as it is.
     options = mixture.effort_sizes(1.0)
     assert [mixture.chain_sweeps(options, T) for T in (100, 1000, 16_000, 64_000)] == [200, 800, 12_800, 3200]
-    scouts = [mixture.scouts_per_kind(options, T) for T in (1000, 2000, 4000, 8000, 16_000, 64_000)]
-    assert scouts == [32, 31, 7, 1, 1, 1]  # 200 million draws: 2 · 0.8 T sweeps · T draws per pair of scouts
+    scouts = [mixture.scouts_per_kind(options, T) for T in (1000, 4000, 8000, 16_000, 64_000)]
+    assert scouts == [32, 32, 16, 4, 4]  # from 16 000 tokens on, chains of the budget
     # A data-augmentation chain is charged the draws of its sweeps, not one per token.
-    assert mixture.scouts_per_kind(options, 4000, draws_per_sweep=400) == 32
+    assert mixture.scouts_per_kind(options, 16_000, draws_per_sweep=1600) == 32
     assert [mixture.particles_for(options, B) for B in (4, 68)] == [64, 272]
     given = mixture._options(1.0, 100, 8, 0.9, 50, None)
     assert (mixture.scouts_per_kind(given, 64_000), mixture.chain_sweeps(given, 64_000),
             mixture.particles_for(given, 68)) == (8, 50, 100)
-    assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 4000) == 15  # effort widens the search
+    assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 8  # effort widens the search
