@@ -82,6 +82,31 @@ def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_b
     assert mixture.covered_by(problem, found, np.zeros_like(config)) == -1  # every token in one class
 
 
+def test_a_start_stops_where_a_reference_covers_it_and_a_mode_is_not_covered():
+    # Checks after 0, 1, 2, 4, ... sweeps up to halfway (collapsed chains), halfway only for data augmentation; a
+    # start whose state lies within a reference's range stops at once, a state scoring above every state the
+    # reference's chain visited (a mode) is not covered, and with nothing found a start builds a reference.
+    problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), np.kron(np.eye(2, dtype=np.int64),
+                                                                          np.full((2, 2), 20)), 10**6)
+    collapsed = problem._replace(cells=None)
+    np.testing.assert_array_equal(mixture.check_marks(collapsed, 200), [0, 1, 2, 4, 8, 16, 32, 64, 100])
+    assert mixture.check_marks(collapsed._replace(cells=object()), 200).tolist() == [100]
+    options = mixture.effort_sizes(1.0)._replace(reference_sweeps=40, sweeps_per_token=0.0)
+    seeds = np.array([[1, 2], [3, 4]], np.uint32)
+    config = np.random.default_rng(0).integers(0, collapsed.tp.num_configs, collapsed.tp.token_cell.size)
+    built = mixture.scout(collapsed, options, seeds, config, [])
+    assert built.log_q is not None and built.sweeps == 40 and built.floor <= built.ceiling
+    chain = references.start_chain(collapsed.tp, None, config, seeds[1])
+    chain.sweep(40)
+    score = symmetries.orbit_log_sums(collapsed.tp, built.log_q, chain.config()[None], collapsed.symmetry)[1][0]
+    inside = mixture.scout(collapsed, options, seeds, chain.config(), [built._replace(floor=score - 1.0,
+                                                                                       ceiling=score + 1.0)])
+    assert (inside.log_q, inside.covered_by, inside.sweeps) == (None, 0, 0)
+    above = built._replace(ceiling=score - 1.0, floor=score - 2.0)
+    assert mixture.covered_by(collapsed, [above], chain.config()) == -1
+    assert mixture.covered_by(collapsed, [above._replace(ceiling=score + 1.0)], chain.config()) == 0
+
+
 def test_the_start_weighs_each_reference_by_the_starts_it_carries():
     # Two references, the first covering two later starts: weights 3 : 1, and the defensive component one start's.
     tp, _ = _problem(bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]]))
@@ -141,15 +166,15 @@ CASES = {
 
 
 def test_every_run_has_a_search_of_its_own_with_its_share_of_the_vb_fits():
-    # Each run's starts: its share of the annealed and drawn scouts, then of the VB fits; runs anneal from their own.
+    # Each run's starts: its share of the VB fits, then of the annealed and drawn scouts; runs anneal from their own.
     model, X = CASES["nmf"]
     est = bam.log_evidence(model, X, method="mixture", rng_key=2, num_chains=2, num_scouts=4, num_particles=16,
                            vb_restarts=8)
     info = est.info
     assert info.num_scouts == 4 and len(info.scout_log_evidence) == len(info.chain_sweeps) == 2
-    for values in info.scout_log_evidence:  # two annealed and two drawn scouts, two VB fits
-        assert len(values) == 2 * 2 + 2
-        assert np.all(np.isfinite(values[0:4:2])) and np.all(np.isnan(values[1::2]))
+    for values in info.scout_log_evidence:  # two VB fits, two annealed and two drawn scouts
+        assert len(values) == 2 + 2 * 2
+        assert np.all(np.isfinite(values[2::2])) and np.all(np.isnan(values[:2] + values[3::2]))
     # The VB bound: the best restart's ELBO over the runs, below log p(X); each run's restarts its own.
     exact = exact_log_evidence(model, X)
     assert est.details["vb_bound"] <= exact

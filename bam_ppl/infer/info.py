@@ -139,8 +139,8 @@ class MixtureInfo(NamedTuple):
     #: For each run, the log evidence of each start of its search, in order (an annealed scout's run; nan for a drawn
     #: scout or a VB fit).
     scout_log_evidence: list
-    #: For each run, the sweeps of each start's chain, in the order of the starts (half the length for a chain
-    #: that stopped where an earlier reference covers).
+    #: For each run, the sweeps of each start's chain, in the order of the starts (fewer than half the length for a
+    #: chain that stopped where an earlier reference covers).
     chain_sweeps: list
     #: Particles per run.
     num_particles: int
@@ -156,8 +156,8 @@ class MixtureInfo(NamedTuple):
     #: Accepted share of the moves of whole cells' splits in the annealing, the data-augmentation proposals and the
     #: reference's draws (nan, nan where none ran: with collapsed chains).
     split_move_acceptance: tuple = (float("nan"), float("nan"))
-    #: For each run, the references its search built (one per basin region its starts reached, the other starts
-    #: stopped halfway, covered by one of them).
+    #: For each run, the references its search built (one per basin region its starts reached, and one from the
+    #: first start of each kind; the other starts stopped where one of them covers).
     num_references: list = ()
 
 

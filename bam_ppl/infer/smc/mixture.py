@@ -28,13 +28,13 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
-The search runs every start's posterior chain halfway first; then, start by start, a chain that
-lies where an earlier reference covers (its state scores under that reference at least as high as
-the least of the states the reference's own chain visited, up to relabelling) stops and adds its
-weight to that reference, and the others finish theirs. Most starts reach a few basins, so most
-chains stop halfway, and the start weighs each basin region by the starts that reached it, as
-before; a start judged covered in error loses only its own reference, never the estimate's unbiasedness.
-Data-augmentation chains (dense tables) all finish (:func:`references_of`).
+Each run's search takes its starts in turn. A start's chain stops as soon as it lies where an
+earlier reference covers (its state scores under that reference, up to relabelling, within the range of
+the states the reference's own chain visited), checked after 0, 1, 2, 4, … sweeps up to
+halfway, and adds its weight to that reference; the others finish theirs. Most starts reach a few
+basins, so most chains stop after a few sweeps, and the start weighs each basin region by the starts
+that reached it; a start judged covered in error loses only its own reference, never the estimate's
+unbiasedness. Data-augmentation chains (dense tables) all finish (:func:`scout`).
 
 Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
 holds for any start, so each run is an unbiased estimate of p(X) given its search, and the runs are
@@ -204,14 +204,15 @@ class Scouted(NamedTuple):
     built (None where an earlier start's reference covers where the chain got to, which then
     carries it: ``covered_by``, its index among the run's starts, −1 for a reference), the annealed
     scout's ``log_evidence`` (nan for a drawn one or a VB fit), the ``config`` its chain started
-    from, the ``sweeps`` that chain ran, and, for a reference, ``floor``: the least log Σ_g q(g(z))
-    over the states z its chain visited while averaging (:func:`covered_by`)."""
+    from, the ``sweeps`` that chain ran, and, for a reference, ``floor`` and ``ceiling``: the least and
+    the largest log Σ_g q(g(z)) over the states z its chain visited while averaging (:func:`covered_by`)."""
 
     log_q: np.ndarray | None
     log_evidence: float
     config: np.ndarray
     sweeps: int
     floor: float = np.inf
+    ceiling: float = -np.inf
     covered_by: int = -1
 
 
@@ -328,9 +329,9 @@ class _Inline:
 
 
 class Started(NamedTuple):
-    """A start of the search after the first half of its chain (:func:`start`): the ``chain``
-    (:func:`~bam_ppl.infer.smc.references.start_chain`, to go on), the annealed scout's
-    ``log_evidence`` (nan for the others), the ``config`` the chain started from and its full ``sweeps``."""
+    """A start of the search before its chain sweeps (:func:`start`): the ``chain``
+    (:func:`~bam_ppl.infer.smc.references.start_chain`), the annealed scout's ``log_evidence`` (nan
+    for the others), the ``config`` the chain starts from and its full ``sweeps``."""
 
     chain: object
     log_evidence: float
@@ -342,9 +343,9 @@ def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     """One start of the search: an annealed scout (``kind`` "annealed": a tempered SMC run of
     ``scout_particles`` from the latent urn, whose best allocation marks a basin it reached), a drawn
     one ("drawn": one draw from the urn) or a given allocation's token configurations (an array: a
-    VB fit rounded), then the first half of a posterior chain of :func:`chain_sweeps` sweeps from
-    there (``augmented_sweeps`` times as many where ``problem.cells`` is given): the way from a
-    mode, or from an urn draw, into the posterior's bulk."""
+    VB fit rounded), and a posterior chain of :func:`chain_sweeps` sweeps from there to run
+    (``augmented_sweeps`` times as many where ``problem.cells`` is given): the way from a mode, or
+    from an urn draw, into the posterior's bulk."""
     scout_tp = problem.scout_tp
     if isinstance(kind, np.ndarray):
         config, value = kind, np.nan
@@ -358,50 +359,77 @@ def start(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
         config, value = np.asarray(particles.config[0]).copy(), np.nan
     sweeps = chain_sweeps(options, problem.tp.token_cell.shape[0])
     sweeps *= 1 if problem.cells is None else ENGINE.augmented_sweeps
-    chain = start_chain(problem.tp, problem.cells, config, seeds[1])
-    chain.sweep(sweeps // 2)
-    return Started(chain, value, config, sweeps)
+    return Started(start_chain(problem.tp, problem.cells, config, seeds[1]), value, config, sweeps)
+
+
+def check_marks(problem: MixtureProblem, sweeps: int) -> np.ndarray:
+    """The sweeps of a start's chain of ``sweeps`` after which :func:`scout` asks whether an earlier
+    reference covers it: none, 1, 2, 4, … up to halfway, so that a chain that reaches a covered region
+    stops within twice the sweeps it took; halfway only for data-augmentation chains (``problem.cells``),
+    which cover nothing (:func:`scout`)."""
+    half = sweeps // 2
+    if problem.cells is not None or half == 0:
+        return np.array([half])
+    return np.append(0, np.unique(np.minimum(2 ** np.arange(int(np.log2(half)) + 2), half)))
 
 
 def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray) -> int:
     """Index in ``found`` of the reference that covers the state ``config`` best, −1 if none does. A
-    reference q covers z when log Σ_g q(g(z)) over the label symmetries g is at least its ``floor``,
-    the least over the states its own chain visited: z then lies in the region that chain explored."""
+    reference q covers z when log Σ_g q(g(z)) over the label symmetries g lies between its ``floor`` and
+    ``ceiling``, the least and the largest over the states its own chain visited: z is then as typical of
+    q as that chain's states (a new draw from the same basin lands there with probability (n − 1)/(n + 1)
+    for n recorded states), where a mode, which scores above them all, need not be in q's basin."""
     kept = [b for b, f in enumerate(found) if f.log_q is not None]
     if not kept:
         return -1
     sums = orbit_log_sums(problem.tp, np.stack([found[b].log_q for b in kept]), config[None], problem.symmetry)
     if sums is None:
         return -1
-    margin = sums[1][:, 0] - np.array([found[b].floor for b in kept])
+    score = sums[1][:, 0]
+    margin = np.minimum(score - [found[b].floor for b in kept], [found[b].ceiling for b in kept] - score)
     return kept[int(np.argmax(margin))] if margin.max() >= 0.0 else -1
 
 
 def finish(problem: MixtureProblem, started: Started) -> Scouted:
     """The second half of a start's chain, whose average is its reference
-    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor``."""
+    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor`` and ``ceiling``."""
     reference = averaged_reference(started.chain, started.sweeps - started.sweeps // 2)
-    # Data-augmentation chains cover nothing (:func:`references_of`): their floor is not needed.
+    # Data-augmentation chains cover nothing (:func:`scout`): their range is not needed.
     sums = None if problem.cells is not None else orbit_log_sums(problem.tp, reference.log_q, reference.states,
                                                                  problem.symmetry)
-    floor = np.inf if sums is None else float(np.min(sums[1]))
-    return Scouted(reference.log_q, started.log_evidence, started.config, started.sweeps, floor)
+    if sums is None:
+        return Scouted(reference.log_q, started.log_evidence, started.config, started.sweeps)
+    return Scouted(reference.log_q, started.log_evidence, started.config, started.sweeps,
+                   float(np.min(sums[1])), float(np.max(sums[1])))
 
 
-def references_of(problem: MixtureProblem, starts: list[Started]) -> list[Scouted]:
-    """One run's references, start by start: a start whose chain, after its first half, lies where an
-    earlier reference covers (:func:`covered_by`) stops there and adds its weight to that reference's;
-    the others finish their chains (:func:`finish`). A basin many starts reach is built once.
-    Data-augmentation chains (``problem.cells``) all finish: a product over tokens fits a dense cell's
-    split of its tokens poorly, and there the mixture of every chain's reference anneals more surely
-    than the few that cover the rest (benchmarks/README.md), while the chains cost little next to the annealing."""
-    found = []
-    for started in starts:
-        cover = covered_by(problem, found, started.chain.config()) if problem.cells is None else -1
-        if cover < 0:
-            found.append(finish(problem, started))
-        else:
-            found.append(Scouted(None, started.log_evidence, started.config, started.sweeps // 2, covered_by=cover))
+def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind, found: list[Scouted]) -> Scouted:
+    """One start of a run's search (:func:`start`) after the run's earlier ones, ``found``: its chain
+    sweeps up to halfway, and stops as soon as an earlier reference covers its state
+    (:func:`covered_by`, at :func:`check_marks`), adding its weight to that reference's; otherwise it
+    finishes and builds a reference (:func:`finish`). A basin many starts reach is built once, and a
+    start that lands in one costs the few sweeps that show it. Data-augmentation chains all finish: a
+    product over tokens fits a dense cell's split of its tokens poorly, and there the mixture of every
+    chain's reference anneals more surely than the few that cover the rest (benchmarks/README.md)."""
+    started, done = start(problem, options, seeds, kind), 0
+    for mark in check_marks(problem, started.sweeps):
+        started.chain.sweep(int(mark) - done)
+        done = int(mark)
+        cover = -1 if problem.cells is not None else covered_by(problem, found, started.chain.config())
+        if cover >= 0:
+            return Scouted(None, started.log_evidence, started.config, done, covered_by=cover)
+    return finish(problem, started)
+
+
+def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kinds: list) -> list[Scouted]:
+    """One run's search, start by start (:func:`scout`): ``kinds[i]`` with ``seeds[i]``. The first start of
+    each kind (a VB fit, an annealed scout, a draw) builds a reference whatever covers it: the kinds reach
+    different parts of a basin, and the mixture of their references covers it more widely than any one."""
+    found, seen = [], set()
+    for seed, kind in zip(seeds, kinds):
+        name = "vb" if isinstance(kind, np.ndarray) else kind
+        found.append(scout(problem, options, seed, kind, found if name in seen else []))
+        seen.add(name)
     return found
 
 
@@ -431,16 +459,13 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
 
 def search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
            vb_configs: list[list]) -> list[list[Scouted]]:
-    """Every run's search, all in parallel: for run r (``seeds[r]``), ``num_scouts`` annealed and as
-    many drawn scouts, and the allocations of ``vb_configs[r]`` (:func:`start`), then the run's
-    references (:func:`references_of`). The kinds find different basins: annealing carries a scout
-    across the allocations of sparse tables, a chain from a draw mixes between groupings of the
-    cells of dense ones, VB's coordinate ascent climbs to optima that sampling rarely visits on real data."""
-    kinds = [["annealed", "drawn"] * options.num_scouts + list(configs) for configs in vb_configs]
-    tasks = [(seed, kind) for run_seeds, run_kinds in zip(seeds, kinds) for seed, kind in zip(run_seeds, run_kinds)]
-    started = iter(pool.map(lambda task: start(problem, options, *task), tasks))
-    per_run = [[next(started) for _ in run_kinds] for run_kinds in kinds]
-    return list(pool.map(lambda starts: references_of(problem, starts), per_run))
+    """Every run's search, the runs in parallel: for run r (``seeds[r]``), the allocations of
+    ``vb_configs[r]``, then ``num_scouts`` annealed and as many drawn scouts (:func:`run_search`).
+    The kinds find different basins: VB's coordinate ascent climbs to optima that sampling rarely
+    visits on real data, annealing carries a scout across the allocations of sparse tables, a chain
+    from a draw mixes between groupings of the cells of dense ones."""
+    kinds = [list(configs) + ["annealed", "drawn"] * options.num_scouts for configs in vb_configs]
+    return list(pool.map(lambda run: run_search(problem, options, *run), zip(seeds, kinds)))
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
@@ -572,7 +597,7 @@ def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tupl
 
 def defended_start(found: list[Scouted], tp: TemperedProblem) -> MixtureStart:
     """The mixture of the search's references, each weighted by the starts it carries (its own and
-    those it covers, :func:`references_of`), and, as one more component of one start's weight, the
+    those it covers, :func:`scout`), and, as one more component of one start's weight, the
     uniform distribution over every cell's configurations: a defensive component (Hesterberg 1995)
     that covers what no reference does, so that the importance weights stay bounded."""
     carried = np.bincount([i if f.log_q is not None else f.covered_by for i, f in enumerate(found)],
