@@ -6,7 +6,8 @@ default ``"mixture"``) over ``--keys`` keys here, and the default (``method="aut
 warm-up call on other data first on each side, outside the timings, so that neither pays for
 compiling its kernels. Prints one row per data set and side: the mean
 value, the sd across keys, the mean stated standard error, whether the spread is honest
-(sd ≤ 2 × stated + 0.5, the goal of the evidence engine), and the mean and largest wall seconds.
+(sd ≤ 2 × stated + 0.5, the goal of the evidence engine), the mean and largest wall seconds, and the
+mean CPU seconds of the process (all threads: the work done, steadier than wall time on a shared machine).
 
     nice -n 5 .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --baseline 46b659e --method mixture
     .venv/bin/python benchmarks/evidence_engine.py --keys 0 1 2 3 4 --efforts 1 0.5 0.25  # the cost knob
@@ -83,10 +84,10 @@ def run(names, keys, tables, method=None, options=None):
     for name in names:
         model, X = case(name, tables)
         for key in keys:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             est = bam.log_evidence(model, X, rng_key=key, **chosen)
             print(json.dumps(dict(case=name, key=key, value=est.value, stderr=est.stderr,
-                                  seconds=time.perf_counter() - start)), flush=True)
+                                  seconds=time.perf_counter() - start, cpu=time.process_time() - cpu)), flush=True)
 '''
 
 
@@ -119,8 +120,9 @@ def summarise(rows, side: str, names):
         sd = float(values.std(ddof=1)) if values.size > 1 else float("nan")
         seconds = [row["seconds"] for row in mine]
         honest = "–" if not np.isfinite(sd) else ("yes" if sd <= 2 * stated + 0.5 else "no")
+        cpu = np.mean([row.get("cpu", np.nan) for row in mine])
         print(f"| {name} | {side} | {values.mean():.2f} | {sd:.2f} | {stated:.2f} | {honest} | "
-              f"{np.mean(seconds):.1f} | {max(seconds):.1f} |", flush=True)
+              f"{np.mean(seconds):.1f} | {max(seconds):.1f} | {cpu:.1f} |", flush=True)
 
 
 def main(argv=None):
@@ -157,8 +159,8 @@ def main(argv=None):
     base = baseline_rows(args.baseline, args.data, args.keys) if args.baseline else []
     print(f"keys {args.keys}; this revision {revision}, baseline {args.baseline}; {os.cpu_count()} cores; "
           f"{time.perf_counter() - started:.0f} s in all")
-    print("| data | estimator | mean | sd across keys | mean stated | honest | mean s | max s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| data | estimator | mean | sd across keys | mean stated | honest | mean s | max s | mean CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.data:
         for effort, mine in rows.items():
             label = "" if effort == 1.0 else f", effort {effort:g}"
