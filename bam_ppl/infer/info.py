@@ -139,7 +139,7 @@ class MixtureInfo(NamedTuple):
     #: For each run, the log evidence of each start of its search, in order (an annealed scout's run; nan for a drawn
     #: scout or a VB fit).
     scout_log_evidence: list
-    #: For each run, the sweeps of each start's chain, in the order of the starts (fewer than half the length for a
+    #: For each run, the sweeps of each start's chain, in the order of the starts (at most half the length for a
     #: chain that stopped where an earlier reference covers).
     chain_sweeps: list
     #: Particles per run.
