@@ -1,7 +1,9 @@
 """Where one call of the default evidence engine spends its time, on NMF(4) at T tokens and on other cases.
 
-Wall seconds of the call's three steps (the VB fits, the searches, the runs' annealing: the functions of
-``bam_ppl.infer.smc.mixture`` timed where the call makes them) and the CPU seconds of the searches' three
+Seconds of each run's three steps (its VB fits, its search, its annealing: the functions of
+``bam_ppl.infer.smc.mixture`` timed where the call makes them, by the wall clock of the thread that runs the
+run, summed over the runs: the runs share out the cores, so the three add up to about the call's wall seconds
+times the threads that run them) and the CPU seconds of the searches' three
 parts (the annealed scouts, every start's chain until an earlier reference covers it or halfway, the second
 halves of the chains that build references), summed over the threads that run them. Data and model: ``benchmarks/evidence_engine.py``'s cases (``nmf<T>``, NMF(4) on 50 × 70 counts,
 and ``--data`` names such as ``titanic``); a warm-up call on other data first, outside the timings.
@@ -39,9 +41,9 @@ def timed(name, fn, clock):
 
 def instrument():
     """Wrap the engine's steps in place: wall clock for the steps, each thread's CPU clock for the searches' parts."""
-    mixture.vb_start_configs = timed("VB fits (wall s)", mixture.vb_start_configs, time.perf_counter)
-    mixture.search = timed("searches (wall s)", mixture.search, time.perf_counter)
-    mixture.run_mixture = timed("annealing (wall s)", mixture.run_mixture, time.perf_counter)
+    mixture.vb_start_configs = timed("VB fits (s)", mixture.vb_start_configs, time.perf_counter)
+    mixture.run_search = timed("searches (s)", mixture.run_search, time.perf_counter)
+    mixture.run_mixture = timed("annealing (s)", mixture.run_mixture, time.perf_counter)
     mixture.scout = timed("starts (CPU s)", mixture.scout, time.thread_time)
     mixture.averaged_reference = timed("chains' second halves (CPU s)", mixture.averaged_reference, time.thread_time)
     one_run = mixture._one_run
@@ -54,7 +56,7 @@ def instrument():
     mixture._one_run = scout_or_run
 
 
-COLUMNS = ("VB fits (wall s)", "searches (wall s)", "annealing (wall s)", "annealed scouts (CPU s)",
+COLUMNS = ("VB fits (s)", "searches (s)", "annealing (s)", "annealed scouts (CPU s)",
            "chains until covered or halfway (CPU s)", "chains' second halves (CPU s)")
 
 

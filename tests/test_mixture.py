@@ -116,7 +116,7 @@ def test_the_start_weighs_each_reference_by_the_starts_it_carries():
     start = mixture.defended_start(found, tp)
     assert start.log_q.shape[0] == 3
     np.testing.assert_allclose(np.exp(start.log_weights), [0.6, 0.2, 0.2])
-    assert mixture.call_particles(mixture.effort_sizes(1.0)._replace(min_particles=1), [found]) == 4 * 5
+    assert mixture.call_particles(mixture.effort_sizes(1.0)._replace(min_particles=1), len(found)) == 4 * 5
 
 
 def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_particles=12):

@@ -47,7 +47,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -282,11 +282,16 @@ def particles_for(options: MixtureOptions, num_references: int) -> int:
     return max(options.min_particles, options.particles_per_reference * num_references)
 
 
-def call_particles(options: MixtureOptions, found: list[list[Scouted]]) -> int:
-    """Particles of each run of a call whose searches found ``found`` (:func:`particles_for` over all
-    runs' starts, those an earlier reference covers included, and the defensive component): a basin
-    region many starts reach still gets the particles it had when each built a reference of its own."""
-    return particles_for(options, sum(map(len, found)) + 1)
+def call_particles(options: MixtureOptions, num_starts: int) -> int:
+    """Particles of each run of a call whose searches have ``num_starts`` starts in all (:func:`particles_for`
+    over them, those an earlier reference covers included, and the defensive component): a basin region
+    many starts reach still gets the particles it had when each built a reference of its own."""
+    return particles_for(options, num_starts + 1)
+
+
+def run_starts(options: MixtureOptions) -> int:
+    """Starts of one run's search (:func:`search_kinds`): its kept VB fits and its scouts of both kinds."""
+    return options.vb_starts + 2 * options.num_scouts
 
 
 def run_share(options: MixtureOptions, num_runs: int) -> MixtureOptions:
@@ -457,15 +462,13 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
             float(result.elbo[best[0]]))
 
 
-def search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
-           vb_configs: list[list]) -> list[list[Scouted]]:
-    """Every run's search, the runs in parallel: for run r (``seeds[r]``), the allocations of
-    ``vb_configs[r]``, then ``num_scouts`` annealed and as many drawn scouts (:func:`run_search`).
-    The kinds find different basins: VB's coordinate ascent climbs to optima that sampling rarely
-    visits on real data, annealing carries a scout across the allocations of sparse tables, a chain
-    from a draw mixes between groupings of the cells of dense ones."""
-    kinds = [list(configs) + ["annealed", "drawn"] * options.num_scouts for configs in vb_configs]
-    return list(pool.map(lambda run: run_search(problem, options, *run), zip(seeds, kinds)))
+def search_kinds(vb_configs: list, options: MixtureOptions) -> list:
+    """The starts of one run's search (:func:`run_search`): the allocations of its VB fits
+    ``vb_configs``, then ``num_scouts`` annealed and as many drawn scouts. The kinds find different
+    basins: VB's coordinate ascent climbs to optima that sampling rarely visits on real data,
+    annealing carries a scout across the allocations of sparse tables, a chain from a draw mixes
+    between groupings of the cells of dense ones."""
+    return list(vb_configs) + ["annealed", "drawn"] * options.num_scouts
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
@@ -670,20 +673,30 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
 
 def searched_runs(problem: MixtureProblem, share: MixtureOptions, prepared, key, num_runs: int,
                   bar) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
-    """``num_runs`` independent runs with the sizes ``share`` each: their VB fits, their searches
-    (all at once, :func:`search`) and their annealing (:func:`run_mixture`); the runs, what each
-    search found and the best ELBO."""
-    with jax.enable_x64(True), ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) as pool:
-        seeds = call_seeds(key, num_runs, 2 * share.num_scouts + share.vb_starts)
-        fits = [vb_start_configs(prepared, problem.tp, vb_key, share) for vb_key in seeds.vb]
-        found = search(problem, share, seeds.starts, pool, [configs for configs, _ in fits])
-        num_particles = call_particles(share, found)
-        runs = []
-        for r in range(num_runs):
-            runs.append(run_mixture(problem, share, seeds.runs[r], pool, defended_start(found[r], problem.tp),
-                                    num_particles))
+    """``num_runs`` independent runs with the sizes ``share`` each, every run its VB fits, its search
+    (:func:`run_search`) and its annealing (:func:`run_mixture`) in turn; the runs, what each search
+    found and the best ELBO. The runs share out the cores, each moving its particle blocks in its own
+    thread where there are at least as many runs as cores (no run waits for another's blocks at each
+    temperature), else over a pool of threads; the blocks' random streams make the result the same."""
+    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+    with jax.enable_x64(True):
+        seeds = call_seeds(key, num_runs, run_starts(share))
+    num_particles = call_particles(share, num_runs * run_starts(share))
+
+    def one(r, block_pool):
+        configs, elbo = vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
+        found = run_search(problem, share, seeds.starts[r], search_kinds(configs, share))
+        run = run_mixture(problem, share, seeds.runs[r], block_pool, defended_start(found, problem.tp), num_particles)
+        return run, found, elbo
+
+    with ThreadPoolExecutor(max_workers=min(num_runs, cores)) as pool, \
+            ThreadPoolExecutor(max_workers=cores) as blocks:
+        block_pool = _Inline() if num_runs >= cores else blocks
+        futures = [pool.submit(one, r, block_pool) for r in range(num_runs)]
+        for _ in as_completed(futures):
             bar.update(1)
-    return runs, found, max(elbo for _, elbo in fits)
+        runs, found, elbos = zip(*(future.result() for future in futures))
+    return list(runs), list(found), max(elbos)
 
 
 def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
@@ -709,7 +722,7 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
-                         num_particles=call_particles(options, found),
+                         num_particles=call_particles(options, sum(map(len, found))),
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
                          chain="collapsed" if problem.cells is None else "augmented",
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
