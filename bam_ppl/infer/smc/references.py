@@ -72,7 +72,10 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     at a high-probability allocation falls from it into the posterior's bulk; ``skip`` leaves its
     way there out of q. The chain runs the
     collapsed-Gibbs backend's sweeps (:func:`~bam_ppl.infer.gibbs.collapsed_numba.gibbs_sweeps`,
-    faster than the tempered kernel at β = 1, which also tracks the log terms) and releases the
+    faster than the tempered kernel at β = 1, which also tracks the log terms), the tokens in a
+    fixed order (a systematic scan: each update leaves the posterior invariant, and q only starts
+    the annealing, so the order bears on q's fit, never on the estimate's unbiasedness; it saves a
+    shuffle's random draw per token), and releases the
     GIL, so that the chains of several references run in threads. Returns log q (U, L), 0 where a configuration
     is not allowed (the kernel masks those)."""
     chain = start_chain(tp, None, config, seed)
@@ -134,7 +137,7 @@ class _Chain(NamedTuple):
     rng: np.random.Generator
     shifted: np.ndarray  # α + counts (kernel numbering), updated in place
     state: np.ndarray  # every token's configuration, updated in place
-    order: np.ndarray
+    order: np.ndarray  # the tokens in the order every sweep visits them (:func:`reference_from_chain`)
     out: np.ndarray  # (U, L) the cells' conditionals at the last call of ``conditionals``
     thin: int = REFERENCE_THIN
 
@@ -148,7 +151,7 @@ class _Chain(NamedTuple):
 
     def sweep(self, num_sweeps: int) -> int:
         if num_sweeps > 0:
-            gibbs_numba.gibbs_sweeps(self.rng, num_sweeps, True, self.shifted, self.state, self.order, self.rows,
+            gibbs_numba.gibbs_sweeps(self.rng, num_sweeps, False, self.shifted, self.state, self.order, self.rows,
                                      self.factorised)
         return num_sweeps
 
