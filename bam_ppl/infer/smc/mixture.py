@@ -200,7 +200,7 @@ class MixtureRun(NamedTuple):
 
 
 class Scouted(NamedTuple):
-    """What one start of the search found (:func:`search`): the reference ``log_q`` (U, L) its chain
+    """What one start of the search found (:func:`run_search`): the reference ``log_q`` (U, L) its chain
     built (None where an earlier start's reference covers where the chain got to, which then
     carries it: ``covered_by``, its index among the run's starts, −1 for a reference), the annealed
     scout's ``log_evidence`` (nan for a drawn one or a VB fit), the ``config`` its chain started
@@ -308,7 +308,7 @@ def run_share(options: MixtureOptions, num_runs: int) -> MixtureOptions:
 class CallSeeds(NamedTuple):
     """Every random stream of one call: ``runs`` (R, NUM_BLOCKS + 1, 2) uint32, each run's particle
     blocks and resampling; ``starts`` (R, 2·S + V, 2, 2) uint32, two for each start of each run's
-    search (:func:`search`); ``vb`` (R,) each run's key for its VB restarts."""
+    search (:func:`run_search`); ``vb`` (R,) each run's key for its VB restarts."""
 
     runs: np.ndarray
     starts: np.ndarray
@@ -618,7 +618,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
                          progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
 
-    Each of ``num_chains`` independent runs has a search of its own (:func:`search`), which builds a
+    Each of ``num_chains`` independent runs has a search of its own (:func:`run_search`), which builds a
     reference around each basin its scouts and VB fits find, and anneals particles from their
     mixture to the posterior (:func:`run_mixture`); the runs are pooled by log-mean-exp.
 
