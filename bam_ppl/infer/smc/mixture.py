@@ -679,9 +679,10 @@ def searched_runs(problem: MixtureProblem, share: MixtureOptions, prepared, key,
     thread where there are at least as many runs as cores (no run waits for another's blocks at each
     temperature), else over a pool of threads; the blocks' random streams make the result the same."""
     cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+    starts = run_starts(share)
     with jax.enable_x64(True):
-        seeds = call_seeds(key, num_runs, run_starts(share))
-    num_particles = call_particles(share, num_runs * run_starts(share))
+        seeds = call_seeds(key, num_runs, starts)
+    num_particles = call_particles(share, num_runs * starts)
 
     def one(r, block_pool):
         configs, elbo = vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
