@@ -70,3 +70,45 @@ def test_moved_particles_keep_their_counts_and_log_terms(name):
         np.testing.assert_allclose(particles.shifted[p], tp.concentration + counts)
         np.testing.assert_allclose(particles.log_prior[p] + particles.log_like[p], joint, atol=1e-9)
         np.testing.assert_allclose(particles.log_start[p], log_start, atol=1e-9)
+
+
+def test_a_changed_cell_gets_its_split_in_a_uniformly_random_arrangement():
+    """_place_split: a cell whose split changes gets every arrangement of it equally often (chi-square), a cell
+    whose split is unchanged keeps its tokens, and the counts follow the tokens."""
+    import itertools
+
+    cell_start = np.array([0, 3, 5])
+    row_base, row_offset, moved = np.zeros((1, 2), np.int64), np.array([[0, 1]]), np.array([0])
+    split = np.array([[2, 1], [1, 1]])  # cell 0 changes from (3, 0); cell 1 keeps (1, 1)
+    arrangement = np.empty(3, np.int64)
+    rng = np.random.default_rng(0)
+    seen = {}
+    for _ in range(3000):
+        config, counts = np.array([0, 0, 0, 1, 0]), np.array([4.0, 1.0])
+        split_moves._place_split(rng, split, config, counts, cell_start, row_base, row_offset, moved, arrangement)
+        assert config[3:].tolist() == [1, 0]
+        np.testing.assert_array_equal(counts, [3.0, 2.0])
+        seen[tuple(config[:3])] = seen.get(tuple(config[:3]), 0) + 1
+    assert set(seen) == set(itertools.permutations([0, 0, 1]))
+    observed = np.array(list(seen.values()))
+    assert chi2.sf(((observed - 1000) ** 2 / 1000).sum(), 2) > 1e-3
+
+
+def test_rotate_scans_every_token_once_from_any_start_in_either_direction():
+    from numba import njit
+
+    from bam_ppl.infer.kernels import rotate
+
+    @njit
+    def draw(rng, order):
+        rotate(rng, order)
+
+    rng, order, firsts = np.random.default_rng(1), np.empty(5, np.int64), []
+    for _ in range(2000):
+        draw(rng, order)
+        assert sorted(order) == list(range(5))
+        step = (order[1] - order[0]) % 5
+        assert step in (1, 4) and all((b - a) % 5 == step for a, b in zip(order[:-1], order[1:]))
+        firsts.append((order[0], step))
+    counts = np.unique(np.array(firsts), axis=0, return_counts=True)[1]
+    assert counts.size == 10 and chi2.sf(((counts - 200) ** 2 / 200).sum(), 9) > 1e-3
