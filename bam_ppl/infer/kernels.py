@@ -80,21 +80,6 @@ def shuffle(rng, order):
         order[i], order[j] = order[j], order[i]
 
 
-def rotate(rng, order):
-    """``order`` := the tokens 0 … T − 1 in stored order from a uniformly drawn first one, forward or backward with
-    probability 1/2 each, from one uniform of ``rng``. Each token's update leaves the target invariant, so any order
-    does; a sweep and its reverse are adjoint, so the average over both directions is reversible as a random scan
-    is; and the stored order reads memory in sequence, where a shuffle costs a uniform and a cache miss per token."""
-    n = order.shape[0]
-    draw = rng.random() * 2 * n
-    first = int(draw) % n
-    backward = draw >= n
-    for i in range(n):
-        token = i + first
-        token = token - n if token >= n else token
-        order[n - 1 - i if backward else i] = token
-
-
 def inverse_cdf(weight, target):
     """The first configuration whose cumulative weight exceeds ``target`` (uniform × total).
 
@@ -144,4 +129,4 @@ def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, d
 
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
-    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights", "rotate"), nogil=("shuffle",))
+    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights"), nogil=("shuffle",))

@@ -120,13 +120,6 @@ def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabel
     return ReverseRuns(log_weights, np.asarray(schedule))
 
 
-def arranged_at_random(configs: np.ndarray, token_cell: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Each row of ``configs`` (R, T) with every cell's tokens' configurations in a uniformly random arrangement
-    (``token_cell`` sorted): a posterior draw of the cells' splits becomes one of the tokens' configurations, as
-    the target is exchangeable within a cell and the sweeps scan the tokens in stored order (``kernels.rotate``)."""
-    return np.stack([row[np.lexsort((rng.random(row.size), token_cell))] for row in np.asarray(configs)])
-
-
 def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_sweeps: int, kernel: str,
                          key, relabellings: np.ndarray | None = None) -> np.ndarray:
     """log Z_0 − log w_r (R,) of one reverse run (:func:`reverse_anneal`) from each row of ``configs``
@@ -145,9 +138,9 @@ def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_swee
                 particles = NumbaParticles(tp, num_runs, seeds[:NUM_BLOCKS], pool)
             else:
                 particles = JaxParticles(tp, num_runs, key)
-            rng = np.random.default_rng(seeds[NUM_BLOCKS])
-            particles.set_configs(arranged_at_random(configs, tp.token_cell, rng))
-            runs = reverse_anneal(particles, tp, schedule, num_sweeps, relabellings, rng)
+            particles.set_configs(configs)
+            runs = reverse_anneal(particles, tp, schedule, num_sweeps, relabellings,
+                                  np.random.default_rng(seeds[NUM_BLOCKS]))
     finally:
         if pool is not None:
             pool.shutdown()

@@ -14,7 +14,7 @@ draw per table entry and per cell and configuration, whatever the number of toke
 
 Both act on the cells' counts n_ul (q and p depend on the tokens through them alone; the multinomial
 coefficients of the counts cancel from both ratios) and give the moved tokens their new
-configurations in a random arrangement within the cell (the target is exchangeable within a cell).
+configurations in cell order, which the target, exchangeable within a cell, cannot tell apart.
 p(S, X) is the product of the tables' Dirichlet-multinomial terms (Cemgil et al. 2019 eq. 2.9), read
 from the VB kernel's arrays (``bam_ppl.infer.variational.vb_numba.HostProblem``).
 """
@@ -33,7 +33,6 @@ from ..gibbs.augmented_numba import (
     posterior_concentration,
     split_draws,
 )
-from ..kernels import shuffle
 
 try:
     import numba
@@ -157,50 +156,34 @@ def _split_of(config, token_cell, split) -> None:
         split[token_cell[t], config[t]] += 1
 
 
-def _place_split(rng, split, config, counts, cell_start, row_base, row_offset, moved, arrangement) -> None:
-    """Give the tokens of every cell whose split changed the configurations of ``split`` in a uniformly random
-    arrangement (``arrangement``: room for the most tokens of a cell), moving each changed token's increments in
-    ``counts`` (α + counts, kernel numbering); a cell whose split is unchanged keeps its tokens. The target is
-    exchangeable within a cell, so given the split every arrangement is as likely, and the move stays invariant
-    token by token whatever order the sweeps visit the tokens in (``kernels.rotate`` scans in stored order)."""
-    num_configs = split.shape[1]
+def _place_split(split, config, counts, cell_start, row_base, row_offset, moved) -> None:
+    """Give the tokens of every cell the configurations of ``split`` in cell order, moving each changed
+    token's increments in ``counts`` (α + counts, kernel numbering). The move is invariant over the splits;
+    the Gibbs sweeps' fresh random order (``kernels.shuffle``) makes the arrangement within a cell irrelevant
+    to them. A sweep in a fixed order would need a cell's tokens placed in random order here."""
     for u in range(split.shape[0]):
-        first, stop = cell_start[u], cell_start[u + 1]
-        changed = False
-        for l in range(num_configs):
-            held = 0
-            for t in range(first, stop):
-                held += config[t] == l
-            changed = changed or held != split[u, l]
-        if not changed:
-            continue
-        n = 0
-        for l in range(num_configs):
+        t = cell_start[u]
+        for l in range(split.shape[1]):
             for _ in range(split[u, l]):
-                arrangement[n] = l
-                n += 1
-        shuffle(rng, arrangement[:n])
-        for i in range(n):
-            t, new = first + i, arrangement[i]
-            old = config[t]
-            if old != new:
-                for m in moved:
-                    counts[row_base[m, u] + row_offset[m, old]] -= 1.0
-                    counts[row_base[m, u] + row_offset[m, new]] += 1.0
-                config[t] = new
+                old = config[t]
+                if old != l:
+                    for m in moved:
+                        counts[row_base[m, u] + row_offset[m, old]] -= 1.0
+                        counts[row_base[m, u] + row_offset[m, l]] += 1.0
+                    config[t] = l
+                t += 1
 
 
 def split_moves_block(rng, block, beta, num_pairs, particles, problem, log_q, work) -> None:
     """:func:`split_moves` for particles ``block`` = (first, stop) of ``particles`` (the tempered kernel's
     ``ParticleArrays``), whose log L and log start take the changes of log p and log q; ``problem`` is a
     :class:`SplitProblem`."""
-    arrangement = np.empty(int(np.max(np.diff(problem.cell_start))), np.int64)
     for p in range(block[0], block[1]):
         _split_of(particles.config[p], problem.token_cell, work.split)
         change_p, change_ref = split_moves(rng, beta, num_pairs, work, problem.cells, log_q)
         if change_p != 0.0 or change_ref != 0.0:
-            _place_split(rng, work.split, particles.config[p], particles.shifted[p], problem.cell_start,
-                         problem.row_base, problem.row_offset, problem.moved, arrangement)
+            _place_split(work.split, particles.config[p], particles.shifted[p], problem.cell_start, problem.row_base,
+                         problem.row_offset, problem.moved)
             particles.log_like[p] += change_p
             particles.log_start[p] += change_ref
 

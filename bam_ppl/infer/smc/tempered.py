@@ -24,8 +24,7 @@ sampling", Statistics and Computing). Each step
    fixed ``schedule`` (then the estimate is unbiased);
 2. adds log Σ_p W_p L(z_p)^{Δβ} (normalised previous weights W) to log Z;
 3. resamples (systematic) when the ESS falls below P / 2;
-4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant (numba kernel:
-   the tokens in stored order from a random one, forward or backward, :func:`~bam_ppl.infer.kernels.rotate`): a
+4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant: a
    token is removed and redrawn with probability ∝ [latent-table urn factors] ×
    [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.collapsed.build_problem`).
    Optionally (``cell_moves``, ``pair_moves``, ``node_moves``; numba kernel) Metropolis–Hastings

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import compile_numba, rotate, shuffle, unrolled
+from ..kernels import compile_numba, shuffle, unrolled
 from .tempered_problem import (
     TemperedProblem,
     counts_of_configs,
@@ -526,8 +526,8 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
     :func:`_factorised_block`).
 
     ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
-    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (each in stored
-    order from a random token, :func:`~bam_ppl.infer.kernels.rotate`), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
+    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
+    order per sweep), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
     counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
     configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
@@ -548,10 +548,7 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
             _sweeps_rows_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, token_cell, st,
                                    row_tables, scratch)
         for _ in range(0 if by_rows else 1 if mode == _URN else moves.num_sweeps):
-            if mode == _URN:
-                shuffle(rng, order)
-            else:
-                rotate(rng, order)
+            shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
                 cell = token_cell[token]

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import FASTMATH, compile_numba, inverse_cdf, rotate
+from ..kernels import FASTMATH, compile_numba, inverse_cdf, shuffle
 
 try:
     import numba
@@ -104,7 +104,7 @@ def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scrat
     for c in range(num_configs):
         _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
     for _ in range(num_sweeps):
-        rotate(rng, order)
+        shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
             old = conf[token]
@@ -246,7 +246,7 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     for c in range(num_configs):
         constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
     for _ in range(num_sweeps):
-        rotate(rng, order)
+        shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
             old = conf[token]
@@ -322,7 +322,7 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
     n = _token_counts(counts, st)
     before = n.copy()
     for _ in range(num_sweeps):
-        rotate(rng, order)
+        shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
             cell = token_cell[token]
