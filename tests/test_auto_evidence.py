@@ -103,6 +103,9 @@ def test_auto_passes_effort_and_the_engines_options_on():
     assert (engine.effort, engine.num_runs, engine.num_scouts) == (0.5, 3, 3) and est.info.effort == 0.5
     assert [len(own) for own in engine.chain_sweeps] == [2 * 1 + 2] * 3
     assert engine.num_particles == mixture.particles_for(mixture.effort_sizes(0.5), 3 * (2 * 1 + 2) + 1)
+    # Each run's estimate shared out among its references and the defensive component at the end.
+    for shares, built in zip(engine.component_shares, engine.num_references):
+        assert len(shares) == built + 1 and min(shares) >= 0.0 and abs(sum(shares) - 1.0) < 1e-5
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
         bam.log_evidence(model, MEDIUM, start=None)
 

@@ -133,6 +133,7 @@ class MixtureParticles(NumbaParticles):
         kept = sizes > 0  # a component without particles leaves the mixture, the last weights too
         weights = start.log_weights[kept]
         self.start = MixtureStart(start.log_q[kept], weights - _log_sum_exp(weights))
+        self.kept = kept
         self.sizes = sizes[kept]
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
@@ -191,12 +192,14 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
 
 
 class MixtureRun(NamedTuple):
-    """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run and its
-    moves of whole cells (:attr:`MixtureParticles.split_moves`)."""
+    """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run, its
+    moves of whole cells (:attr:`MixtureParticles.split_moves`) and the share of its estimate that each
+    component of its start carries at the end (0 for one that got no particles; nan where not summed)."""
 
     log_evidence: float
     run: TemperedRun
     split_moves: np.ndarray
+    component_shares: np.ndarray
 
 
 class Scouted(NamedTuple):
@@ -486,7 +489,11 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     run = _one_run(particles, with_reference(tp, particles.start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
                    PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
                    final_log_weights=last_weights)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run, particles.split_moves)
+    shares = np.full(start.log_weights.size, np.nan)
+    if run.final_log_w is not None:
+        shares[:] = 0.0
+        shares[particles.kept] = np.bincount(particles.component, np.exp(run.final_log_w), particles.sizes.size)
+    return MixtureRun(run.log_evidence + run.log_relabelled, run, particles.split_moves, shares)
 
 
 @dataclass(frozen=True)
@@ -727,7 +734,8 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
                          chain="collapsed" if problem.cells is None else "augmented",
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
-                         num_references=[sum(f.log_q is not None for f in own) for own in found]))
+                         num_references=[sum(f.log_q is not None for f in own) for own in found],
+                         component_shares=[np.round(run.component_shares, 6).tolist() for run in runs]))
 
 
 def _acceptance(moves: np.ndarray) -> tuple:

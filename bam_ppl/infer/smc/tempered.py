@@ -259,6 +259,8 @@ class TemperedRun(NamedTuple):
     degenerate_start: bool  # most draws from π₀ had the same likelihood
     block_moves: np.ndarray  # (3, 2) cell, pair and node moves: proposed, accepted
     log_relabelled: float  # log Σ_p W_p |G| w(z_p) to add for the label symmetries: 0 without; nan where not summed
+    # Each particle's normalised share of the estimate at β = 1, the last reweighting included (None where not summed).
+    final_log_w: np.ndarray | None = None
 
 
 class TemperedResult(NamedTuple):
@@ -354,15 +356,14 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={path.rho}); lower rho, or use "
                                "method='smc' for models with very small concentrations")
     log_w, log_z = state.log_w, state.log_z
-    log_relabelled = 0.0
-    if final_log_weights is not None:
-        weights = final_log_weights(particles)
+    log_relabelled, final_log_w = 0.0, log_w
+    if final_log_weights is not None or (symmetry is not None and symmetry.log_order > 0):
+        weights = final_log_weights(particles) if final_log_weights is not None else \
+            symmetric_log_weights(tp, np.asarray(particles.config), symmetry)
         log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
-    elif symmetry is not None and symmetry.log_order > 0:
-        weights = symmetric_log_weights(tp, np.asarray(particles.config), symmetry)
-        log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
+        final_log_w = None if weights is None else log_w + weights - log_relabelled
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,
-                       particles.block_moves.copy(), float(log_relabelled))
+                       particles.block_moves.copy(), float(log_relabelled), final_log_w)
 
 
 def relabelled_terms(runs, symmetry) -> np.ndarray:
