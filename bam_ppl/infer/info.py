@@ -159,8 +159,8 @@ class MixtureInfo(NamedTuple):
     #: For each run, the references its search built (one per basin region its starts reached, and one from the
     #: first start of each kind; the other starts stopped where one of them covers).
     num_references: list = ()
-    #: For each run, the share of its estimate that each component of its start carries at β = 1: its references
-    #: in the order its search built them, the defensive component last (nan where the last reweighting could
+    #: For each run, the share of its estimate that each component of its start carries at β = 1, its references
+    #: in the order its search built them and the defensive component last (nan where the last reweighting could
     #: not be summed). Resampling moves particles between components, so one share near 1 says that the run
     #: counted the basin of that one reference.
     component_shares: list = ()
