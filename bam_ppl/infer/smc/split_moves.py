@@ -159,8 +159,9 @@ def _split_of(config, token_cell, split) -> None:
 def _place_split(split, config, counts, cell_start, row_base, row_offset, moved) -> None:
     """Give the tokens of every cell the configurations of ``split`` in cell order, moving each changed
     token's increments in ``counts`` (α + counts, kernel numbering). The move is invariant over the splits;
-    the Gibbs sweeps' fresh random order (``kernels.shuffle``) makes the arrangement within a cell irrelevant
-    to them. A sweep in a fixed order would need a cell's tokens placed in random order here."""
+    the Gibbs sweeps' fresh random order (``NumbaParticles.random_order``, set where these moves run) makes the
+    arrangement within a cell irrelevant to them. A sweep in a fixed order would need a cell's tokens placed in
+    random order here."""
     for u in range(split.shape[0]):
         t = cell_start[u]
         for l in range(split.shape[1]):

@@ -103,7 +103,8 @@ class Scratch(NamedTuple):
 
 class Moves(NamedTuple):
     """What a pass does to each particle: ``mode`` _URN draws every token from the start at β = 0;
-    _SWEEP does Gibbs sweeps targeting π_β, then cell, pair and node block moves."""
+    _SWEEP does Gibbs sweeps targeting π_β, the tokens in a fresh random order each sweep where
+    ``random_order`` (else in a fixed order, a systematic scan), then cell, pair and node block moves."""
 
     mode: int
     beta: float
@@ -111,6 +112,7 @@ class Moves(NamedTuple):
     num_cell_moves: int
     num_pair_moves: int
     num_node_moves: int
+    random_order: bool
 
 
 class ParticleArrays(NamedTuple):
@@ -513,9 +515,9 @@ def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, sha
         particle = OneParticle(particles.shifted[p], particles.config[p], logs)
         logs[:] = 0.0
         if tables.power.shape[0] > 0:
-            _sweeps_tabulated(rng, moves.num_sweeps, particle, order, fast_layout, st, tables, scratch.weight)
+            _sweeps_tabulated(rng, moves.num_sweeps, moves.random_order, particle, order, fast_layout, st, tables, scratch.weight)
         else:
-            _sweeps_factorised(rng, moves.num_sweeps, beta, particle, order, fast_layout, st, scratch)
+            _sweeps_factorised(rng, moves.num_sweeps, moves.random_order, beta, particle, order, fast_layout, st, scratch)
         _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
@@ -526,8 +528,8 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
     :func:`_factorised_block`).
 
     ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
-    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (a fresh random
-    order per sweep), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
+    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (in a fresh random
+    order per sweep where ``moves.random_order``), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
     counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
     configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
@@ -545,10 +547,11 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
         counts, conf = particles.shifted[p], particles.config[p]
         logs[:] = 0.0
         if by_rows:
-            _sweeps_rows_tabulated(rng, moves.num_sweeps, OneParticle(counts, conf, logs), order, token_cell, st,
+            _sweeps_rows_tabulated(rng, moves.num_sweeps, moves.random_order, OneParticle(counts, conf, logs), order, token_cell, st,
                                    row_tables, scratch)
         for _ in range(0 if by_rows else 1 if mode == _URN else moves.num_sweeps):
-            shuffle(rng, order)
+            if mode == _URN or moves.random_order:
+                shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
                 cell = token_cell[token]
@@ -661,7 +664,14 @@ class NumbaParticles:
 
     Block b draws from a Generator seeded by ``keys[b]``; blocks run in threads (the kernel
     releases the GIL), so results do not depend on the number of cores.
+
+    The Gibbs sweeps visit the tokens in a fixed order (a systematic scan: each update leaves π_β
+    invariant, so their composition does, and it saves a random draw per token) unless
+    ``random_order``: a move that re-places a cell's tokens in cell order (the mixture start's cell
+    moves) leaves the arrangement within the cell to the next sweep's random order.
     """
+
+    random_order = False
 
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool: ThreadPoolExecutor):
         self.tp = tp
@@ -685,7 +695,7 @@ class NumbaParticles:
         self.accepted[:] = 0
         tp = self.tp
 
-        moves = Moves(mode, float(beta), num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
+        moves = Moves(mode, float(beta), num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, self.random_order)
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
                                    self.accepted)
 

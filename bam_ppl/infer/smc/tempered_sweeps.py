@@ -86,7 +86,7 @@ def _factorised_factors(counts, token_starts, varying_ends, token, constant_lat,
                 vis[c] /= counts[first + c]
 
 
-def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scratch):
+def _sweeps_factorised(rng, num_sweeps, random_order, beta, particle, order, layout, st, scratch):
     """``num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β, as the _SWEEP pass of
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
@@ -104,7 +104,8 @@ def _sweeps_factorised(rng, num_sweeps, beta, particle, order, layout, st, scrat
     for c in range(num_configs):
         _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
     for _ in range(num_sweeps):
-        shuffle(rng, order)
+        if random_order:
+            shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
             old = conf[token]
@@ -227,7 +228,7 @@ def _set_counts(counts, n, before, f):
             counts[e] = f.entry_base[i] + n[e]
 
 
-def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weight):
+def _sweeps_tabulated(rng, num_sweeps, random_order, particle, order, layout, st, tables, weight):
     """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
     at the entries' integer token counts instead of one log and one exp per configuration, and the
@@ -246,7 +247,8 @@ def _sweeps_tabulated(rng, num_sweeps, particle, order, layout, st, tables, weig
     for c in range(num_configs):
         constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
     for _ in range(num_sweeps):
-        shuffle(rng, order)
+        if random_order:
+            shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
             old = conf[token]
@@ -307,7 +309,7 @@ def _rows_tables(beta, st, num_tokens, wanted):
     return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
-def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tables, scratch):
+def _sweeps_rows_tabulated(rng, num_sweeps, random_order, particle, order, token_cell, st, tables, scratch):
     """``num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
     shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) at the
@@ -322,7 +324,8 @@ def _sweeps_rows_tabulated(rng, num_sweeps, particle, order, token_cell, st, tab
     n = _token_counts(counts, st)
     before = n.copy()
     for _ in range(num_sweeps):
-        shuffle(rng, order)
+        if random_order:
+            shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
             cell = token_cell[token]
