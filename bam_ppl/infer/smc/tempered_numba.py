@@ -515,9 +515,9 @@ def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, sha
         particle = OneParticle(particles.shifted[p], particles.config[p], logs)
         logs[:] = 0.0
         if tables.power.shape[0] > 0:
-            _sweeps_tabulated(rng, moves.num_sweeps, moves.random_order, particle, order, fast_layout, st, tables, scratch.weight)
+            _sweeps_tabulated(rng, moves, particle, order, fast_layout, st, tables, scratch.weight)
         else:
-            _sweeps_factorised(rng, moves.num_sweeps, moves.random_order, beta, particle, order, fast_layout, st, scratch)
+            _sweeps_factorised(rng, moves, particle, order, fast_layout, st, scratch)
         _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
@@ -547,7 +547,7 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
         counts, conf = particles.shifted[p], particles.config[p]
         logs[:] = 0.0
         if by_rows:
-            _sweeps_rows_tabulated(rng, moves.num_sweeps, moves.random_order, OneParticle(counts, conf, logs), order, token_cell, st,
+            _sweeps_rows_tabulated(rng, moves, OneParticle(counts, conf, logs), order, token_cell, st,
                                    row_tables, scratch)
         for _ in range(0 if by_rows else 1 if mode == _URN else moves.num_sweeps):
             if mode == _URN or moves.random_order:

@@ -86,8 +86,9 @@ def _factorised_factors(counts, token_starts, varying_ends, token, constant_lat,
                 vis[c] /= counts[first + c]
 
 
-def _sweeps_factorised(rng, num_sweeps, random_order, beta, particle, order, layout, st, scratch):
-    """``num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β, as the _SWEEP pass of
+def _sweeps_factorised(rng, moves, particle, order, layout, st, scratch):
+    """``moves.num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β (``moves``: a
+    :class:`~bam_ppl.infer.smc.tempered_numba.Moves`; its ``random_order``), as the _SWEEP pass of
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
@@ -103,8 +104,8 @@ def _sweeps_factorised(rng, num_sweeps, random_order, beta, particle, order, lay
     constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
     for c in range(num_configs):
         _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
-    for _ in range(num_sweeps):
-        if random_order:
+    for _ in range(moves.num_sweeps):
+        if moves.random_order:
             shuffle(rng, order)
         for position in range(num_tokens):
             token = order[position]
@@ -116,7 +117,7 @@ def _sweeps_factorised(rng, num_sweeps, random_order, beta, particle, order, lay
             for c in range(num_configs):
                 if referenced:
                     start[c] = log_reference[cell, c]
-                weight[c] = _linear_weight(lat, vis, start, c, beta, referenced)
+                weight[c] = _linear_weight(lat, vis, start, c, moves.beta, referenced)
             new = _draw(rng, weight)
             _shift_factorised(counts, token_starts, token, constant_starts, new, 1.0)
             _set_constant(counts, constant_starts, constant_ends, new, constant_lat, constant_vis)
@@ -228,7 +229,7 @@ def _set_counts(counts, n, before, f):
             counts[e] = f.entry_base[i] + n[e]
 
 
-def _sweeps_tabulated(rng, num_sweeps, random_order, particle, order, layout, st, tables, weight):
+def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
     """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
     at the entries' integer token counts instead of one log and one exp per configuration, and the
@@ -246,8 +247,8 @@ def _sweeps_tabulated(rng, num_sweeps, random_order, particle, order, layout, st
     constant = np.empty(num_configs)
     for c in range(num_configs):
         constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
-    for _ in range(num_sweeps):
-        if random_order:
+    for _ in range(moves.num_sweeps):
+        if moves.random_order:
             shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
@@ -309,8 +310,8 @@ def _rows_tables(beta, st, num_tokens, wanted):
     return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
-def _sweeps_rows_tabulated(rng, num_sweeps, random_order, particle, order, token_cell, st, tables, scratch):
-    """``num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
+def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, scratch):
+    """``moves.num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
     shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) at the
     row's entry at the token's cell and configuration, counted in integers as in :func:`_sweeps_tabulated`;
@@ -323,8 +324,8 @@ def _sweeps_rows_tabulated(rng, num_sweeps, random_order, particle, order, token
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
     n = _token_counts(counts, st)
     before = n.copy()
-    for _ in range(num_sweeps):
-        if random_order:
+    for _ in range(moves.num_sweeps):
+        if moves.random_order:
             shuffle(rng, order)
         for position in range(order.shape[0]):
             token = order[position]
