@@ -456,7 +456,7 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
     with jax.enable_x64(True):
         problem = vb.build_problem(bound, data, layout)
         init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
-        result = vb.run(init_keys, problem, num_iters=ENGINE.vb_iters, tol=ENGINE.vb_tol,
+        result = vb.run(init_keys, problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,  # the kept fits to their optimum
                         screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts,
                         # the numba kernel: XLA would compile the step anew for every data shape
                         engine="numba")
@@ -528,9 +528,6 @@ class EngineConfig:
     vb_starts: int = 4
     # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
     vb_screen_iters: int = 200
-    # Iterations and relative tolerance of the kept VB restarts: to their optimum.
-    vb_iters: int = 1000
-    vb_tol: float = 1e-8
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
     # Independent runs, each with its own search: their spread is the stated error.

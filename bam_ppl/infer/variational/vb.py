@@ -58,6 +58,10 @@ LOG_THETA_INITS = ("tables", "dirichlet")
 INIT_EXTRA_CONCENTRATION = 0.1  # the paper's code: Dirichlet(α + 0.1) columns for ``init="dirichlet"``
 CHUNK_ITERS = 25
 """Iterations per compiled scan; convergence and the progress bar are checked between chunks."""
+# A restart runs to its optimum: the relative ELBO change falls below TOL (double precision's reach over
+# the sums of a few thousand cells) well within NUM_ITERS coordinate-ascent iterations.
+NUM_ITERS = 1000
+TOL = 1e-8
 MIN_BATCH = 16  # restarts run side by side at the least in evidence calls (:func:`iterate`, vb_log_evidence)
 
 AUTO_PROGRESS_WORK = 5e8
@@ -621,7 +625,7 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
 @register("vb", models=(AllocationModel,))
 @restart_layout("chain", "final_elbo")
 @renamed_options(num_restarts="num_chains")
-def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_chains: int = 1,
+def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, num_chains: int = 1,
        init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None, engine: str = "jax",
        _first_chain: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
@@ -689,7 +693,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8, num_
 
 @register_evidence("vb", models=(AllocationModel,))
 @renamed_options(num_restarts="num_chains")
-def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = 1000, tol: float = 1e-8,
+def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL,
                     num_chains: int = 10, init: str = "tables", progress_bar: bool | None = None,
                     screen_iters: int | None = None, screen_keep: int = 10, start=None, engine: str = "jax"):
     """The best ELBO over ``num_chains`` VB runs (restarts): a lower bound on log L_X (Cemgil et al.
