@@ -167,14 +167,15 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
             config[token] = new
 
 
-def _constant_factor(shifted, numerator_starts, denominator_starts, c):
-    """Product over the cell-independent rows of the weight of configuration ``c``: one division."""
+def _constant_factor(shifted, numerator_starts, denominator_starts, c, removed):
+    """Product over the cell-independent rows of the weight of configuration ``c``: one division; with
+    ``removed`` (1.0 or 0.0) that many tokens fewer at each entry, read without writing."""
     top = 1.0
     for start in numerator_starts:
-        top *= shifted[start + c]
+        top *= shifted[start + c] - removed
     bottom = 1.0
     for start in denominator_starts:
-        bottom *= shifted[start + c]
+        bottom *= shifted[start + c] - removed
     return top / bottom
 
 
@@ -188,6 +189,10 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     ``tokens[t] = (configuration, start of each varying row at t's cell)``. The draws consume
     ``rng`` as :func:`_place_tokens` does: a shuffle, then one uniform per token. ``rows`` is a
     :class:`FactorisedRows`; its constant rows' starts are tuples (:func:`~bam_ppl.infer.kernels.unrolled`).
+    The token's own configuration reads its entries less one instead of taking the token out and
+    putting it back: a token that stays (most, in a basin) writes nothing, and every entry holds
+    concentration + count, from which subtracting and adding back one is exact, so the draws are
+    those of taking it out.
     """
     num_configs, num_varying_numerators = rows.num_configs, rows.num_varying_numerators
     numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
@@ -195,7 +200,7 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     num_varying = tokens.shape[1] - 1
     factor = np.empty(num_configs)
     for c in range(num_configs):
-        factor[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c)
+        factor[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c, 0.0)
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
@@ -203,40 +208,42 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
         for position in range(num_tokens):
             token = order[position]
             old = tokens[token, 0]
-            # The moves are written out: a helper function was slower.
-            for v in range(1, num_varying + 1):
-                shifted[tokens[token, v] + old] -= 1.0
-            for start in numerator_starts:
-                shifted[start + old] -= 1.0
-            for start in denominator_starts:
-                shifted[start + old] -= 1.0
-            factor[old] = _constant_factor(shifted, numerator_starts, denominator_starts, old)
+            left = _constant_factor(shifted, numerator_starts, denominator_starts, old, 1.0)
             if num_varying == 2 and num_varying_numerators == 2:  # NMF, LDA: one fused loop
                 first, second = tokens[token, 1], tokens[token, 2]
                 for c in range(num_configs):
                     weight[c] = factor[c] * shifted[first + c] * shifted[second + c]
+                weight[old] = left * (shifted[first + old] - 1.0) * (shifted[second + old] - 1.0)
             else:
                 for c in range(num_configs):  # not weight[:] = factor: numba's shape checks take seconds to compile
                     weight[c] = factor[c]
+                weight[old] = left
                 for v in range(num_varying):
                     start = tokens[token, 1 + v]
                     if v < num_varying_numerators:
                         for c in range(num_configs):
-                            weight[c] *= shifted[start + c]
+                            weight[c] *= shifted[start + c] - (1.0 if c == old else 0.0)
                     else:
                         for c in range(num_configs):
-                            weight[c] /= shifted[start + c]
+                            weight[c] /= shifted[start + c] - (1.0 if c == old else 0.0)
             total = 0.0
             for c in range(num_configs):
                 total += weight[c]
             new = _inverse_cdf(weight, rng.random() * total)
+            if new == old:
+                continue
+            # The moves are written out: a helper function was slower.
             for v in range(1, num_varying + 1):
+                shifted[tokens[token, v] + old] -= 1.0
                 shifted[tokens[token, v] + new] += 1.0
             for start in numerator_starts:
+                shifted[start + old] -= 1.0
                 shifted[start + new] += 1.0
             for start in denominator_starts:
+                shifted[start + old] -= 1.0
                 shifted[start + new] += 1.0
-            factor[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new)
+            factor[old] = left
+            factor[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 0.0)
             tokens[token, 0] = new
 
 

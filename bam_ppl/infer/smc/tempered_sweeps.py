@@ -183,14 +183,14 @@ def _tables_pay(layout, f, st, num_sweeps):
     return f.tabulated and table_size <= num_sweeps * num_tokens * num_configs
 
 
-def _constant_power(n, starts, power, first_row, c):
+def _constant_power(n, starts, power, first_row, c, removed):
     """The constant rows' factor of configuration c, read from the tables (their rows from ``first_row`` on)
-    at the token counts ``n``, the rows' starts a tuple (:func:`~bam_ppl.infer.kernels.unrolled`). It takes
-    the arrays, not the NamedTuples that hold them: inlined twice per token, those made the sweep markedly
-    slower (``benchmarks/tempered_baseline.py``)."""
+    at the token counts ``n`` less ``removed``, the rows' starts a tuple (:func:`~bam_ppl.infer.kernels.unrolled`).
+    It takes the arrays, not the NamedTuples that hold them: inlined twice per token, those made the sweep
+    markedly slower (``benchmarks/tempered_baseline.py``)."""
     factor, row = 1.0, first_row
     for start in starts:
-        factor *= power[row, n[start + c]]
+        factor *= power[row, n[start + c] - removed]
         row += 1
     return factor
 
@@ -246,7 +246,7 @@ def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
     before = n.copy()
     constant = np.empty(num_configs)
     for c in range(num_configs):
-        constant[c] = _constant_power(n, constant_starts, power, num_varying, c)
+        constant[c] = _constant_power(n, constant_starts, power, num_varying, c, 0)
     for _ in range(moves.num_sweeps):
         if moves.random_order:
             shuffle(rng, order)
@@ -254,20 +254,25 @@ def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
             token = order[position]
             old = conf[token]
             cell = token_cell[token]
-            _shift_factorised(n, token_starts, token, constant_starts, old, -1)
-            constant[old] = _constant_power(n, constant_starts, power, num_varying, old)
+            # The token's own configuration reads its counts less one: a token that stays writes nothing.
+            left = _constant_power(n, constant_starts, power, num_varying, old, 1)
             total = 0.0
             for c in range(num_configs):
-                w = start[cell if referenced else 0, c] * constant[c]
+                removed = 1 if c == old else 0
+                w = start[cell if referenced else 0, c] * (left if removed else constant[c])
                 for v in range(num_varying):
-                    w *= power[v, n[token_starts[token, v] + c]]
+                    w *= power[v, n[token_starts[token, v] + c] - removed]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
+            if new == old:
+                continue
             if referenced:
                 logs[2] += log_reference[cell, new] - log_reference[cell, old]
+            _shift_factorised(n, token_starts, token, constant_starts, old, -1)
             _shift_factorised(n, token_starts, token, constant_starts, new, 1)
-            constant[new] = _constant_power(n, constant_starts, power, num_varying, new)
+            constant[old] = left
+            constant[new] = _constant_power(n, constant_starts, power, num_varying, new, 0)
             conf[token] = new
     _log_gamma_change(n, before, f, tables, logs)
     _set_counts(counts, n, before, f)
