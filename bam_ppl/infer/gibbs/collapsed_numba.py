@@ -198,9 +198,10 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
     num_tokens = order.shape[0]
     num_varying = tokens.shape[1] - 1
-    factor = np.empty(num_configs)
+    factor, left = np.empty(num_configs), np.empty(num_configs)  # left: with one token fewer
     for c in range(num_configs):
         factor[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c, 0.0)
+        left[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c, 1.0)
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
@@ -208,16 +209,15 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
         for position in range(num_tokens):
             token = order[position]
             old = tokens[token, 0]
-            left = _constant_factor(shifted, numerator_starts, denominator_starts, old, 1.0)
             if num_varying == 2 and num_varying_numerators == 2:  # NMF, LDA: one fused loop
                 first, second = tokens[token, 1], tokens[token, 2]
                 for c in range(num_configs):
                     weight[c] = factor[c] * shifted[first + c] * shifted[second + c]
-                weight[old] = left * (shifted[first + old] - 1.0) * (shifted[second + old] - 1.0)
+                weight[old] = left[old] * (shifted[first + old] - 1.0) * (shifted[second + old] - 1.0)
             else:
                 for c in range(num_configs):  # not weight[:] = factor: numba's shape checks take seconds to compile
                     weight[c] = factor[c]
-                weight[old] = left
+                weight[old] = left[old]
                 for v in range(num_varying):
                     start = tokens[token, 1 + v]
                     if v < num_varying_numerators:
@@ -242,8 +242,10 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             for start in denominator_starts:
                 shifted[start + old] -= 1.0
                 shifted[start + new] += 1.0
-            factor[old] = left
+            factor[old] = left[old]
+            left[old] = _constant_factor(shifted, numerator_starts, denominator_starts, old, 1.0)
             factor[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 0.0)
+            left[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 1.0)
             tokens[token, 0] = new
 
 
