@@ -320,8 +320,10 @@ def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, ro
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
     _place_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_place_tokens)
-    _constant_factor = numba.njit(inline="always", cache=True)(_constant_factor)
-    _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_factorised)
+    _constant_factor = numba.njit(inline="always", cache=True, error_model="numpy")(_constant_factor)
+    # NumPy's division: the product with one token fewer of a configuration that holds none may divide by
+    # zero; it is recomputed before any token reads it (a token entering the configuration).
+    _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, error_model="numpy")(_sweep_factorised)
 
 
 def contiguous_relabelling(row_base, row_offset, size):
