@@ -182,42 +182,36 @@ def _constant_factor(shifted, numerator_starts, denominator_starts, c, removed):
 def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     """``num_sweeps`` Gibbs sweeps of one chain, in place, when every row reads consecutive entries.
 
-    The weight of configuration c (eq. 4.1 with the token removed, eq. 4.4) is factor[c] times
-    ∏ shifted[start + c] over the token's varying numerator rows, divided by the same product
-    over its varying denominator rows; factor[c] is the product over the rows every token reads
-    at the same place (``numerator_starts``, ``denominator_starts``). Each record
-    ``tokens[t] = (configuration, start of each varying row at t's cell)``. The draws consume
-    ``rng`` as :func:`_place_tokens` does: a shuffle, then one uniform per token. ``rows`` is a
-    :class:`FactorisedRows`; its constant rows' starts are tuples (:func:`~bam_ppl.infer.kernels.unrolled`).
-    The token's own configuration reads its entries less one instead of taking the token out and
-    putting it back: a token that stays (most, in a basin) writes nothing, and every entry holds
-    concentration + count, from which subtracting and adding back one is exact, so the draws are
-    those of taking it out.
+    The weight of configuration c (eq. 4.1 with the token removed, eq. 4.4) is factor[c], the product
+    over the rows every token reads at one place (``rows``: :class:`FactorisedRows`), times the token's
+    varying numerator rows over its varying denominator rows; ``tokens[t]`` = (configuration, start of
+    each varying row at t's cell). ``rng`` is consumed as :func:`_place_tokens` does. The token's own
+    configuration reads its entries less one (exact on concentration + count), so a token that stays
+    writes nothing and the draws are those of taking it out and putting it back.
     """
     num_configs, num_varying_numerators = rows.num_configs, rows.num_varying_numerators
     numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
-    num_tokens = order.shape[0]
     num_varying = tokens.shape[1] - 1
-    factor, left = np.empty(num_configs), np.empty(num_configs)  # left: with one token fewer
+    factor = np.empty(num_configs)
     for c in range(num_configs):
         factor[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c, 0.0)
-        left[c] = _constant_factor(shifted, numerator_starts, denominator_starts, c, 1.0)
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
             _shuffle(rng, order)
-        for position in range(num_tokens):
+        for position in range(order.shape[0]):
             token = order[position]
             old = tokens[token, 0]
+            left = _constant_factor(shifted, numerator_starts, denominator_starts, old, 1.0)
             if num_varying == 2 and num_varying_numerators == 2:  # NMF, LDA: one fused loop
                 first, second = tokens[token, 1], tokens[token, 2]
                 for c in range(num_configs):
                     weight[c] = factor[c] * shifted[first + c] * shifted[second + c]
-                weight[old] = left[old] * (shifted[first + old] - 1.0) * (shifted[second + old] - 1.0)
+                weight[old] = left * (shifted[first + old] - 1.0) * (shifted[second + old] - 1.0)
             else:
                 for c in range(num_configs):  # not weight[:] = factor: numba's shape checks take seconds to compile
                     weight[c] = factor[c]
-                weight[old] = left[old]
+                weight[old] = left
                 for v in range(num_varying):
                     start = tokens[token, 1 + v]
                     if v < num_varying_numerators:
@@ -242,10 +236,8 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             for start in denominator_starts:
                 shifted[start + old] -= 1.0
                 shifted[start + new] += 1.0
-            factor[old] = left[old]
-            left[old] = _constant_factor(shifted, numerator_starts, denominator_starts, old, 1.0)
+            factor[old] = left
             factor[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 0.0)
-            left[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 1.0)
             tokens[token, 0] = new
 
 
@@ -320,10 +312,8 @@ def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, ro
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
     _place_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_place_tokens)
-    _constant_factor = numba.njit(inline="always", cache=True, error_model="numpy")(_constant_factor)
-    # NumPy's division: the product with one token fewer of a configuration that holds none may divide by
-    # zero; it is recomputed before any token reads it (a token entering the configuration).
-    _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH, error_model="numpy")(_sweep_factorised)
+    _constant_factor = numba.njit(inline="always", cache=True)(_constant_factor)
+    _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_factorised)
 
 
 def contiguous_relabelling(row_base, row_offset, size):
