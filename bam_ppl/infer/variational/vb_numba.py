@@ -1,7 +1,9 @@
 """The VB iteration of :mod:`bam_ppl.infer.variational.vb` as a numba kernel on host arrays.
 
 The same coordinate ascent as :func:`~bam_ppl.infer.variational.vb.step` (App. D of Cemgil et al.
-2019), restart by restart: q(S), then q(θ), then the ELBO. numba compiles it once per machine for
+2019), restart by restart: q(S), then q(θ), then the ELBO. A cell's configuration weighs
+Π_m exp(E log θ_m), the exponentials taken once per table entry rather than once per cell and configuration
+(as Hoffman, Blei & Bach 2010 do for LDA). numba compiles it once per machine for
 every shape (``cache=True``), where XLA compiles the vectorised step anew for every data shape, about
 as long as the evidence engine's whole VB search then runs.
 """
@@ -39,6 +41,54 @@ def _digamma(x: float) -> float:
     return math.log(y) - 0.5 / y - series * inv2 - shift
 
 
+# Below this, a cell's summed weights (each at most 1) may have lost precision to underflow: it is weighed in logs.
+_TINY = 1e-280
+
+
+def _cell_log_domain(problem, log_weights, u, potential) -> float:
+    """Cell u's configurations' weights exp(Σ_m log w) into ``potential``, scaled by their largest, and the
+    log of that largest: the path for a cell whose weights all underflow in :func:`_cell_weights`."""
+    _, cell_flat, config_flat, valid, mask = problem[:5]
+    top = -np.inf
+    for l in range(potential.size):
+        total = 0.0
+        for m in range(cell_flat.shape[0]):
+            total += mask[m, u] * log_weights[cell_flat[m, u] + config_flat[m, l]]
+        potential[l] = total
+        if valid[u, l] and total > top:
+            top = total
+    for l in range(potential.size):
+        potential[l] = math.exp(potential[l] - top) if valid[u, l] else 0.0
+    return top
+
+
+def _cell_weights(problem, weights, log_weights, shift, u, potential) -> float:
+    """Cell u's configurations' shares of its tokens into ``potential`` and the log of its weights' sum, each
+    weight Π_m w (``weights``: exp(log w − ``shift``)): M products instead of an exponential per configuration."""
+    _, cell_flat, config_flat, valid, mask = problem[:5]
+    norm, members = 0.0, 0.0
+    for m in range(cell_flat.shape[0]):
+        members += mask[m, u]
+    for l in range(potential.size):
+        weight = 0.0
+        if valid[u, l]:
+            weight = 1.0
+            for m in range(cell_flat.shape[0]):
+                if mask[m, u] != 0.0:
+                    weight *= weights[cell_flat[m, u] + config_flat[m, l]]
+        potential[l] = weight
+        norm += weight
+    if norm > _TINY:
+        log_norm = math.log(norm) + members * shift
+    else:
+        log_norm = _cell_log_domain(problem, log_weights, u, potential)
+        norm = np.sum(potential)
+        log_norm += math.log(norm)
+    for l in range(potential.size):
+        potential[l] /= norm
+    return log_norm
+
+
 def _vb_restart(problem, state, b, num_iters, tol, trace):
     """``trace.size`` iterations of restart ``b`` of ``state`` (a ``VBState`` of host arrays, restarts on the
     leading axis) on ``problem`` (:class:`HostProblem`), in place; ``trace`` gets the ELBO after each
@@ -48,37 +98,24 @@ def _vb_restart(problem, state, b, num_iters, tol, trace):
     log_weights, alpha_hat = state.log_weights[b], state.alpha_hat[b]
     elbos, iterations, converged = state.elbo, state.iteration, state.converged
     M, U = cell_flat.shape
-    L = config_flat.shape[1]
     F = alpha.shape[0]
-    potential = np.empty(L)
-    expected = np.empty(F)
-    column = np.empty(num_columns)
+    potential = np.empty(config_flat.shape[1])
+    expected, weights, column = np.empty(F), np.empty(F), np.empty(num_columns)
     for it in range(trace.shape[0]):
         if converged[b] or iterations[b] >= num_iters:
             trace[it] = elbos[b]
             continue
+        shift = np.max(log_weights)
+        for f in range(F):
+            weights[f] = math.exp(log_weights[f] - shift)
         expected[:] = 0.0
-        log_normalisers = 0.0
+        entropy = 0.0
         for u in range(U):
-            top = -np.inf
-            for l in range(L):
-                total = 0.0
-                for m in range(M):
-                    total += mask[m, u] * log_weights[cell_flat[m, u] + config_flat[m, l]]
-                potential[l] = total
-                if valid[u, l] and total > top:
-                    top = total
-            norm = 0.0
-            for l in range(L):
-                potential[l] = math.exp(potential[l] - top) if valid[u, l] else 0.0
-                norm += potential[l]
-            log_normalisers += counts[u] * (top + math.log(norm))
-            scale = counts[u] / norm
-            for l in range(L):
-                share = scale * potential[l]
+            entropy += counts[u] * _cell_weights(problem, weights, log_weights, shift, u, potential)
+            for l in range(potential.size):
+                share = counts[u] * potential[l]
                 for m in range(M):
                     expected[cell_flat[m, u] + config_flat[m, l]] += mask[m, u] * share
-        entropy = log_normalisers
         column[:] = 0.0
         for f in range(F):
             entropy -= log_weights[f] * expected[f]
@@ -105,7 +142,7 @@ def _vb_restarts(problem, state, first, stop, num_iters, tol, traces):
 
 
 if numba is not None:
-    compile_numba(globals(), inline=("_digamma",), nogil=("_vb_restarts",))
+    compile_numba(globals(), inline=("_digamma", "_cell_log_domain", "_cell_weights"), nogil=("_vb_restarts",))
     # Sums of products in any order, as XLA's vectorised step takes them: no NaN or infinity arises.
     _vb_restart = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_vb_restart)
 
