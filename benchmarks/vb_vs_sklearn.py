@@ -15,13 +15,19 @@ Usage::
     python benchmarks/vb_vs_sklearn.py                      # Reuters 395 × 4258 (the lda package)
     python benchmarks/vb_vs_sklearn.py --engines jax numba  # VB's two engines, one row each
     python benchmarks/vb_vs_sklearn.py --data synthetic --rows 2000 --cols 3000 --nnz 100000
+    python benchmarks/vb_vs_sklearn.py --engines numba --baseline 0e63dba  # and a revision's, same run
+
+``--baseline REV`` also times each engine of revision REV (a git worktree of it, in a subprocess,
+right after the current code's row), so that a change of the kernels is measured in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -99,6 +105,17 @@ def time_sklearn(X: sp.csr_matrix, rank: int, iters: int, seed: int, repeats: in
     return (t_long - t_short) / iters, kl_divergence(coo, fitted, total)
 
 
+def baseline_time(tree: str, args, rank: int, engine: str) -> tuple:
+    """:func:`time_vb` of the bam_ppl in ``tree`` (a worktree of the baseline), in a subprocess."""
+    from peer_timing import run_in_tree
+
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import vb_vs_sklearn as b; "
+            f"args = b.argparse.Namespace(**{vars(args)!r}); "
+            f"print(json.dumps(b.time_vb(b.load_matrix(args), {rank}, args.a, args.iters, args.seed, "
+            f"args.repeats, {engine!r})))")
+    return tuple(json.loads(run_in_tree(tree, code).splitlines()[-1]))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", choices=("reuters", "synthetic"), default="reuters")
@@ -112,8 +129,19 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engines", nargs="+", choices=("jax", "numba"), default=["jax"],
                         help="what runs VB's iterations (the option engine=), one row each")
+    parser.add_argument("--baseline", default=None, help="a git revision whose engines are timed too")
     args = parser.parse_args(argv)
+    if args.baseline is None:
+        run(args, None)
+        return
+    from peer_timing import revision_trees
 
+    with revision_trees([args.baseline]) as trees:
+        run(args, trees[args.baseline])
+
+
+def run(args, baseline_tree) -> None:
+    """One row per rank and engine (and per baseline engine with ``baseline_tree``)."""
     X = load_matrix(args)
     print(f"data={args.data} shape={X.shape} nnz={X.nnz} tokens={int(X.sum())} iterations={2 * args.iters}")
     header = (f"{'K':>4} {'engine':>6} {'VB CPU ms/it':>12} {'sklearn CPU ms/it':>17} {'ratio':>6} {'VB KL':>12} "
@@ -122,9 +150,12 @@ def main(argv=None):
     for rank in args.ranks:
         sk_time, sk_kl = time_sklearn(X, rank, args.iters, args.seed, args.repeats)
         for engine in args.engines:
-            vb_time, vb_kl, elbo = time_vb(X, rank, args.a, args.iters, args.seed, args.repeats, engine)
-            print(f"{rank:>4} {engine:>6} {1e3 * vb_time:>12.2f} {1e3 * sk_time:>17.2f} {vb_time / sk_time:>6.2f} "
-                  f"{vb_kl:>12.1f} {sk_kl:>12.1f} {elbo:>14.1f}")
+            rows = [(engine, time_vb(X, rank, args.a, args.iters, args.seed, args.repeats, engine))]
+            if baseline_tree is not None:
+                rows.append((f"{engine}@{args.baseline}", baseline_time(baseline_tree, args, rank, engine)))
+            for name, (vb_time, vb_kl, elbo) in rows:
+                print(f"{rank:>4} {name:>6} {1e3 * vb_time:>12.2f} {1e3 * sk_time:>17.2f} {vb_time / sk_time:>6.2f} "
+                      f"{vb_kl:>12.1f} {sk_kl:>12.1f} {elbo:>14.1f}", flush=True)
 
 
 if __name__ == "__main__":
