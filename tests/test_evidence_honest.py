@@ -26,6 +26,28 @@ def test_pool_runs_grows_with_disagreement():
         pool_runs([np.nan, 1.0])
 
 
+def _pooled_error_check(runs, log_z):
+    """Mean stated error and the spread of the pooled value over simulated calls (rows of ``runs``)."""
+    pooled = np.array([pool_runs(call) for call in runs])
+    error = pooled[:, 0] - log_z
+    return pooled[:, 1].mean(), error.std()
+
+
+@pytest.mark.parametrize("regime", ["log-normal", "missed basin"])
+def test_pooled_error_is_the_spread_of_the_pooled_value(regime):
+    # Simulated calls of four runs whose exp are unbiased for Z = 1 (benchmarks/pooled_error.py): the stated
+    # error matches the spread of the pooled value from both sides, also where one run in ten misses the basin
+    # that holds the mass by 20 nats, which moves the pooled value by about log(4/3) only.
+    rng = np.random.default_rng(0)
+    if regime == "log-normal":
+        runs, log_z = rng.normal(-0.045, 0.3, (2000, 4)), 0.0
+    else:
+        runs = rng.normal(0.0, 0.7, (2000, 4)) - 20.0 * (rng.random((2000, 4)) < 0.1)
+        log_z = pool_runs(runs.reshape(-1))[0]
+    stated, spread = _pooled_error_check(runs, log_z)
+    assert 0.75 * spread < stated < 1.25 * spread
+
+
 def _estimate(runs, bound=None, stderr=None):
     value, err = pool_runs(runs)
     details = {"run_log_evidence": list(runs)}
