@@ -10,7 +10,7 @@ best basin among its references, so a run falls short where all of its reference
 
 Each row: a run, each reference's start kind (a VB fit, an annealed or a drawn scout; "covered":
 its chain stopped where an earlier reference covers, so it built none) and value alone, and the
-run's value. The last line counts the references within 3 nats of the best of the call, and the
+run's value. The last line counts the references within 10 nats of the best of the call, and the
 runs with none: a start reaches the mass basin with that frequency, and a run with n starts misses
 it with about (1 − frequency)^n.
 
@@ -30,8 +30,9 @@ from engine_time_split import case
 from bam_ppl.infer.smc import mixture, references
 from bam_ppl.infer.smc.tempered import NUM_BLOCKS, PathOptions, _one_run
 
-#: A reference within this many nats of the call's best reaches the basin that holds the mass.
-NEAR = 3.0
+#: A reference within this many nats of the call's best reaches the basin that holds the mass: at 16 000 tokens
+#: the other basins lie 20 nats and more below it, and a reference's run of 64 particles alone spreads by a few.
+NEAR = 10.0
 
 
 def alone(problem, log_q, num_particles: int, seeds) -> float:
