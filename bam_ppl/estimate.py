@@ -51,15 +51,14 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     """Pool independent runs' log estimates: log-mean-exp and an honest standard error.
 
     Each run's exp(value) is an unbiased estimate of the evidence, so their mean is too. Its
-    standard error is the jackknife standard error of the pooled log-mean-exp (leave one run out;
-    Efron & Stein 1981), the error of the statistic reported. It grows with the disagreement of the
-    runs that decide the mean: one run far above the others moves every leave-one-out value. One run
-    far below them (it missed the basin that holds the mass) moves the pooled value by about
-    log(R / (R − 1)) only, and so does the error, where the spread of the logs, sd(values) / √R,
-    the error of their mean, would state many nats (``benchmarks/pooled_error.py``); such runs still
-    raise an :class:`EvidenceWarning` (:func:`check_estimate`). The delta-method error
-    sd(exp values) / (√R · mean) cannot exceed about 1 nat however far the runs disagree. nan for a
-    single run.
+    standard error is taken from the spread of the runs themselves: the larger of the jackknife
+    standard error of the pooled log-mean-exp (leave one run out) and sd(values) / sqrt(R). The
+    jackknife alone is the error of the value reported while the runs agree, but where their logs
+    spread over many nats the log-mean-exp behaves like their maximum, whose error the jackknife
+    states at half its size; the spread of the logs covers it, and overstates the error where one run
+    alone missed the mass (``benchmarks/pooled_error.py``). The delta-method error
+    sd(exp values) / (sqrt(R) · mean) cannot exceed about 1 nat however far the runs disagree. nan
+    for a single run.
     """
     values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
     if values.size == 0 or not np.all(np.isfinite(values)):
@@ -68,14 +67,9 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     R = values.size
     if R < 2:
         return value, float("nan")
-    return value, _jackknife(values)
-
-
-def _jackknife(values: np.ndarray) -> float:
-    """Jackknife standard error of the log-mean-exp of ``values`` (R ≥ 2)."""
-    R = values.size
     leave_one_out = np.array([_log_mean_exp(np.delete(values, r)) for r in range(R)])
-    return float(np.sqrt((R - 1) / R * np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
+    jackknife = np.sqrt((R - 1) / R * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+    return value, float(max(jackknife, values.std(ddof=1) / np.sqrt(R)))
 
 
 def pool_calls(call_runs) -> tuple[float, float]:

@@ -27,25 +27,29 @@ def test_pool_runs_grows_with_disagreement():
 
 
 def _pooled_error_check(runs, log_z):
-    """Mean stated error and the spread of the pooled value over simulated calls (rows of ``runs``)."""
+    """Mean stated error and the root-mean-square error of the pooled value over simulated calls (rows)."""
     pooled = np.array([pool_runs(call) for call in runs])
-    error = pooled[:, 0] - log_z
-    return pooled[:, 1].mean(), error.std()
+    return pooled[:, 1].mean(), np.sqrt(np.mean((pooled[:, 0] - log_z) ** 2))
 
 
-@pytest.mark.parametrize("regime", ["log-normal", "missed basin"])
-def test_pooled_error_is_the_spread_of_the_pooled_value(regime):
-    # Simulated calls of four runs whose exp are unbiased for Z = 1 (benchmarks/pooled_error.py): the stated
-    # error matches the spread of the pooled value from both sides, also where one run in ten misses the basin
-    # that holds the mass by 20 nats, which moves the pooled value by about log(4/3) only.
+@pytest.mark.parametrize("regime", ["log-normal", "missed basin", "spread over many nats"])
+def test_pooled_error_covers_the_pooled_values_error(regime):
+    # Simulated calls of four runs (benchmarks/pooled_error.py). Runs with a small log-normal noise: the stated
+    # error is the pooled value's. Runs that each fall short by Exp(20) nats: the pooled value behaves like their
+    # maximum, whose error the jackknife alone states at about half; the stated error covers it. One run in ten
+    # 20 nats short: covered, overstated (the spread of the logs), never understated.
     rng = np.random.default_rng(0)
     if regime == "log-normal":
         runs, log_z = rng.normal(-0.045, 0.3, (2000, 4)), 0.0
-    else:
+    elif regime == "missed basin":
         runs = rng.normal(0.0, 0.7, (2000, 4)) - 20.0 * (rng.random((2000, 4)) < 0.1)
         log_z = pool_runs(runs.reshape(-1))[0]
-    stated, spread = _pooled_error_check(runs, log_z)
-    assert 0.75 * spread < stated < 1.25 * spread
+    else:
+        runs, log_z = -rng.exponential(20.0, (2000, 4)), 0.0
+    stated, error = _pooled_error_check(runs, log_z)
+    assert stated > 0.8 * error
+    if regime == "log-normal":
+        assert stated < 1.25 * error
 
 
 def _estimate(runs, bound=None, stderr=None):
