@@ -64,12 +64,17 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
     value = _log_mean_exp(values)
-    R = values.size
-    if R < 2:
+    if values.size < 2:
         return value, float("nan")
+    return value, max(pooled_error_terms(values))
+
+
+def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:
+    """The two terms of :func:`pool_runs`' error for R ≥ 2 finite run values: the jackknife error of
+    their log-mean-exp, and sd(values) / sqrt(R)."""
+    R = values.size
     leave_one_out = np.array([_log_mean_exp(np.delete(values, r)) for r in range(R)])
-    jackknife = np.sqrt((R - 1) / R * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
-    return value, float(max(jackknife, values.std(ddof=1) / np.sqrt(R)))
+    return _jackknife(leave_one_out), float(values.std(ddof=1) / np.sqrt(R))
 
 
 def pool_calls(call_runs) -> tuple[float, float]:
@@ -87,8 +92,13 @@ def pool_calls(call_runs) -> tuple[float, float]:
     if C < 2:
         return value, stderr
     leave_one_out = np.array([_log_mean_exp(np.concatenate(calls[:c] + calls[c + 1:])) for c in range(C)])
-    jackknife = np.sqrt((C - 1) / C * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
-    return value, float(max(stderr, jackknife))
+    return value, float(max(stderr, _jackknife(leave_one_out)))
+
+
+def _jackknife(leave_one_out: np.ndarray) -> float:
+    """The jackknife standard error from a statistic's leave-one-out values (Efron & Stein 1981)."""
+    n = leave_one_out.size
+    return float(np.sqrt((n - 1) / n * np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
 
 
 def _log_mean_exp(values: np.ndarray) -> float:

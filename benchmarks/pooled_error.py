@@ -19,7 +19,7 @@ import argparse
 
 import numpy as np
 
-from bam_ppl.estimate import pool_runs
+from bam_ppl.estimate import pool_runs, pooled_error_terms
 
 #: A missed basin lies this many nats below (NMF(4) at 16 000 tokens: 20-60, basin_census.py).
 MISS_GAP = 20.0
@@ -38,17 +38,6 @@ def regimes(rng, num_calls: int, num_runs: int) -> dict:
     return out
 
 
-def jackknife(runs: np.ndarray) -> np.ndarray:
-    """The jackknife error of each call's log-mean-exp (rows of ``runs``)."""
-    def log_mean_exp(v):
-        peak = v.max(-1, keepdims=True)
-        return (peak + np.log(np.mean(np.exp(v - peak), -1, keepdims=True)))[..., 0]
-
-    num = runs.shape[1]
-    left_out = np.stack([log_mean_exp(np.delete(runs, r, axis=1)) for r in range(num)], axis=1)
-    return np.sqrt((num - 1) / num * ((left_out - left_out.mean(1, keepdims=True)) ** 2).sum(1))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=4)
@@ -62,7 +51,7 @@ def main(argv=None):
     for name, (runs, log_z) in regimes(rng, args.calls, args.runs).items():
         pooled = np.array([pool_runs(call) for call in runs])
         error = pooled[:, 0] - log_z
-        terms = [pooled[:, 1], jackknife(runs), runs.std(axis=1, ddof=1) / np.sqrt(args.runs)]
+        terms = [pooled[:, 1], *np.array([pooled_error_terms(call) for call in runs]).T]
         cells = [f"{term.mean():.2f}, {np.mean(np.abs(error) <= 2 * term):.2f}" for term in terms]
         print(f"| {name} | {np.sqrt(np.mean(error ** 2)):.2f} | {error.mean():+.2f} | {' | '.join(cells)} |", flush=True)
 
