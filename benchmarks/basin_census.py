@@ -50,31 +50,20 @@ def alone(problem, log_q, num_particles: int, seeds) -> float:
     return run.log_evidence + run.log_relabelled
 
 
-def census_run(problem, prepared, share, seeds, r: int, num_particles: int, alone_particles: int):
+def census_run(problem, prepared, plan, r: int, alone_particles: int):
     """Run ``r`` of the call: its starts' kinds, each reference's value alone (nan: covered), the run's value."""
-    configs, _ = mixture.vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
-    kinds = mixture.search_kinds(configs, share)
-    found = mixture.run_search(problem, share, seeds.starts[r], kinds)
-    run = mixture.run_mixture(problem, share, seeds.runs[r], mixture._Inline(), mixture.defended_start(found, problem.tp),
-                              num_particles)
-    names = ["vb" if isinstance(kind, np.ndarray) else kind for kind in kinds]
-    values = [alone(problem, f.log_q, alone_particles, seeds.runs[r]) if f.log_q is not None else np.nan for f in found]
+    run, found, _ = mixture.searched_run(problem, plan, prepared, r, mixture._Inline())
+    names = ["vb"] * (len(found) - 2 * plan.share.num_scouts) + ["annealed", "drawn"] * plan.share.num_scouts
+    values = [alone(problem, f.log_q, alone_particles, plan.seeds.runs[r]) if f.log_q is not None else np.nan
+              for f in found]
     return names, values, run.log_evidence
 
 
 def census(total: int, key: int, num_runs: int, alone_particles: int, pool) -> tuple[int, int, int, int]:
     """Print one call's rows; return (references near the best, references, runs with none, runs)."""
     problem, prepared = mixture.mixture_problem(*case(f"nmf{total}"), 10**6)
-    options = mixture.effort_sizes(1.0)
-    options = options._replace(num_scouts=mixture.scouts_per_kind(options, total, mixture.sweep_draws(problem)),
-                               search_draws=None)
-    share = mixture.run_share(options, num_runs)
-    starts = mixture.run_starts(share)
-    with jax.enable_x64(True):
-        seeds = mixture.call_seeds(jax.random.key(key), num_runs, starts)
-    num_particles = mixture.call_particles(share, num_runs * starts)
-    rows = list(pool.map(lambda r: census_run(problem, prepared, share, seeds, r, num_particles, alone_particles),
-                         range(num_runs)))
+    plan = mixture.call_plan(problem, mixture.effort_sizes(1.0), jax.random.key(key), num_runs, total)
+    rows = list(pool.map(lambda r: census_run(problem, prepared, plan, r, alone_particles), range(num_runs)))
     best = np.nanmax([np.nanmax(values) for _, values, _ in rows])
     near = misses = built = 0
     for r, (names, values, value) in enumerate(rows):

@@ -664,41 +664,60 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         raise ImportError("method='mixture' builds its references with the numba kernel: pip install numba")
     began, key = time.perf_counter(), as_key(rng_key)
     problem, (bound, data, layout) = mixture_problem(model, data, max_configs)
-    options = options._replace(num_scouts=scouts_per_kind(options, data.total, sweep_draws(problem)),
-                               search_draws=None)
+    plan = call_plan(problem, options, key, num_runs, data.total)
     show = resolve_progress(progress_bar, long_run=num_runs > 1 and data.total * options.min_particles > 2_000_000)
     bar = make_bar(num_runs, "tempered SMC from a mixture", show, unit="run")
-    share = run_share(options, num_runs)
     try:
-        runs, found, vb_bound = searched_runs(problem, share, (bound, data, layout), key, num_runs, bar)
+        runs, found, vb_bound = searched_runs(problem, plan, (bound, data, layout), bar)
     finally:
         bar.close()
-    return _estimate(runs, found, vb_bound, problem, share, (bound, data, layout), began, effort)
+    return _estimate(runs, found, vb_bound, problem, plan.share, (bound, data, layout), began, effort)
 
 
-def searched_runs(problem: MixtureProblem, share: MixtureOptions, prepared, key, num_runs: int,
-                  bar) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
-    """``num_runs`` independent runs with the sizes ``share`` each, every run its VB fits, its search
-    (:func:`run_search`) and its annealing (:func:`run_mixture`) in turn; the runs, what each search
-    found and the best ELBO. The runs share out the cores, each moving its particle blocks in its own
-    thread where there are at least as many runs as cores (no run waits for another's blocks at each
-    temperature), else over a pool of threads; the blocks' random streams make the result the same."""
-    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+class CallPlan(NamedTuple):
+    """The sizes and streams of one call's runs: ``share`` each run's sizes (:func:`run_share`), ``seeds``
+    every stream (:func:`call_seeds`) and ``num_particles`` each run's particles (:func:`call_particles`)."""
+
+    share: MixtureOptions
+    seeds: CallSeeds
+    num_particles: int
+
+
+def call_plan(problem: MixtureProblem, options: MixtureOptions, key, num_runs: int, num_tokens: int) -> CallPlan:
+    """The plan of a call of ``num_runs`` runs with the sizes ``options`` on ``problem``, a table of
+    ``num_tokens`` tokens (its scouts within the search's budget, :func:`scouts_per_kind`)."""
+    options = options._replace(num_scouts=scouts_per_kind(options, num_tokens, sweep_draws(problem)),
+                               search_draws=None)
+    share = run_share(options, num_runs)
     starts = run_starts(share)
     with jax.enable_x64(True):
         seeds = call_seeds(key, num_runs, starts)
-    num_particles = call_particles(share, num_runs * starts)
+    return CallPlan(share, seeds, call_particles(share, num_runs * starts))
 
-    def one(r, block_pool):
-        configs, elbo = vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
-        found = run_search(problem, share, seeds.starts[r], search_kinds(configs, share))
-        run = run_mixture(problem, share, seeds.runs[r], block_pool, defended_start(found, problem.tp), num_particles)
-        return run, found, elbo
 
+def searched_run(problem: MixtureProblem, plan: CallPlan, prepared, r: int, block_pool
+                 ) -> tuple[MixtureRun, list[Scouted], float]:
+    """Run ``r`` of a call: its VB fits, its search (:func:`run_search`) and its annealing (:func:`run_mixture`);
+    the run, what its search found and its best ELBO."""
+    share, seeds = plan.share, plan.seeds
+    configs, elbo = vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
+    found = run_search(problem, share, seeds.starts[r], search_kinds(configs, share))
+    run = run_mixture(problem, share, seeds.runs[r], block_pool, defended_start(found, problem.tp), plan.num_particles)
+    return run, found, elbo
+
+
+def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
+                  ) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
+    """The call's runs (:func:`searched_run`); the runs, what each search found and the best ELBO. The runs
+    share out the cores, each moving its particle blocks in its own thread where there are at least as many
+    runs as cores (no run waits for another's blocks at each temperature), else over a pool of threads; the
+    blocks' random streams make the result the same."""
+    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+    num_runs = plan.seeds.runs.shape[0]
     with ThreadPoolExecutor(max_workers=min(num_runs, cores)) as pool, \
             ThreadPoolExecutor(max_workers=cores) as blocks:
         block_pool = _Inline() if num_runs >= cores else blocks
-        futures = [pool.submit(one, r, block_pool) for r in range(num_runs)]
+        futures = [pool.submit(searched_run, problem, plan, prepared, r, block_pool) for r in range(num_runs)]
         for _ in as_completed(futures):
             bar.update(1)
         runs, found, elbos = zip(*(future.result() for future in futures))
