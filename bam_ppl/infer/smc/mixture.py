@@ -675,8 +675,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
 
 
 class CallPlan(NamedTuple):
-    """The sizes and streams of one call's runs: ``share`` each run's sizes (:func:`run_share`), ``seeds``
-    every stream (:func:`call_seeds`) and ``num_particles`` each run's particles (:func:`call_particles`)."""
+    """The sizes and streams of one call's runs: ``share`` each run's sizes (``run_share``), ``seeds``
+    every stream (``call_seeds``) and ``num_particles`` each run's particles (``call_particles``)."""
 
     share: MixtureOptions
     seeds: CallSeeds
