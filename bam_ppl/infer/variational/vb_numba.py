@@ -84,10 +84,8 @@ def _vb_restart(problem, state, b, num_iters, tol, trace):
     """``trace.size`` iterations of restart ``b`` of ``state`` (a ``VBState`` of host arrays, restarts on the
     leading axis) on ``problem`` (:class:`HostProblem`), in place; ``trace`` gets the ELBO after each
     iteration. A restart that converged (relative ELBO change ≤ ``tol``) or used ``num_iters``
-    iterations keeps its state. A cell's configuration weighs Π_m w over the table entries it reads
-    (``weights``: exp(E log θ − shift)), M products instead of an exponential per configuration; the
-    loop over cells is written out in one body, which numba compiles to about twice the speed of a
-    helper inlined per cell."""
+    iterations keeps its state. The loop over cells is written out here: numba compiled a helper inlined
+    per cell to half the speed (``benchmarks/vb_vs_sklearn.py --baseline``)."""
     counts, cell_flat, config_flat, valid, mask, alpha, column_of, num_columns, constant = problem
     log_weights, alpha_hat = state.log_weights[b], state.alpha_hat[b]
     elbos, iterations, converged = state.elbo, state.iteration, state.converged
