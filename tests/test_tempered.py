@@ -22,6 +22,7 @@ from bam_ppl.infer.exact import exact_log_evidence
 from bam_ppl.infer.prepare import prepare
 from bam_ppl.infer.smc import references, tempered, tempered_jax, tempered_numba, tempered_problem
 from bam_ppl.infer.smc import symmetry as symmetries
+from bam_ppl.infer.smc.mixture import ENGINE
 
 X1 = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
 X2 = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]])
@@ -847,7 +848,8 @@ def test_a_shared_reference_matches_exact_and_is_checked():
     assert [ref.num_sweeps for ref in each] == [0, 0]
     for start, ref in zip(starts, each):
         np.testing.assert_allclose(ref.log_q, references.build_references(model, X, start, 9, reference_sweeps=0)[0].log_q)
-    assert references.default_reference_sweeps(10) == references.REFERENCE_MIN_SWEEPS
+    assert references.default_reference_sweeps(10) == ENGINE.reference_sweeps
+    assert references.default_reference_sweeps(1_000_000) == ENGINE.chain_token_moves // 1_000_000
 
 
 @pytest.mark.parametrize("reference, error", [

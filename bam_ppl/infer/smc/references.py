@@ -35,10 +35,6 @@ REFERENCE_FLOOR = 1e-3  # share of the reference spread evenly over a cell's all
 # One chain per reference: chains of the posterior settle in modes of different mass, and an
 # average over chains in different modes is a blend that fits none of them. The chains of several
 # references run at once, one per core.
-# Sweeps per chain unless given: REFERENCE_SWEEPS_PER_TOKEN × T, at least REFERENCE_MIN_SWEEPS:
-# the chain must travel through the posterior's bulk for q to cover it.
-REFERENCE_SWEEPS_PER_TOKEN = 0.8
-REFERENCE_MIN_SWEEPS = 100
 
 
 class Reference(NamedTuple):
@@ -50,8 +46,12 @@ class Reference(NamedTuple):
 
 
 def default_reference_sweeps(num_tokens: int) -> int:
-    """Chain length of a reference when ``reference_sweeps`` is not given."""
-    return max(REFERENCE_MIN_SWEEPS, int(round(REFERENCE_SWEEPS_PER_TOKEN * num_tokens)))
+    """Chain length of a reference when ``reference_sweeps`` is not given: the engine's
+    (:func:`~bam_ppl.infer.smc.mixture.chain_sweeps` at effort 1), so that every reference's chain
+    travels as far through the posterior's bulk, whichever method builds it."""
+    from .mixture import chain_sweeps, effort_sizes  # mixture builds on this module
+
+    return chain_sweeps(effort_sizes(1.0), num_tokens)
 
 
 # Conditionals averaged every this many sweeps: consecutive sweeps barely differ, and computing
@@ -292,8 +292,8 @@ def build_references(model, data, allocation, rng_key=0, num: int = 1, reference
     """``num`` references built from the allocation ``(cells, counts)`` by independent chains
     (:func:`references_from_allocations`), to pass to :func:`~bam_ppl.infer.smc.tempered.run_tempered` as ``reference``;
     their runs then share one q. Chains of the posterior settle in modes of different mass, so
-    references from different chains differ: ``method="auto"`` builds several, tries each by a pilot run and runs from those whose pilots
-    lie near the best."""
+    references from different chains differ: ``method="mixture"`` anneals from a mixture of several
+    (:mod:`~bam_ppl.infer.smc.mixture`)."""
     check_int(num, "num", minimum=1)
     return references_from_allocations(model, data, [allocation] * num, rng_key, reference_sweeps, max_configs)
 

@@ -486,7 +486,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
         an allocation from which each run's chain builds its own q, or references built once
         (:func:`~bam_ppl.infer.smc.references.build_references`), one shared or one per run.
     reference_sweeps : int, optional
-        Sweeps of each reference chain (0: the allocation's own conditionals); default 0.8 × T, at least 100.
+        Sweeps of each reference chain (0: the allocation's own conditionals); default the engine's
+        (:func:`~bam_ppl.infer.smc.references.default_reference_sweeps`: 0.8 × T, at least 200, at
+        most 205 million token moves).
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     kernel = _check_options(num_particles, engine, progress_bar, max_configs, start_a, reference_sweeps)
