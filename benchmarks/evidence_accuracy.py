@@ -26,7 +26,6 @@ ESTIMATORS = {
     "auto-effort2": dict(method="auto", effort=2.0),
     "smc": dict(method="smc"),
     "tempered": dict(method="tempered"),
-    "tempered+cells": dict(method="tempered", cell_moves=1),
     "tempered-rho0.95": dict(method="tempered", rho=0.95),
     "tempered-2sweeps": dict(method="tempered", num_sweeps=2),
     "tempered-high": dict(method="tempered", num_particles=512, rho=0.97, num_sweeps=3),

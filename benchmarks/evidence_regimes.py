@@ -1,4 +1,4 @@
-"""Which evidence estimator to trust, by tokens per nonzero cell: the thresholds of method="auto".
+"""Which evidence estimator to trust, by tokens per nonzero cell.
 
 Small tables with many tokens per cell (HairEyeColor, dense NMF data) and sparse ones with about
 one token per cell, each estimator with its default options over several keys: the mean, the
@@ -25,7 +25,6 @@ import bam_ppl as bam
 ESTIMATORS = {
     "smc": dict(method="smc"),
     "tempered": dict(method="tempered"),
-    "tempered+blocks": dict(method="tempered", cell_moves=1, pair_moves=1),
     "chib": dict(method="chib"),
     "auto": dict(method="auto"),
 }

@@ -60,8 +60,7 @@ def test_moved_particles_keep_their_counts_and_log_terms(name):
 
     start = [exact(z) for z in configs]
     particles = ParticleArrays(np.stack([tp.concentration + c for c, _, _ in start]), configs.copy(),
-                               np.zeros(num), np.array([j for _, j, _ in start]), np.array([s for _, _, s in start]),
-                               np.zeros((num, 3), np.int64))
+                               np.zeros(num), np.array([j for _, j, _ in start]), np.array([s for _, _, s in start]))
     split_moves.split_moves_block(np.random.default_rng(2), (0, num), 0.5, 3, particles,
                                   split_moves.split_problem(cells, tp), log_q, split_moves.split_move_work(cells))
     assert not np.array_equal(particles.config, configs)

@@ -63,22 +63,10 @@ class TemperedInfo(NamedTuple):
     kernel: str
     #: The Dirichlet concentration the tempering started from, or None for the model's own.
     start_a: float | None
-    #: Passes of cell moves per temperature.
-    cell_moves: int
-    #: Pair moves per temperature.
-    pair_moves: int
-    #: Node (split–merge) moves per temperature.
-    node_moves: int
     #: Whether the runs started from a reference distribution rather than the prior urn.
     referenced: bool
     #: Sweeps of the chains that built the references (None without one).
     reference_sweeps: object
-    #: Accepted share of the cell moves (nan where none ran).
-    cell_move_acceptance: float
-    #: Accepted share of the pair moves.
-    pair_move_acceptance: float
-    #: Accepted share of the node moves.
-    node_move_acceptance: float
     #: The cells of the best allocation each run visited (as ``best_cells``).
     run_best_cells: list
     #: Their counts (as ``best_counts``).

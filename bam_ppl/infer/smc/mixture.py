@@ -143,13 +143,12 @@ class MixtureParticles(NumbaParticles):
         self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
         self.num_moves = 0
 
-    def move(self, beta: float, num_sweeps: int, *block_moves) -> None:
+    def move(self, beta: float, num_sweeps: int) -> None:
         self.num_moves += 1
         if self.split_problem is None or self.num_moves % 2 == 0:
-            super().move(beta, num_sweeps, *block_moves)
+            super().move(beta, num_sweeps)
             return
-        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
-                                   self.accepted)
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
         pairs = self.split_pairs * num_sweeps
 
         def one(block):

@@ -235,9 +235,7 @@ def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndar
 
 def chain_references(tp: TemperedProblem, configs, num_sweeps: int, keys, pool) -> list[np.ndarray]:
     """log q of :func:`reference_from_chain`, one per start configuration in ``configs`` and raw
-    JAX key (rows of ``keys``), their chains run on ``pool``. The chains make no node moves: a
-    node move can swap two classes whole, and a chain that switches labels averages relabelled
-    copies of the posterior into q."""
+    JAX key (rows of ``keys``), their chains run on ``pool``."""
     seeds = np.asarray(keys).astype(np.uint32)
     return list(pool.map(lambda config, seed: reference_from_chain(tp, config, num_sweeps, seed), configs, seeds))
 

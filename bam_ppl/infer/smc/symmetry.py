@@ -12,15 +12,20 @@ from typing import NamedTuple
 import numpy as np
 
 from ..kernels import compile_numba
-from .tempered_problem import (
-    TemperedProblem,
-    configs_with_node,
-)
+from .tempered_problem import TemperedProblem
 
 try:
     import numba
 except ImportError:  # pragma: no cover
     numba = None
+
+
+def configs_with_node(layout, sizes, position: int, value: int) -> np.ndarray:
+    """(L,) the configuration that agrees with each of ``layout.configs`` except that the free node
+    at ``position`` takes ``value`` (configurations are numbered in C order of ``sizes``)."""
+    new = np.array(layout.configs, np.int64)
+    new[:, position] = value
+    return np.ravel_multi_index(tuple(new.T), sizes)
 
 
 class LabelSymmetry(NamedTuple):

@@ -27,12 +27,6 @@ sampling", Statistics and Computing). Each step
 4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant: a
    token is removed and redrawn with probability ∝ [latent-table urn factors] ×
    [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.collapsed.build_problem`).
-   Optionally (``cell_moves``, ``pair_moves``, ``node_moves``; numba kernel) Metropolis–Hastings
-   block moves follow: all tokens of a cell, all tokens in two configurations, or all tokens in
-   two classes of a latent node (:func:`~bam_ppl.infer.smc.tempered_numba._node_tokens`), are
-   removed and re-placed one by one from their tempered conditionals (sequential allocation, Dahl 2005; Jain & Neal
-   2004) and the proposal is accepted with probability Π W(new) / Π W(old) (capped at 1), W being
-   the sums of the conditional weights along the way.
 
 With small concentrations (a < 1) π₀ puts nearly every token in one configuration and the
 posterior's allocations are rare under it. The sampler then starts instead from the latent urn q
@@ -59,7 +53,7 @@ rest lives in modules of its own:
 - :mod:`~bam_ppl.infer.smc.tempered_problem`: :class:`~bam_ppl.infer.smc.tempered_problem.TemperedProblem`,
   the sampler's arrays, and the closed-form log terms of an allocation;
 - :mod:`~bam_ppl.infer.smc.tempered_numba`: the numba CPU kernel (particles are independent Gibbs
-  states, run in threads), its general Gibbs sweeps and block moves;
+  states, run in threads) and its general Gibbs sweeps;
 - :mod:`~bam_ppl.infer.smc.tempered_sweeps`: its sweeps where a token's weights factorise, their
   factors read from tables over the counts where every entry of a row starts from one value;
 - :mod:`~bam_ppl.infer.smc.tempered_jax`: the JAX kernel (``vmap`` over particles, ``lax.scan``
@@ -257,7 +251,6 @@ class TemperedRun(NamedTuple):
     lower_bound: float
     best_config: np.ndarray
     degenerate_start: bool  # most draws from π₀ had the same likelihood
-    block_moves: np.ndarray  # (3, 2) cell, pair and node moves: proposed, accepted
     log_relabelled: float  # log Σ_p W_p |G| w(z_p) to add for the label symmetries: 0 without; nan where not summed
     # Each particle's normalised share of the estimate at β = 1, the last reweighting included (None where not summed).
     final_log_w: np.ndarray | None = None
@@ -275,8 +268,7 @@ class TemperedResult(NamedTuple):
     ``best_cells`` (n, nodes) and ``best_counts`` (n,) its (observed cell, configuration) groups
     as full cells and counts, so that ``bound.log_prob_cells(best_cells, best_counts)`` equals
     ``lower_bound``; ``run_best_cells``, ``run_best_counts`` every run's best allocation in the
-    same form; ``block_move_acceptance`` (3,) the share of cell, pair and node moves
-    accepted (nan where none ran); ``seconds`` the wall time.
+    same form; ``seconds`` the wall time.
     """
 
     run_log_evidence: np.ndarray
@@ -293,20 +285,17 @@ class TemperedResult(NamedTuple):
     best_counts: np.ndarray
     run_best_cells: list
     run_best_counts: list
-    block_move_acceptance: np.ndarray
     seconds: float
     reference_sweeps: int | None = None
 
 
 class PathOptions(NamedTuple):
     """How a run travels from β = 0 to 1 (:func:`run_tempered`): the adaptive schedule's ``rho``
-    or a fixed ``schedule``, and per temperature ``num_sweeps`` Gibbs sweeps and ``block_moves``
-    (cell, pair and node moves)."""
+    or a fixed ``schedule``, and ``num_sweeps`` Gibbs sweeps per temperature."""
 
     rho: float = 0.9
     num_sweeps: int = 1
     schedule: np.ndarray | None = None
-    block_moves: tuple = (0, 0, 0)
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: PathOptions, symmetry=None,
@@ -347,7 +336,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
     betas, resamplings, min_ess = [], 0, float(num)
     while state.beta < 1.0:
         state, info = step(rng, state, particles, lambda ps: log_target_ratio(ps, tp), solve,
-                           lambda ps, beta: ps.move(beta, path.num_sweeps, *path.block_moves))
+                           lambda ps, beta: ps.move(beta, path.num_sweeps))
         betas.append(info.beta)
         min_ess = min(min_ess, info.ess)
         resamplings += info.resampled
@@ -363,7 +352,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
         log_relabelled = np.nan if weights is None else _log_sum_exp(log_w + weights)
         final_log_w = None if weights is None else log_w + weights - log_relabelled
     return TemperedRun(float(log_z), np.array(betas), resamplings, min_ess, best_value, best_config, degenerate,
-                       particles.block_moves.copy(), float(log_relabelled), final_log_w)
+                       float(log_relabelled), final_log_w)
 
 
 def relabelled_terms(runs, symmetry) -> np.ndarray:
@@ -400,14 +389,12 @@ def _check_schedule(schedule):
     return values
 
 
-def _path_options(rho, num_sweeps, schedule, cell_moves=0, pair_moves=0, node_moves=0) -> PathOptions:
+def _path_options(rho, num_sweeps, schedule) -> PathOptions:
     """The :class:`PathOptions` of the options given, checked before any work."""
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
-    moves = tuple(check_int(value, name, minimum=0) for value, name in
-                  ((cell_moves, "cell_moves"), (pair_moves, "pair_moves"), (node_moves, "node_moves")))
-    return PathOptions(float(rho), check_int(num_sweeps, "num_sweeps", minimum=1), _check_schedule(schedule), moves)
+    return PathOptions(float(rho), check_int(num_sweeps, "num_sweeps", minimum=1), _check_schedule(schedule))
 
 
 def _check_options(num_particles, engine, progress_bar, max_configs, start_a=None, reference_sweeps=0) -> str:
@@ -425,20 +412,6 @@ def _check_options(num_particles, engine, progress_bar, max_configs, start_a=Non
     return resolve_kernel(engine)
 
 
-def _path_on_kernel(path: PathOptions, kernel: str, reference) -> PathOptions:
-    """``path`` as ``kernel`` can run it: without block moves, with a warning, on the JAX kernel;
-    ImportError where a reference is to be built without numba."""
-    if reference is not None and numba is None:
-        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
-    if kernel == "jax" and sum(path.block_moves) > 0:
-        # stacklevel 3: the warning names run_tempered's caller, as it did from run_tempered itself
-        warnings.warn("tempered SMC: the JAX kernel has no block moves; it runs the Gibbs sweeps only "
-                      "(cell_moves, pair_moves and node_moves are ignored). Use engine='numba' for them.",
-                      UserWarning, stacklevel=3)
-        return path._replace(block_moves=(0, 0, 0))
-    return path
-
-
 def pooled(run_log_evidence) -> tuple[float, float]:
     """Log-mean-exp of the runs and a standard error from their spread
     (:func:`bam_ppl.estimate.pool_runs`); nan for one run."""
@@ -449,11 +422,10 @@ def pooled(run_log_evidence) -> tuple[float, float]:
 @renamed_options(num_runs="num_chains", kernel="engine")
 def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains: int = 4, rho: float = 0.9,
                  num_sweeps: int = 1, schedule=None, engine: str = "auto", progress_bar: bool | None = None,
-                 max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0,
-                 cell_moves: int = 0, pair_moves: int = 0, node_moves: int = 0, reference=None,
+                 max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0, reference=None,
                  reference_sweeps: int | None = None) -> TemperedResult:
     """Run ``num_chains`` independent tempered SMC samplers over the token allocations (the sampler,
-    its schedules, block moves and starts: the module's docstring).
+    its schedules and starts: the module's docstring).
 
     Parameters
     ----------
@@ -478,9 +450,6 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
     start_a : float, optional
         Start from the latent urn with concentrations scaled by max(1, start_a / a) (default 1: flatter
         than π₀ for small a); None: from π₀.
-    cell_moves, pair_moves, node_moves : int
-        Block moves per temperature (numba kernel only): a cell's tokens, two configurations' tokens,
-        or two values of a latent node re-placed by sequential allocation (Metropolis–Hastings).
     reference : (cells, counts) or Reference or list of Reference, optional
         Start from a product q near the posterior's bulk, on a path whose length does not grow with T:
         an allocation from which each run's chain builds its own q, or references built once
@@ -492,8 +461,9 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     kernel = _check_options(num_particles, engine, progress_bar, max_configs, start_a, reference_sweeps)
-    path = _path_on_kernel(_path_options(rho, num_sweeps, schedule, cell_moves, pair_moves, node_moves), kernel,
-                           reference)
+    path = _path_options(rho, num_sweeps, schedule)
+    if reference is not None and numba is None:
+        raise ImportError("tempered SMC: a reference is built by the numba kernel: pip install numba")
     key = as_key(rng_key)
     data, bound, layout, _ = prepare(model, data, max_configs=max_configs, algorithm="the tempered SMC")
     problems = _run_problems(bound, data, layout, start_a, reference, reference_sweeps, num_runs)
@@ -603,15 +573,8 @@ def _result(runs, symmetry, bound, data, layout, tp, seconds: float, reference_s
         run_lower_bound=np.array([r.lower_bound for r in runs]), lower_bound=float(lower_bound),
         best_config=best.best_config, best_cells=cells, best_counts=counts,
         run_best_cells=[c for c, _ in run_best], run_best_counts=[n for _, n in run_best],
-        block_move_acceptance=_acceptance(sum(r.block_moves for r in runs)), seconds=seconds,
-        reference_sweeps=reference_sweeps,
+        seconds=seconds, reference_sweeps=reference_sweeps,
     )
-
-
-def _acceptance(block_moves: np.ndarray) -> np.ndarray:
-    """Accepted share of the (cell, pair, node) moves from their (proposed, accepted) counts; nan where none ran."""
-    proposed, accepted = block_moves[:, 0], block_moves[:, 1]
-    return np.where(proposed > 0, accepted / np.maximum(proposed, 1), np.nan)
 
 
 @register_evidence("tempered", models=(AllocationModel,))
@@ -619,8 +582,7 @@ def _acceptance(block_moves: np.ndarray) -> np.ndarray:
 def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, num_chains: int = 4,
                           rho: float = 0.9, num_sweeps: int = 1, schedule=None, engine: str = "auto",
                           progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS,
-                          start_a: float | None = 1.0, cell_moves: int = 0, pair_moves: int = 0,
-                          node_moves: int = 0, reference=None, reference_sweeps: int | None = None):
+                          start_a: float | None = 1.0, reference=None, reference_sweeps: int | None = None):
     """Tempered SMC estimate of log p(X) over the token allocations (see :func:`run_tempered`).
 
     Annealing from the latent urn prior to the posterior with adaptive temperatures (Del Moral,
@@ -633,8 +595,8 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
     """
     result = run_tempered(model, data, rng_key, num_particles=num_particles, num_chains=num_chains, rho=rho,
                           num_sweeps=num_sweeps, schedule=schedule, engine=engine, progress_bar=progress_bar,
-                          max_configs=max_configs, start_a=start_a, cell_moves=cell_moves, pair_moves=pair_moves,
-                          node_moves=node_moves, reference=reference, reference_sweeps=reference_sweeps)
+                          max_configs=max_configs, start_a=start_a, reference=reference,
+                          reference_sweeps=reference_sweeps)
     return EvidenceEstimate(
         value=result.log_evidence, stderr=result.stderr, method="tempered", kind="estimate",
         lower_bound=result.lower_bound, run_values=tuple(result.run_log_evidence.tolist()), seconds=result.seconds,
@@ -644,11 +606,7 @@ def tempered_log_evidence(model, data, *, rng_key=0, num_particles: int = 256, n
             num_particles=num_particles, num_runs=num_chains, num_temperatures=result.num_temperatures.tolist(),
             num_resamplings=result.num_resamplings.tolist(), min_ess=float(result.min_ess.min()),
             schedule=[s.tolist() for s in result.schedules], rho=rho if schedule is None else None,
-            num_sweeps=num_sweeps, kernel=resolve_kernel(engine), start_a=start_a, cell_moves=cell_moves,
-            pair_moves=pair_moves, node_moves=node_moves, referenced=reference is not None,
+            num_sweeps=num_sweeps, kernel=resolve_kernel(engine), start_a=start_a, referenced=reference is not None,
             reference_sweeps=result.reference_sweeps,
-            cell_move_acceptance=float(result.block_move_acceptance[0]),
-            pair_move_acceptance=float(result.block_move_acceptance[1]),
-            node_move_acceptance=float(result.block_move_acceptance[2]),
             run_best_cells=result.run_best_cells, run_best_counts=result.run_best_counts),
     )

@@ -159,7 +159,6 @@ class JaxParticles:
         self.config = jnp.zeros((num_particles, tp.token_cell.shape[0]), jnp.int32)
         self.counts_ = jnp.tile(jnp.asarray(tp.fixed_counts, jnp.int32), (num_particles, 1))
         self.logs = jnp.zeros((num_particles, 3), jnp.float64)  # log π₀, log L, log start
-        self.block_moves = np.zeros((3, 2), np.int64)  # no block moves in this kernel
 
     log_prior = property(lambda self: np.asarray(self.logs[:, 0]))
     log_like = property(lambda self: np.asarray(self.logs[:, 1]))
@@ -180,9 +179,7 @@ class JaxParticles:
     def initialise(self) -> None:
         self._run(0.0, 1, False)
 
-    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
-             num_node_moves: int = 0) -> None:
-        """Gibbs sweeps only: the JAX kernel has no block moves (:func:`~bam_ppl.infer.smc.tempered.run_tempered` warns)."""
+    def move(self, beta: float, num_sweeps: int) -> None:
         self._run(beta, num_sweeps, True)
 
     def set_configs(self, config: np.ndarray) -> None:

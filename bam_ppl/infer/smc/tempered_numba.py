@@ -1,6 +1,5 @@
 """Numba CPU kernel of the tempered SMC (:mod:`bam_ppl.infer.smc.tempered`, ``engine="numba"``):
-collapsed-Gibbs sweeps and Metropolis–Hastings block moves of the particles, in blocks run in
-threads (the kernel releases the GIL)."""
+collapsed-Gibbs sweeps of the particles, in blocks run in threads (the kernel releases the GIL)."""
 
 from __future__ import annotations
 
@@ -71,14 +70,10 @@ class KernelTables(NamedTuple):
 
 
 class TokenLayout(NamedTuple):
-    """Where the tokens are: each token's cell, the cells' token ranges and the node moves' tables
-    (:func:`_node_tokens`)."""
+    """Where the tokens are: each token's cell and the cells' token ranges."""
 
     token_cell: np.ndarray
     cell_start: np.ndarray
-    node_swap: np.ndarray
-    node_size: np.ndarray
-    node_child: np.ndarray
 
 
 class FactorisedLayout(NamedTuple):
@@ -104,14 +99,11 @@ class Scratch(NamedTuple):
 class Moves(NamedTuple):
     """What a pass does to each particle: ``mode`` _URN draws every token from the start at β = 0;
     _SWEEP does Gibbs sweeps targeting π_β, the tokens in a fresh random order each sweep where
-    ``random_order`` (else in a fixed order, a systematic scan), then cell, pair and node block moves."""
+    ``random_order`` (else in a fixed order, a systematic scan)."""
 
     mode: int
     beta: float
     num_sweeps: int
-    num_cell_moves: int
-    num_pair_moves: int
-    num_node_moves: int
     random_order: bool
 
 
@@ -123,7 +115,6 @@ class ParticleArrays(NamedTuple):
     log_prior: np.ndarray
     log_like: np.ndarray
     log_start: np.ndarray
-    accepted: np.ndarray  # (P, 3) accepted cell, pair and node moves
 
 
 class OneParticle(NamedTuple):
@@ -133,14 +124,6 @@ class OneParticle(NamedTuple):
     counts: np.ndarray
     conf: np.ndarray
     logs: np.ndarray
-
-
-class Block(NamedTuple):
-    """The tokens of a block move, in the order they are re-placed, and for the i-th the two
-    configurations it is restricted to (``pairs[i]``; pairs[i, 0] < 0: all of them)."""
-
-    tokens: np.ndarray
-    pairs: np.ndarray
 
 
 def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
@@ -154,7 +137,7 @@ def kernel_tables(tp: TemperedProblem, tilted: bool) -> KernelTables:
 
 
 def token_layout(tp: TemperedProblem) -> TokenLayout:
-    return TokenLayout(tp.token_cell, tp.cell_start, tp.node_swap, tp.node_size, tp.node_child)
+    return TokenLayout(tp.token_cell, tp.cell_start)
 
 
 def factorised_layout(tp: TemperedProblem) -> FactorisedLayout:
@@ -218,10 +201,6 @@ def _token_weights(counts, cell, beta, scratch, st):
     factor is kept as a log since the weights and the particle's log start need only its log: one
     log and one exp per configuration instead of three exps and two logs (the reference-started
     runs spent most of their time on them).
-
-    Every factor is the ratio by which adding the token multiplies the tables' Dirichlet-multinomial
-    sequence probabilities, so the product of the weights along any order of placing tokens is the
-    ratio of π_β after and before placing them (what the cell moves rely on).
     """
     base, lat, vis, start, weight = scratch
     valid, has_valid, log_space, tilted = st.valid, st.has_valid, st.log_space, st.tilted
@@ -261,25 +240,6 @@ def _weight_scratch(num_rows, num_configs):
                    np.empty(num_configs))
 
 
-def _log_total(weight, scale, pair):
-    """log W: the log of the sum of the token's weights (``scale`` their log factor), over the two
-    configurations ``pair`` only when pair[0] ≥ 0."""
-    if pair[0] >= 0:
-        return scale + math.log(weight[pair[0]] + weight[pair[1]])
-    total = 0.0
-    for c in range(weight.shape[0]):
-        total += weight[c]
-    return scale + math.log(total)
-
-
-def _restrict(weight, pair):
-    """Zero the weights outside ``pair`` (when pair[0] ≥ 0)."""
-    if pair[0] >= 0:
-        for c in range(weight.shape[0]):
-            if c != pair[0] and c != pair[1]:
-                weight[c] = 0.0
-
-
 def _set_base(base, row_base, cell):
     for r in range(row_base.shape[0]):
         base[r] = row_base[r, cell]
@@ -297,175 +257,6 @@ def _log_change(values, new, old, log_space):
 def _shift_token(counts, base, row_offset, moved, c, step):
     for m in moved:
         counts[base[m] + row_offset[m, c]] += step
-
-
-def _block_move(rng, block, beta, particle, proposal, scratch, token_cell, st):
-    """One Metropolis–Hastings move of a :class:`Block` of tokens of ``particle`` (a :class:`OneParticle`):
-    the tokens ``block.tokens`` are removed and re-placed in that order, each drawn from its tempered
-    conditional given the tokens placed before it — restricted to the two configurations
-    ``block.pairs[i]`` for the i-th token when pairs[i, 0] ≥ 0
-    (a pair move: every token in one of two configurations; a node move: every token whose
-    configuration gives one latent node either of two values, or only those of one value of its
-    visible child). A sequentially allocated proposal (Dahl 2005, "Sequentially-allocated
-    merge-split sampler for conjugate and nonconjugate Dirichlet process mixture models"; Jain &
-    Neal 2004, "A split-merge Markov chain Monte Carlo procedure for the Dirichlet process mixture
-    model", JCGS).
-
-    With W_t the sum of token t's (restricted) conditional weights on the way, π_β(z) / q(z | old)
-    = Π_t W_t times a factor of the tokens outside the block, so the acceptance probability is
-    min(1, Π W_t(new) / Π W_t(old)) and the move leaves π_β invariant. The old path's W_t are found
-    while removing the old tokens in reverse order. ``particle.logs`` (3,) gets the change of
-    (log π₀, log L, log start); returns whether the proposal was accepted.
-    """
-    tokens, pairs = block
-    counts, conf, logs = particle
-    row_base, row_offset, moved, log_space = st.row_base, st.row_offset, st.moved, st.log_space
-    base, lat, vis, start, weight = scratch
-    log_old, log_new = 0.0, 0.0
-    old_prior, old_like, old_start, new_prior, new_like, new_start = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    for i in range(tokens.shape[0] - 1, -1, -1):
-        token = tokens[i]
-        old = conf[token]
-        _set_base(base, row_base, token_cell[token])
-        _shift_token(counts, base, row_offset, moved, old, -1.0)
-        scale = _token_weights(counts, token_cell[token], beta, scratch, st)
-        log_old += _log_total(weight, scale, pairs[i])
-        old_prior += _log_factor(lat, old, log_space)
-        old_like += _log_factor(vis, old, log_space)
-        old_start += start[old]
-    for i in range(tokens.shape[0]):
-        token = tokens[i]
-        scale = _token_weights(counts, token_cell[token], beta, scratch, st)
-        log_new += _log_total(weight, scale, pairs[i])
-        _restrict(weight, pairs[i])
-        new = _draw(rng, weight)
-        proposal[i] = new
-        new_prior += _log_factor(lat, new, log_space)
-        new_like += _log_factor(vis, new, log_space)
-        new_start += start[new]
-        _shift_token(counts, base, row_offset, moved, new, 1.0)
-    if math.log(1.0 - rng.random()) < log_new - log_old:
-        for i in range(tokens.shape[0]):
-            conf[tokens[i]] = proposal[i]
-        logs[0] += new_prior - old_prior
-        logs[1] += new_like - old_like
-        logs[2] += new_start - old_start
-        return True
-    for i in range(tokens.shape[0]):
-        _set_base(base, row_base, token_cell[tokens[i]])
-        _shift_token(counts, base, row_offset, moved, proposal[i], -1.0)
-        _shift_token(counts, base, row_offset, moved, conf[tokens[i]], 1.0)
-    return False
-
-
-def _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start):
-    """Draw two distinct configurations and gather the tokens in either of them into ``members``
-    (their pair into ``pairs``), cell by cell in random cell order (so that the sequential proposal
-    places a cell's tokens together and its urn can keep them together); returns their number."""
-    a = int(rng.random() * num_configs)
-    b = int(rng.random() * (num_configs - 1))
-    if b >= a:
-        b += 1
-    shuffle(rng, cell_order)
-    n = 0
-    for cell in cell_order:
-        for token in range(cell_start[cell], cell_start[cell + 1]):
-            if conf[token] == a or conf[token] == b:
-                members[n] = token
-                pairs[n, 0], pairs[n, 1] = a, b
-                n += 1
-    return n
-
-
-def _node_tokens(rng, conf, layout, members, pairs, cell_order):
-    """Draw a latent node and two of its values v ≠ w, and gather every token whose configuration
-    gives the node v or w into ``members``, cell by cell in random cell order; ``pairs`` gets each
-    token's configuration with the node at v and at w, its other nodes kept (``node_swap[n, c, v]``:
-    configuration c with node n set to v). A split–merge of two of the node's classes: the whole of
-    classes v and w is re-divided between them, which single-token moves can only do through
-    allocations of low probability (Jain & Neal 2004). ``layout``: a :class:`TokenLayout`.
-    Returns the number of tokens."""
-    node_swap, node_child, cell_start, token_cell = layout.node_swap, layout.node_child, layout.cell_start, layout.token_cell
-    node = int(rng.random() * node_swap.shape[0])
-    size = layout.node_size[node]
-    v = int(rng.random() * size)
-    w = int(rng.random() * (size - 1))
-    if w >= v:
-        w += 1
-    shuffle(rng, cell_order)
-    n = 0
-    for cell in cell_order:
-        for token in range(cell_start[cell], cell_start[cell + 1]):
-            c = conf[token]
-            a, b = node_swap[node, c, v], node_swap[node, c, w]
-            if c == a or c == b:
-                members[n] = token
-                pairs[n, 0], pairs[n, 1] = a, b
-                n += 1
-    if n > 0 and rng.random() < 0.5:
-        # Half the time only the tokens of one value x of the node's visible child (one sender, one
-        # word), x that of a random member: the set is the same before and after the move, and so is
-        # the chance of drawing x.
-        x = node_child[node, token_cell[members[int(rng.random() * n)]]]
-        kept = 0
-        for i in range(n):
-            if node_child[node, token_cell[members[i]]] == x:
-                members[kept] = members[i]
-                pairs[kept, 0], pairs[kept, 1] = pairs[i, 0], pairs[i, 1]
-                kept += 1
-        n = kept
-    return n
-
-
-def _crowded_cells(cell_start):
-    """The cells with two tokens or more, in a loop: np.diff would compile numba's shape checks (seconds)."""
-    crowded = np.empty(cell_start.shape[0] - 1, np.int64)
-    n = 0
-    for u in range(crowded.shape[0]):
-        if cell_start[u + 1] - cell_start[u] >= 2:
-            crowded[n] = u
-            n += 1
-    return crowded[:n]
-
-
-def _block_moves(rng, beta, moves, particle, accepted, layout, st):
-    """Metropolis–Hastings block moves of one :class:`OneParticle` targeting π_β (:func:`_block_move`), in place:
-    ``moves.num_cell_moves`` passes over the cells with two tokens or more (in random order), each cell's
-    tokens re-placed; ``num_pair_moves`` pair moves (the tokens of two random configurations
-    re-placed between them: :func:`_pair_tokens`); ``num_node_moves`` node moves (the tokens of two
-    classes of a latent node re-divided between them: :func:`_node_tokens`). ``particle.logs`` (3,)
-    gets the change of (log π₀, log L, log start), ``accepted`` (3,) the number of each kind accepted."""
-    if moves.num_cell_moves + moves.num_pair_moves + moves.num_node_moves == 0:
-        return
-    conf = particle.conf
-    token_cell, cell_start = layout.token_cell, layout.cell_start
-    num_configs = st.row_offset.shape[1]
-    num_tokens = token_cell.shape[0]
-    scratch = _weight_scratch(st.row_base.shape[0], num_configs)
-    proposal = np.empty(num_tokens, np.int32)
-    members = np.empty(num_tokens, np.int64)
-    pairs = np.full((num_tokens, 2), -1, np.int64)
-    cells = _crowded_cells(cell_start)
-    cell_order = np.arange(cell_start.shape[0] - 1)
-    all_tokens = np.arange(num_tokens)
-    for _ in range(moves.num_cell_moves):
-        shuffle(rng, cells)
-        for cell in cells:
-            first, stop = cell_start[cell], cell_start[cell + 1]
-            if _block_move(rng, Block(all_tokens[first:stop], pairs[:stop - first]), beta, particle, proposal,
-                           scratch, token_cell, st):
-                accepted[0] += 1
-    if num_configs < 2:
-        return
-    for kind, num_moves in ((1, moves.num_pair_moves), (2, moves.num_node_moves if layout.node_swap.shape[0] else 0)):
-        for _ in range(num_moves):
-            if kind == 1:
-                n = _pair_tokens(rng, conf, num_configs, members, pairs, cell_order, cell_start)
-            else:
-                n = _node_tokens(rng, conf, layout, members, pairs, cell_order)
-            if n > 0 and _block_move(rng, Block(members[:n], pairs[:n]), beta, particle, proposal, scratch,
-                                     token_cell, st):
-                accepted[kind] += 1
 
 
 def _fast_paths(mode, usable, st):
@@ -501,16 +292,14 @@ def _add_logs(particles, p, logs):
     particles.log_start[p] += logs[2]
 
 
-def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, shared):
+def _factorised_block(rng, block, moves, particles, fast_layout, st, shared):
     """:func:`_tempered_block` for a _SWEEP pass that takes the factorised path (:func:`_fast_paths`):
     each particle's sweeps by :func:`_sweeps_tabulated` (where the pass's tables were built) or
-    :func:`_sweeps_factorised`, then its block moves, ``rng`` consumed as the general kernel would."""
-    beta = moves.beta
-    num_tokens = layout.token_cell.shape[0]
+    :func:`_sweeps_factorised`, ``rng`` consumed as the general kernel would."""
     scratch = _weight_scratch(st.row_base.shape[0], st.row_offset.shape[1])
     logs = np.zeros(3)
-    order = np.arange(num_tokens)
-    tables, _ = _segment_tables(beta, st, shared)
+    order = np.arange(fast_layout.token_cell.shape[0])
+    tables, _ = _segment_tables(moves.beta, st, shared)
     for p in range(block[0], block[1]):
         particle = OneParticle(particles.shifted[p], particles.config[p], logs)
         logs[:] = 0.0
@@ -518,7 +307,6 @@ def _factorised_block(rng, block, moves, particles, layout, fast_layout, st, sha
             _sweeps_tabulated(rng, moves, particle, order, fast_layout, st, tables, scratch.weight)
         else:
             _sweeps_factorised(rng, moves, particle, order, fast_layout, st, scratch)
-        _block_moves(rng, beta, moves, particle, particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
 
@@ -529,8 +317,7 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
 
     ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
     conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (in a fresh random
-    order per sweep where ``moves.random_order``), then the block moves of :func:`_block_moves`; ``particles.accepted`` (P, 3)
-    counts each particle's accepted cell, pair and node moves. The weights are those of :func:`_token_weights`;
+    order per sweep where ``moves.random_order``). The weights are those of :func:`_token_weights`;
     the particle's log π₀, log L and log start change by the logs of the factors of its new
     configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
     """
@@ -572,8 +359,6 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
                     logs[0] += _log_change(lat, new, old, log_space)
                     logs[1] += _log_change(vis, new, old, log_space)
                     logs[2] += start[new] - start[old]
-        if mode == _SWEEP:
-            _block_moves(rng, beta, moves, OneParticle(counts, conf, logs), particles.accepted[p], layout, st)
         _add_logs(particles, p, logs)
 
 
@@ -645,18 +430,8 @@ if numba is not None:
     # compilation far longer, and the call is cheap next to the loops inside it. The small helpers
     # are inlined: left to calls, they make the tempered SMC markedly slower.
     compile_numba(globals(), inline=("_row_value", "_group_factor", "_weight_scratch", "_log_factor", "_log_change",
-                                     "_shift_token", "_set_base", "_log_total", "_restrict", "_add_logs",
-                                     "_crowded_cells"),
-                  nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_block_move", "_pair_tokens", "_node_tokens", "_block_moves",
-                         "_factorised_block", "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
-
-
-def block_moves_proposed(tp: TemperedProblem, num_cell_moves: int, num_pair_moves: int,
-                         num_node_moves: int) -> np.ndarray:
-    """(3,) the cell, pair and node moves that :func:`_block_moves` proposes to one state."""
-    cells = int(np.count_nonzero(np.diff(tp.cell_start) >= 2))
-    many = tp.num_configs > 1
-    return np.array([num_cell_moves * cells, num_pair_moves * many, num_node_moves * (many and tp.node_swap.shape[0] > 0)])
+                                     "_shift_token", "_set_base", "_add_logs"),
+                  nogil=("_fast_paths", "sweep_tables", "_segment_tables", "_token_weights", "_factorised_block", "_tempered_block", "_draw_product", "_log_multinomial_block", "_cell_probabilities"))
 
 
 class NumbaParticles:
@@ -688,16 +463,11 @@ class NumbaParticles:
         self.structure = kernel_tables(tp, True)
         self.layout = token_layout(tp)
         self.fast_layout = factorised_layout(tp)
-        self.accepted = np.zeros((num_particles, 3), np.int64)
-        self.block_moves = np.zeros((3, 2), np.int64)  # (cell, pair, node) moves: proposed, accepted
 
-    def _run(self, mode, beta, num_sweeps, num_cell_moves=0, num_pair_moves=0, num_node_moves=0):
-        self.accepted[:] = 0
+    def _run(self, mode, beta, num_sweeps):
         tp = self.tp
-
-        moves = Moves(mode, float(beta), num_sweeps, num_cell_moves, num_pair_moves, num_node_moves, self.random_order)
-        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
-                                   self.accepted)
+        moves = Moves(mode, float(beta), num_sweeps, self.random_order)
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
 
         passes = 1 if mode == _URN else num_sweeps
         shared = sweep_tables(mode, float(beta), self.layout, tp.factorised, self.segments(0, self.num_particles)[0][2],
@@ -708,14 +478,12 @@ class NumbaParticles:
             b, first, stop = block
             for begin, end, structure in self.segments(first, stop):  # one Generator per block, in order
                 if _fast_paths(mode, usable, structure)[0]:
-                    _factorised_block(self.rngs[b], (begin, end), moves, particles, self.layout, self.fast_layout,
-                                      structure, shared)
+                    _factorised_block(self.rngs[b], (begin, end), moves, particles, self.fast_layout, structure,
+                                      shared)
                 else:
                     _tempered_block(self.rngs[b], (begin, end), moves, particles, self.layout, structure, shared)
 
         list(self.pool.map(one, self.blocks))
-        self.block_moves += np.stack([self.num_particles * block_moves_proposed(
-            tp, num_cell_moves, num_pair_moves, num_node_moves), self.accepted.sum(0)], axis=1)
 
     def segments(self, first: int, stop: int) -> list:
         """Ranges of particles ``first..stop`` and the kernel structure each is moved with (one here;
@@ -736,9 +504,7 @@ class NumbaParticles:
         tp = self.tp
         self.shifted[:] = tp.concentration + tp.fixed_counts
         self.log_start[:] = 0.0
-        self.accepted[:] = 0
-        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start,
-                                   self.accepted)
+        particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
 
         def one(block):
             b, first, stop = block
@@ -751,9 +517,8 @@ class NumbaParticles:
         for p in range(self.num_particles):
             self.log_prior[p], self.log_like[p] = exact_log_terms(tp, self.counts(p))
 
-    def move(self, beta: float, num_sweeps: int, num_cell_moves: int = 0, num_pair_moves: int = 0,
-             num_node_moves: int = 0) -> None:
-        self._run(_SWEEP, beta, num_sweeps, num_cell_moves, num_pair_moves, num_node_moves)
+    def move(self, beta: float, num_sweeps: int) -> None:
+        self._run(_SWEEP, beta, num_sweeps)
 
     def add_offsets(self, prior: float, like: float, start: float) -> None:
         self.log_prior += prior

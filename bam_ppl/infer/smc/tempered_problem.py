@@ -49,9 +49,6 @@ class TemperedProblem(NamedTuple):
     log_reference: np.ndarray  # (U, L) log q of the per-cell reference start ((1, 1) unused without one)
     referenced: bool  # whether the start is the per-cell reference q instead of an urn
     gibbs_rows: gibbs_numba.UrnRows  # the urn conditional at β = 1 as the collapsed-Gibbs kernel reads it
-    node_swap: np.ndarray  # (N, L, V): configuration l with latent node n set to v (node moves); −1 past its size
-    node_size: np.ndarray  # (N,) number of values of each latent node with two or more
-    node_child: np.ndarray  # (N, U) value of each such node's first visible child at every cell (−1: none)
     factorised: FactorisedTempered  # the rows as the sweep's fast path reads them (usable False: the general path)
     row_value: np.ndarray  # (rows,) the concentration plus fixed counts every entry of a row starts from (nan: not one)
     # Every entry the rows read, once, where each row's entries start from one value (row_value) and no two rows
@@ -71,41 +68,6 @@ def entries_of_rows(first: np.ndarray, offsets: np.ndarray, bases: np.ndarray) -
     if not np.isfinite(bases).all() or np.unique(entries).size != entries.size:
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
     return entries, np.asarray(bases, np.float64)[entry_row], entry_row
-
-
-def node_children(bound: BoundModel, data: CountTensor, layout) -> np.ndarray:
-    """(N, U) the observed value, at every nonzero cell, of the first visible child of each latent
-    node of :func:`node_swaps` (−1 where missing or where the node has no visible child)."""
-    model = bound.model
-    nodes = [name for name in layout.free if name in model.latent and bound.sizes[name] >= 2]
-    out = np.full((len(nodes), data.nnz), -1, np.int64)
-    for k, name in enumerate(nodes):
-        children = [c for c in model.observed if c in model.dag.children(name)]
-        if children:
-            out[k] = np.asarray(data.indices)[:, list(model.observed).index(children[0])]
-    return out
-
-
-def configs_with_node(layout, sizes, position: int, value: int) -> np.ndarray:
-    """(L,) the configuration that agrees with each of ``layout.configs`` except that the free node
-    at ``position`` takes ``value`` (configurations are numbered in C order of ``sizes``)."""
-    new = np.array(layout.configs, np.int64)
-    new[:, position] = value
-    return np.ravel_multi_index(tuple(new.T), sizes)
-
-
-def node_swaps(bound: BoundModel, layout) -> tuple[np.ndarray, np.ndarray]:
-    """The ``node_swap`` and ``node_size`` of :class:`TemperedProblem`: for every free latent node n
-    with two values or more, every configuration l and value v, the configuration that agrees with
-    l except that n takes v."""
-    sizes = [bound.sizes[name] for name in layout.free]
-    nodes = [i for i, name in enumerate(layout.free) if name in bound.model.latent and sizes[i] >= 2]
-    node_size = np.array([sizes[i] for i in nodes], np.int64)
-    swap = np.full((len(nodes), layout.num_configs, int(node_size.max(initial=1))), -1, np.int64)
-    for k, i in enumerate(nodes):
-        for v in range(sizes[i]):
-            swap[k, :, v] = configs_with_node(layout, sizes, i, v)
-    return swap, node_size
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:
@@ -175,7 +137,6 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
     column_table = np.concatenate([np.full(t.size // t.shape[-1], k) for k, t in enumerate(bound.tables)])
     entry_table = np.concatenate([np.full(t.size, k) for k, t in enumerate(bound.tables)])
     counts = np.asarray(data.counts, np.int64)
-    swap, swap_sizes = node_swaps(bound, layout)
     groups = _row_groups(spec, row_latent)
     row_value = row_values(row_base, row_offset, conc + fixed)
     return TemperedProblem(
@@ -199,7 +160,6 @@ def build_tempered_problem(bound: BoundModel, data: CountTensor, layout, start_s
         tilted=bool(start_scale != 1.0 and is_latent.any()),
         log_reference=np.zeros((1, 1)), referenced=False,
         gibbs_rows=gibbs_numba.urn_rows(spec, token_cell, row_base, row_offset, valid, log_space),
-        node_swap=swap, node_size=swap_sizes, node_child=node_children(bound, data, layout),
         factorised=factorised_tempered(token_cell, row_base, row_offset, groups, usable=(
             not spec.ties and not spec.has_valid and not log_space
             and sorted(spec.moved) == sorted([*spec.numerator_rows, *spec.denominator_rows])), row_value=row_value),

@@ -2,7 +2,7 @@
 numba): every row reads consecutive entries from its start at the token's cell, the rows that every
 token reads at the same place are cached per configuration, and, where every entry of a row starts
 from one value, each factor is read from a table over the count instead of one log and one exp per
-configuration. The general kernel, block moves and particles: :mod:`~bam_ppl.infer.smc.tempered_numba`."""
+configuration. The general kernel and the particles: :mod:`~bam_ppl.infer.smc.tempered_numba`."""
 
 from __future__ import annotations
 
