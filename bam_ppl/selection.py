@@ -15,6 +15,7 @@ import inspect
 import itertools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -201,10 +202,6 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     """
     from scipy.special import gammaln
 
-    from .data import CountTensor
-    from .infer import em
-    from .models.allocation import DEFAULT_MAX_CONFIGS
-
     data = model.as_data(X)
     if getattr(model, "condition_on", ()):
         raise ValueError(
@@ -213,8 +210,43 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
         )
     if data.has_missing:
         raise ValueError("the missing-cell fit needs fully observed cells (X has missing coordinates)")
-    axes = tuple(int(a) for a in heldout_axes)
-    heldout = np.asarray(heldout, dtype=bool)
+    cells = _held_out_slices(data, np.asarray(heldout, dtype=bool), tuple(int(a) for a in heldout_axes))
+    fit = _missing_cell_problem(model, data, cells, max_configs)
+    with jax.enable_x64(True):
+        keys = jax.random.split(as_key(rng_key), int(num_chains))
+        thetas, values, cell, rate = _heldout_em(fit.problem, jnp.asarray(fit.is_held), jnp.asarray(fit.totals), keys,
+                                                 int(num_iters), float(tol), has_valid=fit.has_valid)
+        values = np.asarray(values)
+        best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
+        held = np.asarray(cell[best])[fit.is_held]
+        rate = float(rate[best])
+    held_cell = np.empty(cells.counts.size)
+    held_cell[fit.held_position] = held  # back to slice-by-slice order
+    mean = rate * held_cell
+    logpmf = cells.counts * np.log(np.where(mean > 0, mean, 1.0)) - mean - gammaln(cells.counts + 1.0)
+    logpmf = np.where((mean == 0) & (cells.counts > 0), -np.inf, logpmf)
+    pointwise = np.bincount(cells.slice_of, weights=logpmf, minlength=cells.num_slices)
+    return dict(pointwise=pointwise, heldout_loglik=float(pointwise.sum()), train_loglik=float(values[best]),
+                rate=rate, cell_prob=held_cell, theta=np.asarray(thetas[best]))
+
+
+class HeldoutCells(NamedTuple):
+    """Every cell of the held-out slices, slice by slice, each slice's cells in C order
+    (:func:`allocation_heldout_fit`): ``index`` (n, ndim) their coordinates, ``slice_of`` (n,) the
+    slice each belongs to, ``counts`` (n,) their observed counts; ``train`` (a ``CountTensor``) the
+    other cells' counts; ``num_slices``."""
+
+    index: np.ndarray
+    slice_of: np.ndarray
+    counts: np.ndarray
+    train: object
+    num_slices: int
+
+
+def _held_out_slices(data, heldout: np.ndarray, axes: tuple) -> HeldoutCells:
+    """The :class:`HeldoutCells` of the slices ``heldout`` marks along ``axes`` of ``data``, checked."""
+    from .data import CountTensor
+
     if heldout.shape != tuple(data.shape[a] for a in axes):
         raise ValueError(f"heldout has shape {heldout.shape}, expected {tuple(data.shape[a] for a in axes)} "
                          f"(the sizes of heldout_axes {axes})")
@@ -228,68 +260,70 @@ def allocation_heldout_fit(model, X, heldout: np.ndarray, heldout_axes, *, rng_k
     if num_cells > MAX_HELDOUT_CELLS:
         raise ValueError(f"the held-out slices hold {num_cells} cells (> {MAX_HELDOUT_CELLS}); hold out a "
                          "smaller fraction or pass score=")
-    # Every cell of the held-out slices, slice by slice.
-    held_idx = np.zeros((num_cells, data.ndim), dtype=np.int64)
-    held_idx[:, list(axes)] = np.repeat(slices, per_slice, axis=0)
+    index = np.zeros((num_cells, data.ndim), dtype=np.int64)
+    index[:, list(axes)] = np.repeat(slices, per_slice, axis=0)
     if rest:
-        held_idx[:, rest] = np.tile(np.indices(rest_shape).reshape(len(rest), -1).T, (len(slices), 1))
-    held_slice = np.repeat(np.arange(len(slices)), per_slice)
+        index[:, rest] = np.tile(np.indices(rest_shape).reshape(len(rest), -1).T, (len(slices), 1))
     entry_held = heldout[tuple(data.indices[:, a] for a in axes)] if data.nnz else np.zeros(0, bool)
     train = CountTensor(data.indices[~entry_held], data.counts[~entry_held], data.shape, dims=data.dims,
                         coords=data.coords)
     if train.total == 0:
         raise ValueError("every token lies in a held-out slice; hold out a smaller fraction")
-    # The observed counts of the held-out cells.
-    shape = data.shape
-    data_flat = np.ravel_multi_index(tuple(data.indices.T), shape) if data.nnz else np.zeros(0, np.int64)
-    held_flat = np.ravel_multi_index(tuple(held_idx.T), shape)
-    order = np.argsort(data_flat)
-    pos = np.clip(np.searchsorted(data_flat[order], held_flat), 0, max(len(order) - 1, 0))
-    found = (len(order) > 0) & (data_flat[order][pos] == held_flat) if len(order) else np.zeros(num_cells, bool)
-    held_counts = np.where(found, data.counts[order][pos] if len(order) else 0, 0).astype(np.float64)
-    # One layout for the training cells followed by every held-out cell (counts set per E-step).
-    union = CountTensor(np.concatenate([train.indices, held_idx]),
-                        np.ones(train.nnz + num_cells, dtype=np.int64), shape)
+    counts = np.zeros(num_cells)
+    if data.nnz:
+        held_flat = np.ravel_multi_index(tuple(index.T), data.shape)
+        data_flat = np.ravel_multi_index(tuple(data.indices.T), data.shape)
+        inside = np.isin(data_flat, held_flat)
+        counts[_positions(held_flat, data_flat[inside])] = data.counts[inside]
+    return HeldoutCells(index, np.repeat(np.arange(len(slices)), per_slice), counts, train, len(slices))
+
+
+class MissingCellProblem(NamedTuple):
+    """The EM problem of :func:`allocation_heldout_fit` over the training cells and then every held-out
+    cell, padded (:func:`_padded_size`): ``is_held`` marks the held-out cells, ``held_position`` their
+    place in :class:`HeldoutCells` order, ``totals`` (training tokens, a, b)."""
+
+    problem: object
+    is_held: np.ndarray
+    held_position: np.ndarray
+    totals: np.ndarray
+    has_valid: bool
+
+
+def _missing_cell_problem(model, data, cells: HeldoutCells, max_configs) -> MissingCellProblem:
+    """The :class:`MissingCellProblem` of ``model`` bound to the training cells."""
+    from .data import CountTensor
+    from .infer import em
+    from .models.allocation import DEFAULT_MAX_CONFIGS
+
+    train, shape = cells.train, data.shape
+    union = CountTensor(np.concatenate([train.indices, cells.index]),
+                        np.ones(train.nnz + cells.index.shape[0], dtype=np.int64), shape)
     union_flat = np.ravel_multi_index(tuple(union.indices.T), shape)
+    held_flat = np.ravel_multi_index(tuple(cells.index.T), shape)
     is_held = np.isin(union_flat, held_flat)
     train_flat = np.ravel_multi_index(tuple(train.indices.T), shape)
     counts = np.zeros(union.nnz)
     counts[~is_held] = train.counts[np.searchsorted(train_flat, union_flat[~is_held])]
-    held_position = np.searchsorted(held_flat, union_flat[is_held]) if np.all(np.diff(held_flat) > 0) else None
-    if held_position is None:  # held_flat is sorted by construction of np.argwhere; keep a fallback
-        lookup = {f: i for i, f in enumerate(held_flat)}
-        held_position = np.asarray([lookup[f] for f in union_flat[is_held]])
     bound = model.bind(train)
     layout = bound.cell_layout(union, max_configs=max_configs or DEFAULT_MAX_CONFIGS)
     problem = em.build_problem(bound, union, layout)
     # Pad the cells to a size shared by the folds (copies of cell 0 holding no count and not held
     # out add nothing to any sum): every fold of one model then reuses one compiled fit.
     padding = _padded_size(union.nnz) - union.nnz
-    problem = problem._replace(index=np.pad(problem.index, ((0, 0), (0, padding), (0, 0)), mode="edge"))
+    problem = problem._replace(index=np.pad(problem.index, ((0, 0), (0, padding), (0, 0)), mode="edge"),
+                               counts=np.pad(counts, (0, padding)))
     if layout.valid is not None:
         problem = problem._replace(valid=np.pad(problem.valid, ((0, padding), (0, 0)), mode="edge"))
-    counts = np.pad(counts, (0, padding))
-    problem = problem._replace(counts=counts)
-    is_held_padded = np.pad(is_held, (0, padding))
-    totals = np.array([float(train.total), float(bound.a), float(bound.b)])
+    return MissingCellProblem(problem, np.pad(is_held, (0, padding)), _positions(held_flat, union_flat[is_held]),
+                              np.array([float(train.total), float(bound.a), float(bound.b)]),
+                              layout.valid is not None)
 
-    with jax.enable_x64(True):
-        keys = jax.random.split(as_key(rng_key), int(num_chains))
-        thetas, values, cell, rate = _heldout_em(problem, jnp.asarray(is_held_padded), jnp.asarray(totals), keys,
-                                                 int(num_iters), float(tol), has_valid=layout.valid is not None)
-        values = np.asarray(values)
-        best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
-        theta = thetas[best]
-        cell = np.asarray(cell[best])[: union.nnz][is_held]
-        rate = float(rate[best])
-    held_cell = np.empty(num_cells)
-    held_cell[held_position] = cell  # back to slice-by-slice order
-    mean = rate * held_cell
-    logpmf = held_counts * np.log(np.where(mean > 0, mean, 1.0)) - mean - gammaln(held_counts + 1.0)
-    logpmf = np.where((mean == 0) & (held_counts > 0), -np.inf, logpmf)
-    pointwise = np.bincount(held_slice, weights=logpmf, minlength=len(slices))
-    return dict(pointwise=pointwise, heldout_loglik=float(pointwise.sum()), train_loglik=float(values[best]),
-                rate=rate, cell_prob=held_cell, theta=np.asarray(theta))
+
+def _positions(flat: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Where each of ``values`` lies in ``flat`` (distinct flat indices, in any order; every value among them)."""
+    order = np.argsort(flat, kind="stable")
+    return order[np.searchsorted(flat, values, sorter=order)]
 
 
 def _padded_size(n: int) -> int:
@@ -605,16 +639,7 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
         for f in range(num_folds):
             label = f"grid point {point}" + (f", fold {f}" if num_folds > 1 else "")
             tasks.append(Task(label, (fitter, model, assignment == f, fold_keys[f])))
-    results = run_tasks(executor, score_task, tasks, data)
-    rows, pointwise = [], []
-    for index, point in enumerate(points):
-        parts = [np.asarray(raw, dtype=np.float64) for raw in results[index * num_folds:(index + 1) * num_folds]]
-        if any(p.ndim > 1 for p in parts):
-            bad = next(p for p in parts if p.ndim > 1)
-            raise ValueError(f"score must return a number or a 1-d array of per-slice values, got shape {bad.shape}")
-        # Per-slice values of every fold, fold after fold (the same order for every grid point).
-        pointwise.append(np.concatenate(parts) if all(p.ndim == 1 for p in parts) else None)
-        rows.append({**point, **fixed, SCORE_COLUMN: float(sum(p.sum() for p in parts))})
+    rows, pointwise = _score_rows(points, fixed, run_tasks(executor, score_task, tasks, data), num_folds)
     table = pd.DataFrame(rows, columns=[*names, *fixed, SCORE_COLUMN])
     complexity = [num_parameters(model, data) for model in models]
     if all(c is not None for c in complexity):
@@ -624,6 +649,21 @@ def select_ranks(model_factory: Callable, X, grid: Mapping, fixed: Mapping | Non
     _mark_selection(table, pointwise, names, complexity)
     table.attrs.update(grid=names, fixed=fixed, folds=assignment, heldout=assignment >= 0, heldout_axes=axes)
     return table
+
+
+def _score_rows(points: list, fixed: dict, results: list, num_folds: int) -> tuple[list, list]:
+    """The table's rows (each grid point's sizes and its score summed over folds) and each point's
+    per-slice scores, fold after fold (None where ``score`` returned totals), from the scores of
+    every grid point and fold (``results``, point after point)."""
+    rows, pointwise = [], []
+    for index, point in enumerate(points):
+        parts = [np.asarray(raw, dtype=np.float64) for raw in results[index * num_folds:(index + 1) * num_folds]]
+        if any(p.ndim > 1 for p in parts):
+            bad = next(p for p in parts if p.ndim > 1)
+            raise ValueError(f"score must return a number or a 1-d array of per-slice values, got shape {bad.shape}")
+        pointwise.append(np.concatenate(parts) if all(p.ndim == 1 for p in parts) else None)
+        rows.append({**point, **fixed, SCORE_COLUMN: float(sum(p.sum() for p in parts))})
+    return rows, pointwise
 
 
 def _split_options(model_factory, options: dict, fit_options: Mapping | None) -> tuple[dict, dict]:
