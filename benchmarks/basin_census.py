@@ -15,6 +15,7 @@ runs with none: a start reaches the mass basin with that frequency, and a run wi
 it with about (1 − frequency)^n.
 
     .venv/bin/python benchmarks/basin_census.py --tokens 16000 --keys 0 1 2
+    .venv/bin/python benchmarks/basin_census.py --tokens 16000 --keys 0 1 2 --config search_draws=6553600000
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 from engine_time_split import case
+from evidence_keys import with_fields
 
 from bam_ppl.infer.smc import mixture, references
 from bam_ppl.infer.smc.tempered import NUM_BLOCKS, PathOptions, _one_run
@@ -82,7 +84,10 @@ def main(argv=None):
     parser.add_argument("--keys", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--runs", type=int, default=mixture.ENGINE.num_chains)
     parser.add_argument("--particles", type=int, default=64, help="particles of each reference's run alone")
+    parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="fields of the engine's EngineConfig for the searches, e.g. search_draws=6553600000")
     args = parser.parse_args(argv)
+    mixture.ENGINE = with_fields(mixture.ENGINE, args.config)
     warnings.simplefilter("ignore")
     print("| T | key | run | each reference alone (start kind, log evidence) | the run's mixture |")
     print("|---|---|---|---|---|")
