@@ -508,9 +508,9 @@ class EngineConfig:
     min_particles: int = 64
     # Scouts of each kind per call, shared out among the runs: how many basins the searches can find ...
     num_scouts: int = 32
-    # ... as long as their chains draw at most this many random numbers together (32 of each kind up to about 5700
-    # tokens of collapsed chains): a smaller search misses basins on real tables (benchmarks/README.md).
-    search_draws: int = 1_638_400_000
+    # ... as long as their chains draw at most this many random numbers together (32 of each kind up to 8000 tokens
+    # of collapsed chains, two of each per run at 16 000): a smaller search misses basins (benchmarks/README.md).
+    search_draws: int = 3_276_800_000
     # A chain's reference stops improving after a number of sweeps proportional to T, near 0.8 T at T = 1000 to
     # 16 000 (benchmarks/reference_chain_length.py; counts drift a token at a time). Its length per token,
     sweeps_per_token: float = 0.8
@@ -630,7 +630,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the particles (4 · effort per start of the call's searches, at least 64 · effort), the call's
-        scouts of each kind (32 · effort, fewer where their chains would draw more than 1.6 billion · effort
+        scouts of each kind (32 · effort, fewer where their chains would draw more than 3.3 billion · effort
         random numbers), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
         and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
