@@ -197,7 +197,7 @@ def _token_weights(counts, cell, beta, scratch, st):
     ``counts``): fills lat, vis with the products of its latent-table and visible-table factors
     (their logs when ``log_space``), start with the log of its start factor (the reference's log q,
     or the start urn's; left at 0 untilted), and weight with start^(1−β) (lat · vis)^β
-    (lat · vis^β untilted) divided by a common factor; returns the log of that factor. The start
+    (lat · vis^β untilted), divided by their largest in log space. The start
     factor is kept as a log since the weights and the particle's log start need only its log: one
     log and one exp per configuration instead of three exps and two logs (the reference-started
     runs spent most of their time on them).
@@ -228,10 +228,9 @@ def _token_weights(counts, cell, beta, scratch, st):
             largest = max(largest, weight[c])
         for c in range(num_configs):
             weight[c] = math.exp(weight[c] - largest)
-        return largest
+        return
     for c in range(num_configs):
         weight[c] = 0.0 if has_valid and not valid[cell, c] else _linear_weight(lat, vis, start, c, beta, tilted)
-    return 0.0
 
 
 def _weight_scratch(num_rows, num_configs):
