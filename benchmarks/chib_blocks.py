@@ -33,6 +33,7 @@ from scipy.special import logsumexp
 import bam_ppl as bam
 from bam_ppl.infer.gibbs import chib, chib_numba
 from bam_ppl.infer.prepare import prepare
+from bam_ppl.infer.smc import symmetry
 
 
 def block_factor(problem, shifted, config, star, lo: int, hi: int, relabellings) -> float:
@@ -91,7 +92,7 @@ def main(argv=None) -> None:
           f"method='chib' from its best allocation {check.value:.2f} ± {check.stderr:.2f} "
           f"({time.perf_counter() - start:.1f} s)", flush=True)
     data, bound, layout, _ = prepare(model, X)
-    problem = chib._Problem(bound, data, layout, True, chib.MAX_RELABELLINGS)
+    problem = chib._Problem(bound, data, layout, True, symmetry.MAX_RELABELLINGS)
     star = problem.configs_of_allocation(bound, data, layout, best)
     log_joint = problem.log_joint(problem.shifted_counts(star))
     for warmup in args.warmup:

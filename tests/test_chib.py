@@ -17,6 +17,7 @@ from bam_ppl.data import CountTensor
 from bam_ppl.infer.gibbs import chib, chib_numba
 from bam_ppl.infer.gibbs import collapsed as gibbs
 from bam_ppl.infer.prepare import prepare
+from bam_ppl.infer.smc import symmetry
 from bam_ppl.types import numpy_generator
 
 pytestmark = pytest.mark.skipif(not chib.HAVE_NUMBA, reason="method='chib' needs numba")
@@ -77,7 +78,7 @@ def test_matches_exact_enumeration(name):
 
 def problem_of(model, X):
     data, bound, layout, _ = prepare(model, X)
-    return chib._Problem(bound, data, layout, True, chib.MAX_RELABELLINGS), data, bound, layout
+    return chib._Problem(bound, data, layout, True, symmetry.MAX_RELABELLINGS), data, bound, layout
 
 
 def state_of(problem, config):
@@ -204,18 +205,18 @@ def test_asymmetric_concentrations_are_not_symmetries():
     problem, data, bound, layout = problem_of(model, X)
     concentration = problem.concentration.copy()
     concentration[0] *= 2.0  # α of p(k = 0) no longer equal to the others
-    relabellings = chib.label_symmetries(bound, layout, problem.structure, concentration, problem.fixed_counts,
-                                         problem.num_entries, chib.MAX_RELABELLINGS)
+    relabellings = symmetry.label_symmetries(bound, layout, problem.structure, concentration, problem.fixed_counts,
+                                             problem.num_entries, symmetry.MAX_RELABELLINGS)
     assert relabellings.shape == (1, problem.num_configs)
     swap = next(r for r in problem.relabellings if r[0] != 0)  # moves k = 0
-    assert chib._relabelling_is_symmetry(swap, problem.structure, problem.concentration, problem.fixed_counts,
-                                         problem.num_entries)
-    assert not chib._relabelling_is_symmetry(swap, problem.structure, concentration, problem.fixed_counts,
-                                             problem.num_entries)
+    assert symmetry.relabelling_is_symmetry(swap, problem.structure, problem.concentration, problem.fixed_counts,
+                                            problem.num_entries)
+    assert not symmetry.relabelling_is_symmetry(swap, problem.structure, concentration, problem.fixed_counts,
+                                                problem.num_entries)
 
 
 def test_too_many_symmetries_warn_and_are_not_averaged(monkeypatch):
-    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    monkeypatch.setattr(symmetry, "MAX_RELABELLINGS", 5)
     with pytest.warns(UserWarning, match="symmetries"):
         est = chib_estimate(bam.models.nmf(3, a=1.0), X1, num_chains=2, num_samples=20)
     assert est.details["num_relabellings"] == 1

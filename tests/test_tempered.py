@@ -420,9 +420,7 @@ def test_moves_leave_the_reference_tempered_target_invariant():
 
 # -- the reference-started path -------------------------------------------------------------------
 def test_too_many_symmetries_warning_names_the_tempered_smc(monkeypatch):
-    from bam_ppl.infer.gibbs import chib
-
-    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    monkeypatch.setattr(symmetries, "MAX_RELABELLINGS", 5)
     monkeypatch.setattr(symmetries, "PERMANENT_MAX_OUTER", 1)
     # Two symmetric latent nodes, 2! · 3! relabellings: too many to enumerate, and too many
     # relabellings of the smaller node to sum a permanent of the larger for each.
@@ -495,15 +493,13 @@ def test_runs_count_the_relabellings_all_or_none():
 def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):
     # Beyond MAX_RELABELLINGS the sum over one node's K! relabellings is a permanent: the same
     # weights as the enumeration, on states with every class used and with empty classes.
-    from bam_ppl.infer.gibbs import chib
-
     model, X = bam.models.nmf(4, a=1.0), np.array([[2, 1, 0], [0, 1, 3], [1, 0, 1]])
     data, bound, layout, _ = prepare(model, X)
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
     tp = references.with_reference(tp, _random_reference(tp, 7))
     enumerated = symmetries.label_symmetries_of(bound, data, layout)
     assert enumerated.swap is None and enumerated.relabellings.shape[0] == 24
-    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    monkeypatch.setattr(symmetries, "MAX_RELABELLINGS", 5)
     permanent = symmetries.label_symmetries_of(bound, data, layout)
     assert permanent.swap is not None and permanent.log_order == pytest.approx(np.log(24))
     z = np.random.default_rng(3).integers(0, tp.num_configs, (30, tp.token_cell.size))
@@ -516,14 +512,12 @@ def test_one_node_symmetry_weights_equal_the_enumerated_ones(monkeypatch):
 def test_several_symmetric_nodes_sum_a_permanent_per_relabelling_of_the_others(monkeypatch):
     # Tucker((2, 3)): a permanent over the three values of one node for each of the 2! relabellings
     # of the other, against the 12 relabellings enumerated.
-    from bam_ppl.infer.gibbs import chib
-
     data, bound, layout, _ = prepare(bam.models.tucker((2, 3), a=1.0), np.array([[2, 1, 0], [0, 1, 3]]))
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
     tp = references.with_reference(tp, _random_reference(tp, 9))
     enumerated = symmetries.label_symmetries_of(bound, data, layout)
     assert enumerated.swap is None and enumerated.relabellings.shape[0] == 12
-    monkeypatch.setattr(chib, "MAX_RELABELLINGS", 5)
+    monkeypatch.setattr(symmetries, "MAX_RELABELLINGS", 5)
     nested = symmetries.label_symmetries_of(bound, data, layout)
     assert nested.relabellings.shape[0] == 2 and nested.swap.shape == (tp.num_configs, 3)
     assert nested.log_order == pytest.approx(np.log(12))

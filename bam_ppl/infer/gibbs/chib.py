@@ -51,7 +51,7 @@ from the longest prefix of tokens that the one before moved alike (``_transition
 the cost of the average is in benchmarks/README.md ("Cost of Chib's average over the label
 symmetries"). Tokens are scanned in their own order: a scan grouped by class in z* would share
 longer prefixes but widens the spread of p̂(z* | X), which lowers the log estimate. Groups
-larger than MAX_RELABELLINGS are not averaged over (with a warning).
+larger than ``symmetry.MAX_RELABELLINGS`` are not averaged over (with a warning).
 
 z*. Every run has its own z*, so that the runs are independent and their spread shows how much
 the estimate depends on where the search ended. The ``num_searches`` search chains are split
@@ -81,11 +81,9 @@ float64 (in log space when products of the conditional's factors could leave its
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -102,6 +100,8 @@ from ..info import ChibInfo
 from ..kernels import HAVE_NUMBA
 from ..prepare import prepare
 from ..registry import register_evidence
+from ..smc import symmetry
+from ..smc.symmetry import label_symmetries
 from .chib_numba import ChainState, OrderedRelabellings, anneal, chib_steps, icm_modes, urn_start
 from .collapsed import build_problem
 from .collapsed_numba import token_entries, urn_rows
@@ -113,7 +113,6 @@ DEFAULT_SWEEPS_PER_TOKEN = 2  # search sweeps by default: two per token, within 
 DEFAULT_NUM_WARMUP = 2000
 MAX_DEFAULT_NUM_WARMUP = 10_000
 DEFAULT_NUM_STEPS = 1000
-MAX_RELABELLINGS = 40_320  # label symmetries averaged over at most (8!)
 
 
 def _resolve_kernel(kernel) -> str:
@@ -126,97 +125,6 @@ def _resolve_kernel(kernel) -> str:
     if not HAVE_NUMBA:
         raise ImportError('method="chib" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     return "numba"
-
-
-def _relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, num_entries) -> bool:
-    """Whether relabelling every token's configuration by ``relabel`` leaves p(X, z) unchanged
-    for every z: it must permute the count entries the tokens touch (a well-defined bijection
-    that keeps tables and columns apart), preserve their concentrations and fixed counts, and
-    keep every cell's allowed configurations."""
-    row_base, row_offset, valid, moved, has_valid = (structure.row_base, structure.row_offset, structure.valid,
-                                                     structure.moved, structure.has_valid)
-    if has_valid and not np.array_equal(valid, valid[:, relabel]):
-        return False
-    if moved.size == 0:
-        return True
-    for m in moved:
-        bases = np.unique(row_base[m])
-        src = (bases[:, None] + row_offset[m][None, :]).reshape(-1)
-        dst = (bases[:, None] + row_offset[m][relabel][None, :]).reshape(-1)
-        if m == moved[0]:
-            sources, targets = src, dst
-        else:
-            sources, targets = np.concatenate([sources, src]), np.concatenate([targets, dst])
-    pairs = np.unique(np.stack([sources, targets]), axis=1)
-    if np.unique(pairs[0]).size != pairs.shape[1] or np.unique(pairs[1]).size != pairs.shape[1]:
-        return False  # not a function, or not one to one
-    src, dst = pairs
-    return bool(np.array_equal(concentration[src], concentration[dst])
-                and np.array_equal(fixed_counts[src], fixed_counts[dst])
-                and np.array_equal(src < num_entries, dst < num_entries))
-
-
-# What the warning of label_symmetries says of an estimator that averages over no relabelling
-# (``method="auto"`` passes Chib's on only when Chib is part of its result).
-NO_SYMMETRIES = "averages over none of them"
-
-
-def symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries) -> list[int]:
-    """Positions in ``layout.free`` of the latent nodes any permutation of whose values leaves
-    p(X, z) unchanged: those for which the transposition of the first two values and the cycle of
-    all of them are symmetries (they generate the symmetric group, and symmetries compose)."""
-    configs = layout.configs
-    sizes = [bound.sizes[n] for n in layout.free]
-    nodes = []
-    for position, name in enumerate(layout.free):
-        K = sizes[position]
-        if name not in bound.model.latent or K < 2:
-            continue
-        generators = [[1, 0, *range(2, K)], [*range(1, K), 0]]
-        relabellings = []
-        for permutation in generators:
-            new = configs.copy()
-            new[:, position] = np.asarray(permutation)[configs[:, position]]
-            relabellings.append(np.ravel_multi_index(tuple(new.T), sizes))
-        if all(_relabelling_is_symmetry(r, structure, concentration, fixed_counts, num_entries) for r in relabellings):
-            nodes.append(position)
-    return nodes
-
-
-def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
-                     max_relabellings: int, estimator: str = "the Chib-style estimate") -> np.ndarray:
-    """The relabellings of the free configurations (G, L), identity first, that permute the
-    values of latent nodes and leave p(X, z) unchanged: the product over the nodes of
-    :func:`symmetric_nodes` of all permutations of their values. Only the identity is returned
-    when the group has more than ``max_relabellings`` elements, with a warning that ``estimator``
-    then averages over none of them.
-    """
-    configs = layout.configs
-    sizes = [bound.sizes[n] for n in layout.free]
-    identity = np.arange(configs.shape[0])
-    nodes = symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries)
-    order = math.prod(math.factorial(sizes[p]) for p in nodes)
-    if not nodes:
-        return identity[None, :]
-    if order > max_relabellings:
-        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
-                      f"{estimator} {NO_SYMMETRIES} and may fall short of log p(X) "
-                      f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
-        return identity[None, :]
-    return node_relabellings(layout, sizes, nodes)
-
-
-def node_relabellings(layout, sizes, nodes) -> np.ndarray:
-    """(G, L) every relabelling of the configurations that permutes the values of the free nodes
-    at positions ``nodes`` (all their permutations, the identity first)."""
-    configs = layout.configs
-    out = []
-    for permutations in itertools.product(*[itertools.permutations(range(sizes[p])) for p in nodes]):
-        new = configs.copy()
-        for p, permutation in zip(nodes, permutations):
-            new[:, p] = np.asarray(permutation)[configs[:, p]]
-        out.append(np.ravel_multi_index(tuple(new.T), sizes))
-    return np.array(out, np.int64)
 
 
 def configs_of_allocation(bound, data, layout, token_cell, allocation, name: str) -> np.ndarray:
@@ -531,7 +439,7 @@ def chib_log_evidence(model, data, *, rng_key=0, num_chains: int = DEFAULT_NUM_R
     if num_warmup is None:
         per_token = DEFAULT_SWEEPS_PER_TOKEN * data.total if start is None else 0
         num_warmup = int(np.clip(per_token, DEFAULT_NUM_WARMUP, MAX_DEFAULT_NUM_WARMUP))
-    problem = _Problem(bound, data, layout, label_symmetry, MAX_RELABELLINGS)
+    problem = _Problem(bound, data, layout, label_symmetry, symmetry.MAX_RELABELLINGS)
     start_configs = [problem.configs_of_allocation(bound, data, layout, one) for one in as_allocations(start)]
     show = resolve_progress(progress_bar, long_run=data.total > 2000)
     bar = make_bar(num_searches + num_runs, "chib", show, unit="chain")

@@ -1,11 +1,14 @@
-"""Label symmetries of the tempered SMC from a reference (:mod:`bam_ppl.infer.smc.tempered`): the
-relabellings of the latent values that leave p(X, z) unchanged, and the sums of a product
-reference over them (enumerated, or a permanent per relabelling of the other nodes)."""
+"""Label symmetries: the relabellings of the latent values that leave p(X, z) unchanged
+(:func:`label_symmetries`, which Chib's estimate averages over), and the sums of a product reference
+over them for the tempered SMC from references (enumerated, or a permanent per relabelling of the
+other nodes: :func:`label_symmetries_of`)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -18,6 +21,9 @@ try:
     import numba
 except ImportError:  # pragma: no cover
     numba = None
+
+# Relabellings enumerated at most (8!): an estimator sums over each of them per particle or step.
+MAX_RELABELLINGS = 40_320
 
 
 def configs_with_node(layout, sizes, position: int, value: int) -> np.ndarray:
@@ -250,18 +256,98 @@ def _log_sum_exp(x: np.ndarray) -> float:
     return float(peak + np.log(np.sum(np.exp(x - peak))))
 
 
+def relabelling_is_symmetry(relabel, structure, concentration, fixed_counts, num_entries) -> bool:
+    """Whether relabelling every token's configuration by ``relabel`` leaves p(X, z) unchanged
+    for every z: it must permute the count entries the tokens touch (a well-defined bijection
+    that keeps tables and columns apart), preserve their concentrations and fixed counts, and
+    keep every cell's allowed configurations."""
+    row_base, row_offset, valid, moved, has_valid = (structure.row_base, structure.row_offset, structure.valid,
+                                                     structure.moved, structure.has_valid)
+    if has_valid and not np.array_equal(valid, valid[:, relabel]):
+        return False
+    if moved.size == 0:
+        return True
+    for m in moved:
+        bases = np.unique(row_base[m])
+        src = (bases[:, None] + row_offset[m][None, :]).reshape(-1)
+        dst = (bases[:, None] + row_offset[m][relabel][None, :]).reshape(-1)
+        if m == moved[0]:
+            sources, targets = src, dst
+        else:
+            sources, targets = np.concatenate([sources, src]), np.concatenate([targets, dst])
+    pairs = np.unique(np.stack([sources, targets]), axis=1)
+    if np.unique(pairs[0]).size != pairs.shape[1] or np.unique(pairs[1]).size != pairs.shape[1]:
+        return False  # not a function, or not one to one
+    src, dst = pairs
+    return bool(np.array_equal(concentration[src], concentration[dst])
+                and np.array_equal(fixed_counts[src], fixed_counts[dst])
+                and np.array_equal(src < num_entries, dst < num_entries))
+
+
+def symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries) -> list[int]:
+    """Positions in ``layout.free`` of the latent nodes any permutation of whose values leaves
+    p(X, z) unchanged: those for which the transposition of the first two values and the cycle of
+    all of them are symmetries (they generate the symmetric group, and symmetries compose)."""
+    configs = layout.configs
+    sizes = [bound.sizes[n] for n in layout.free]
+    nodes = []
+    for position, name in enumerate(layout.free):
+        K = sizes[position]
+        if name not in bound.model.latent or K < 2:
+            continue
+        generators = [[1, 0, *range(2, K)], [*range(1, K), 0]]
+        relabellings = []
+        for permutation in generators:
+            new = configs.copy()
+            new[:, position] = np.asarray(permutation)[configs[:, position]]
+            relabellings.append(np.ravel_multi_index(tuple(new.T), sizes))
+        if all(relabelling_is_symmetry(r, structure, concentration, fixed_counts, num_entries) for r in relabellings):
+            nodes.append(position)
+    return nodes
+
+
+def label_symmetries(bound, layout, structure, concentration, fixed_counts, num_entries,
+                     max_relabellings: int, estimator: str = "the estimate") -> np.ndarray:
+    """The relabellings of the free configurations (G, L), identity first, that permute the
+    values of latent nodes and leave p(X, z) unchanged: the product over the nodes of
+    :func:`symmetric_nodes` of all permutations of their values. Only the identity is returned
+    when the group has more than ``max_relabellings`` elements, with a warning that ``estimator``
+    then averages over none of them.
+    """
+    configs = layout.configs
+    sizes = [bound.sizes[n] for n in layout.free]
+    identity = np.arange(configs.shape[0])
+    nodes = symmetric_nodes(bound, layout, structure, concentration, fixed_counts, num_entries)
+    order = math.prod(math.factorial(sizes[p]) for p in nodes)
+    if not nodes:
+        return identity[None, :]
+    if order > max_relabellings:
+        warnings.warn(f"the latent labels have {order} symmetries, more than {max_relabellings}: "
+                      f"{estimator} averages over none of them and may fall short of log p(X) "
+                      f"by up to log {order} = {math.log(order):.1f} nats", stacklevel=3)
+        return identity[None, :]
+    return node_relabellings(layout, sizes, nodes)
+
+
+def node_relabellings(layout, sizes, nodes) -> np.ndarray:
+    """(G, L) every relabelling of the configurations that permutes the values of the free nodes
+    at positions ``nodes`` (all their permutations, the identity first)."""
+    configs = layout.configs
+    out = []
+    for permutations in itertools.product(*[itertools.permutations(range(sizes[p])) for p in nodes]):
+        new = configs.copy()
+        for p, permutation in zip(nodes, permutations):
+            new[:, p] = np.asarray(permutation)[configs[:, p]]
+        out.append(np.ravel_multi_index(tuple(new.T), sizes))
+    return np.array(out, np.int64)
+
+
 def label_symmetries_of(bound, data, layout) -> LabelSymmetry:
     """The :class:`LabelSymmetry` of a problem: enumerated up to MAX_RELABELLINGS relabellings;
     beyond, the permanent of the largest symmetric node's permutations around the enumerated
     relabellings of the others, up to PERMANENT_MAX_OUTER of them; otherwise the identity alone,
-    with the warning of :func:`~bam_ppl.infer.gibbs.chib.label_symmetries`."""
-    from ..gibbs.chib import (
-        MAX_RELABELLINGS,
-        _Problem,
-        label_symmetries,
-        node_relabellings,
-        symmetric_nodes,
-    )
+    with the warning of :func:`label_symmetries`."""
+    from ..gibbs.chib import _Problem
 
     problem = _Problem(bound, data, layout, False, MAX_RELABELLINGS)
     arrays = (problem.structure, problem.concentration, problem.fixed_counts, problem.num_entries)
