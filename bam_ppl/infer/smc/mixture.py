@@ -511,8 +511,8 @@ class EngineConfig:
     # ... as long as their chains draw at most this many random numbers together (32 of each kind up to 8000 tokens
     # of collapsed chains, two of each per run at 16 000): a smaller search misses basins (benchmarks/README.md).
     search_draws: int = 3_276_800_000
-    # A chain's reference stops improving after a number of sweeps proportional to T, near 0.8 T at T = 1000 to
-    # 16 000 (benchmarks/reference_chain_length.py; counts drift a token at a time). Its length per token,
+    # A chain's length per token (counts drift a token at a time): with 0.2 T the whole engine spreads four times wider
+    # at 4000 tokens, and at 16 000 a reference's value still rises past 0.8 T (benchmarks/README.md). Its length,
     sweeps_per_token: float = 0.8
     # at least this many sweeps, so that q averages over many states on small tables,
     reference_sweeps: int = 200
