@@ -11,8 +11,7 @@ import pytest
 from scipy.special import logsumexp
 
 import bam_ppl as bam
-from bam_ppl.infer.gibbs.chib import configs_of_allocation
-from bam_ppl.infer.prepare import prepare
+from bam_ppl.infer.prepare import configs_of_allocation, prepare
 from bam_ppl.infer.smc import reverse
 from bam_ppl.infer.smc.references import references_from_allocations, with_reference
 from bam_ppl.infer.smc.symmetry import label_symmetries_of

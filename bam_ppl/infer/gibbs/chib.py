@@ -98,7 +98,7 @@ from ...types import as_key, numpy_generator
 from ...validation import check_choice, check_int, renamed_options
 from ..info import ChibInfo
 from ..kernels import HAVE_NUMBA
-from ..prepare import prepare
+from ..prepare import as_allocations, configs_of_allocation, prepare
 from ..registry import register_evidence
 from ..smc import symmetry
 from ..smc.symmetry import label_symmetries
@@ -125,49 +125,6 @@ def _resolve_kernel(kernel) -> str:
     if not HAVE_NUMBA:
         raise ImportError('method="chib" needs numba: pip install "bam_ppl[fast]" (or numba>=0.60)')
     return "numba"
-
-
-def configs_of_allocation(bound, data, layout, token_cell, allocation, name: str) -> np.ndarray:
-    """Token configurations (T,) of an allocation given as (full cells (n, nodes), counts (n,)),
-    for tokens in the cells ``token_cell`` (T,); ``name`` is the argument's name in errors."""
-    try:
-        if isinstance(allocation, (str, bytes)):
-            raise TypeError
-        cells, counts = (np.asarray(part) for part in allocation)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an allocation (cells, counts): full cells (n, nodes) and their "
-                        "counts (n,), e.g. (result.best_cells, result.best_counts) of run_tempered") from None
-    full = bound.full_cells(data, layout)  # (U, L, nodes)
-    if cells.ndim != 2 or cells.shape[1] != full.shape[2] or counts.shape != cells.shape[:1]:
-        raise ValueError(f"{name}: cells must have shape (n, {full.shape[2]}) and counts shape (n,), got "
-                         f"{cells.shape} and {counts.shape}")
-    # A full cell can complete several observed cells with missing entries: its tokens fill them in turn.
-    where = {}
-    for u, row_l in enumerate(full.tolist()):
-        for l, row in enumerate(row_l):
-            if layout.valid is None or layout.valid[u, l]:
-                where.setdefault(tuple(row), []).append((u, l))
-    room = np.bincount(token_cell, minlength=full.shape[0])
-    cell, value, placed_counts = [], [], []
-    for row, count in zip(cells.tolist(), counts.tolist()):
-        if tuple(row) not in where or count < 0:
-            raise ValueError(f"{name}: the allocation is not consistent with X at cell {row} (count {count})")
-        for u, l in where[tuple(row)]:
-            take = min(count, room[u])
-            if take > 0:
-                cell.append(u), value.append(l), placed_counts.append(take)
-                room[u] -= take
-                count -= take
-        if count > 0:
-            raise ValueError(f"{name}: the allocation's counts do not add up to X in every cell")
-    cell, value, counts = np.array(cell, np.int64), np.array(value, np.int64), np.array(placed_counts, np.int64)
-    if room.any():
-        raise ValueError(f"{name}: the allocation's counts do not add up to X in every cell")
-    # Tokens of a cell are exchangeable: give the cell's tokens its configurations in turn.
-    by_cell = np.argsort(cell, kind="stable")
-    config = np.empty(token_cell.shape[0], np.int64)
-    config[np.argsort(token_cell, kind="stable")] = np.repeat(value[by_cell], counts[by_cell].astype(np.int64))
-    return config
 
 
 class TokenRows(NamedTuple):
@@ -356,19 +313,6 @@ def _chain(problem: _Problem, rng: np.random.Generator, star: dict, num_steps: i
     log_transition = chib_steps(rng, s, num_steps, star["shifted"].copy(), star["config"].copy(), ordered,
                                 problem.structure, problem.fast)
     return float(logsumexp(log_transition) - math.log(num_steps))
-
-
-def as_allocations(start) -> list:
-    """``start`` as a list of allocations (cells, counts): None, one allocation or a list of them."""
-    if start is None:
-        return []
-    try:
-        one = len(start) == 2 and np.ndim(start[0]) == 2 and np.ndim(start[1]) == 1
-    except (TypeError, ValueError):
-        one = False
-    if one or not isinstance(start, (list, tuple)):
-        return [start]
-    return list(start)
 
 
 def _check_options(num_runs, num_searches, num_warmup, num_steps, label_symmetry, kernel, max_configs,

@@ -16,8 +16,7 @@ from ...types import as_key
 from ...validation import check_int
 from ..gibbs import collapsed_numba as gibbs_numba
 from ..gibbs.augmented_numba import augmented_sweeps, split_draws
-from ..gibbs.chib import configs_of_allocation
-from ..prepare import prepare
+from ..prepare import configs_of_allocation, prepare
 from .tempered_numba import _cell_probabilities, kernel_tables
 from .tempered_problem import (
     TemperedProblem,

@@ -35,10 +35,9 @@ from ...estimate import EvidenceEstimate, EvidenceWarning, below_bound, pool_run
 from ...models.allocation import DEFAULT_MAX_CONFIGS, BoundModel, CellLayout
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive
-from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..info import UpperBoundInfo
-from ..prepare import prepare
+from ..prepare import configs_of_allocation, prepare
 from .references import Reference, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
 from .tempered import NUM_BLOCKS, log_target_ratio

@@ -80,10 +80,9 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...progress import make_bar, resolve_progress
 from ...types import as_key
 from ...validation import check_choice, check_int, check_positive, renamed_options
-from ..gibbs.chib import configs_of_allocation
 from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..info import TemperedInfo
-from ..prepare import prepare
+from ..prepare import configs_of_allocation, prepare
 from ..registry import register_evidence
 from .references import (
     _checked_reference,

@@ -33,10 +33,9 @@ from ...parallel import best_index, chain_keys, restart_layout
 from ...progress import resolve_progress, run_in_chunks
 from ...types import Array, as_key, numpy_generator
 from ...validation import check_choice, check_int, check_positive, renamed_options
-from ..gibbs.chib import as_allocations, configs_of_allocation
 from ..info import VBInfo
 from ..kernels import resolve_kernel
-from ..prepare import prepare
+from ..prepare import as_allocations, configs_of_allocation, prepare
 from ..registry import register, register_evidence
 
 INITS = ("tables", "responsibilities", "dirichlet")
