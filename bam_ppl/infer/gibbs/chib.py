@@ -101,7 +101,6 @@ from ..kernels import HAVE_NUMBA
 from ..prepare import as_allocations, configs_of_allocation, prepare
 from ..registry import register_evidence
 from ..smc import symmetry
-from ..smc.symmetry import label_symmetries
 from .chib_numba import ChainState, OrderedRelabellings, anneal, chib_steps, icm_modes, urn_start
 from .collapsed import build_problem
 from .collapsed_numba import token_entries, urn_rows
@@ -176,8 +175,8 @@ class _Problem:
         self.cell_factorials = float(gammaln(np.asarray(data.counts, np.float64) + 1.0).sum())
         self.relabellings = np.arange(self.num_configs, dtype=np.int64)[None, :]
         if label_symmetry:
-            self.relabellings = label_symmetries(bound, layout, self.structure, self.concentration,
-                                                 self.fixed_counts, self.num_entries, max_relabellings, estimator)
+            self.relabellings = symmetry.label_symmetries(bound, layout, self.structure, self.concentration,
+                                                          self.fixed_counts, self.num_entries, max_relabellings, estimator)
 
     def shifted_counts(self, config) -> np.ndarray:
         """concentration + counts of the token configurations ``config`` (T,)."""
