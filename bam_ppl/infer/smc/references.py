@@ -82,20 +82,9 @@ def reference_from_chain(tp: TemperedProblem, config: np.ndarray, num_sweeps: in
     return averaged_reference(chain, max(0, num_sweeps - int(skip)), floor).log_q
 
 
-def reference_from_augmented_chain(tp: TemperedProblem, cells, config: np.ndarray, num_sweeps: int, seed,
-                                   floor: float = REFERENCE_FLOOR, skip: int = 0) -> np.ndarray:
-    """The reference of :func:`reference_from_chain` from a data-augmentation chain instead
-    (:mod:`~bam_ppl.infer.gibbs.augmented_numba`; ``cells`` its
-    :class:`~bam_ppl.infer.variational.vb_numba.HostProblem`): every cell's conditional p(· | u, θ)
-    averaged over the sweeps after the first ``skip``, which estimates the same posterior marginals."""
-    chain = start_chain(tp, cells, config, seed)
-    skip = min(int(skip), max(0, int(num_sweeps) - 1))  # at least one sweep's conditionals
-    chain.sweep(skip)
-    return averaged_reference(chain, max(1, int(num_sweeps)) - skip, floor).log_q
-
-
 # States a chain keeps from the sweeps its reference averages, to tell which later starts the reference covers
-# (:func:`covers`): a further state of the region it explored falls below all of them with probability 1/17.
+# (:func:`~bam_ppl.infer.smc.mixture.covered_by`): a further state of the region it explored falls below all of
+# them with probability 1/17.
 RECORDED_STATES = 16
 
 
