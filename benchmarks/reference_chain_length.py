@@ -30,7 +30,7 @@ from bam_ppl.infer.smc.tempered import PathOptions, _one_run
 
 def vb_start(problem, prepared):
     """Token configurations of the best of 8 VB restarts, rounded to an allocation."""
-    options = mixture.effort_sizes(1.0)._replace(vb_restarts=8, vb_starts=1)
+    options = mixture.effort_sizes(1.0)._replace(vb_restarts=8, num_scouts=1)  # one VB fit
     with jax.enable_x64(True):
         configs, _ = mixture.vb_start_configs(prepared, problem.tp, jax.random.PRNGKey(0), options)
     return configs[0]

@@ -99,10 +99,11 @@ def test_auto_passes_effort_and_the_engines_options_on():
     model = bam.models.nmf(2, a=1.0)
     est = bam.log_evidence(model, MEDIUM, rng_key=0, effort=0.5, num_chains=3, num_scouts=2, vb_restarts=4)
     engine = est.info.kept_info
-    # Two scouts of each kind shared out among three runs: one each, rounded up; two of the four VB restarts each.
+    # Two scouts of each kind shared out among three runs: one each, rounded up; two of the four VB restarts each,
+    # the best of which starts a reference (as many VB fits as scouts of each kind).
     assert (engine.effort, engine.num_runs, engine.num_scouts) == (0.5, 3, 3) and est.info.effort == 0.5
-    assert [len(own) for own in engine.chain_sweeps] == [2 * 1 + 2] * 3
-    assert engine.num_particles == mixture.particles_for(mixture.effort_sizes(0.5), 3 * (2 * 1 + 2) + 1)
+    assert [len(own) for own in engine.chain_sweeps] == [2 * 1 + 1] * 3
+    assert engine.num_particles == mixture.particles_for(mixture.effort_sizes(0.5), 3 * (2 * 1 + 1) + 1)
     # Each run's estimate shared out among its references and the defensive component at the end.
     for shares, built in zip(engine.component_shares, engine.num_references):
         assert len(shares) == built + 1 and min(shares) >= 0.0 and abs(sum(shares) - 1.0) < 1e-5

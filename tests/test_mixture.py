@@ -179,7 +179,7 @@ def test_every_run_has_a_search_of_its_own_with_its_share_of_the_vb_fits():
     exact = exact_log_evidence(model, X)
     assert est.details["vb_bound"] <= exact
     share = mixture.run_share(mixture.effort_sizes(1.0)._replace(num_scouts=4, vb_restarts=8), 2)
-    assert (share.num_scouts, share.vb_restarts, share.vb_starts) == (2, 4, 2)
+    assert (share.num_scouts, share.vb_restarts, mixture.vb_fits(share)) == (2, 4, 2)
     keys = mixture.call_seeds(jax.random.PRNGKey(2), 2, 6).vb
     data, bound, layout, _ = prepare(model, X)
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
@@ -230,14 +230,14 @@ def test_search_sizes_follow_the_tokens_within_the_budgets():
     options = mixture.effort_sizes(1.0)
     assert [mixture.chain_sweeps(options, T) for T in (100, 1000, 16_000, 64_000)] == [200, 800, 12_800, 3200]
     scouts = [mixture.scouts_per_kind(options, T) for T in (1000, 4000, 8000, 16_000, 64_000)]
-    assert scouts == [32, 32, 32, 8, 8]  # from 16 000 tokens on, chains of the budget
+    assert scouts == [20, 20, 20, 5, 5]  # from 16 000 tokens on, chains of the budget (three kinds share it)
     # A data-augmentation chain is charged the draws of its sweeps, not one per token.
-    assert mixture.scouts_per_kind(options, 16_000, draws_per_sweep=1600) == 32
+    assert mixture.scouts_per_kind(options, 16_000, draws_per_sweep=1600) == 20
     assert [mixture.particles_for(options, B) for B in (4, 68)] == [64, 272]
     given = mixture._options(1.0, 100, 8, 0.9, 50, None)
     assert (mixture.scouts_per_kind(given, 64_000), mixture.chain_sweeps(given, 64_000),
             mixture.particles_for(given, 68)) == (8, 50, 100)
-    assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 16  # effort widens the search
+    assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 10  # effort widens the search
 
 
 @pytest.mark.parametrize("model", [bam.models.nmf(2, a=2.0), bam.models.cp(3, a=0.5)], ids=["nmf", "cp"])

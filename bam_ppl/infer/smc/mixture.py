@@ -247,7 +247,6 @@ class MixtureOptions(NamedTuple):
     chain_token_moves: int
     rho: float
     vb_restarts: int
-    vb_starts: int
 
 
 def chain_sweeps(options: MixtureOptions, num_tokens: int) -> int:
@@ -257,14 +256,18 @@ def chain_sweeps(options: MixtureOptions, num_tokens: int) -> int:
     return max(1, min(wanted, options.chain_token_moves // num_tokens))
 
 
+# The kinds of start whose chains share the search's budget: VB fits, annealed and drawn scouts.
+START_KINDS = 3
+
+
 def scouts_per_kind(options: MixtureOptions, num_tokens: int, draws_per_sweep: int | None = None) -> int:
-    """Scouts of each kind: ``num_scouts``, fewer (at least one) where their chains would draw more than
+    """Starts of each kind: ``num_scouts``, fewer (at least one) where the chains of all kinds would draw more than
     ``search_draws`` random numbers together, a chain drawing ``draws_per_sweep`` for each of its
     :func:`chain_sweeps` (:func:`sweep_draws`; by default one per token, a collapsed chain's)."""
     if options.search_draws is None:
         return options.num_scouts
     per_sweep = num_tokens if draws_per_sweep is None else draws_per_sweep
-    affordable = options.search_draws // (2 * chain_sweeps(options, num_tokens) * per_sweep)
+    affordable = options.search_draws // (START_KINDS * chain_sweeps(options, num_tokens) * per_sweep)
     return int(np.clip(affordable, 1, options.num_scouts))
 
 
@@ -292,20 +295,23 @@ def call_particles(options: MixtureOptions, num_starts: int) -> int:
     return particles_for(options, num_starts + 1)
 
 
+def vb_fits(options: MixtureOptions) -> int:
+    """VB fits that start references: as many as the scouts of each kind, at most one per restart."""
+    return min(options.num_scouts, options.vb_restarts)
+
+
 def run_starts(options: MixtureOptions) -> int:
-    """Starts of one run's search (:func:`search_kinds`): its kept VB fits and its scouts of both kinds."""
-    return options.vb_starts + 2 * options.num_scouts
+    """Starts of one run's search (:func:`search_kinds`): its VB fits and its scouts of both kinds."""
+    return vb_fits(options) + 2 * options.num_scouts
 
 
 def run_share(options: MixtureOptions, num_runs: int) -> MixtureOptions:
-    """The sizes of one run's search: its share of the call's scouts of each kind, VB restarts and VB
-    fits kept, rounded up (at least one scout of each kind and one fit, where there are restarts)."""
+    """The sizes of one run's search: its share of the call's scouts of each kind and VB restarts,
+    rounded up (at least one scout of each kind)."""
     def share(size, least):
         return max(least, -(-size // num_runs))
 
-    restarts = share(options.vb_restarts, 0)
-    return options._replace(num_scouts=share(options.num_scouts, 1), vb_restarts=restarts,
-                            vb_starts=min(restarts, share(options.vb_starts, 1)))
+    return options._replace(num_scouts=share(options.num_scouts, 1), vb_restarts=share(options.vb_restarts, 0))
 
 
 class CallSeeds(NamedTuple):
@@ -442,8 +448,8 @@ def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarr
 
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
-    """Token configurations of the ``vb_starts`` best of ``vb_restarts`` random VB restarts (screened:
-    :func:`~bam_ppl.infer.variational.vb.run`), each fit rounded to an allocation
+    """Token configurations of the :func:`vb_fits` best of ``vb_restarts`` random VB restarts (screened:
+    :func:`~bam_ppl.infer.variational.vb.run`; only the best runs on, for the bound), each fit rounded to an allocation
     (:func:`~bam_ppl.infer.smc.references.configs_from_counts`): coordinate ascent climbs to basins
     that neither annealing nor chains from urn draws reach; and the best ELBO, a lower bound on
     log p(X) (-inf without restarts)."""
@@ -456,10 +462,10 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
         problem = vb.build_problem(bound, data, layout)
         init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
         result = vb.run(init_keys, problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,  # the kept fits to their optimum
-                        screen_iters=ENGINE.vb_screen_iters, screen_keep=options.vb_starts,
+                        screen_iters=ENGINE.vb_screen_iters, screen_keep=1,
                         # the numba kernel: XLA would compile the step anew for every data shape
                         engine="numba")
-    best = np.argsort(-np.asarray(result.elbo), kind="stable")[:options.vb_starts]
+    best = np.argsort(-np.asarray(result.elbo), kind="stable")[:vb_fits(options)]
     expected = result.alpha_hat[best] - bound.flat_concentration
     return ([configs_from_counts(tp, kernel_counts(tp, counts, bound.column_of)) for counts in expected],
             float(result.elbo[best[0]]))
@@ -506,9 +512,11 @@ class EngineConfig:
     particles_per_reference: int = 4
     # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
     min_particles: int = 64
-    # Scouts of each kind per call, shared out among the runs: how many basins the searches can find ...
-    num_scouts: int = 32
-    # ... as long as their chains draw at most this many random numbers together (32 of each kind up to 8000 tokens
+    # Starts of each kind per call (VB fits, annealed and drawn scouts), shared out among the runs: how many basins
+    # the searches can find. The kinds reach different basins (on ICEWS the VB fits reach the best one most often),
+    # so each gets a third of about the chains that two kinds of 32 had ...
+    num_scouts: int = 20
+    # ... as long as their chains draw at most this many random numbers together (20 of each kind up to 8000 tokens
     # of collapsed chains, two of each per run at 16 000): a smaller search misses basins (benchmarks/README.md).
     search_draws: int = 3_276_800_000
     # A chain's length per token (counts drift a token at a time): with 0.2 T the whole engine spreads four times wider
@@ -523,8 +531,6 @@ class EngineConfig:
     augmented_sweeps: int = 4
     # Random VB restarts per call (shared out among the runs), screened; cheap on the numba kernel (no compile per shape).
     vb_restarts: int = 100
-    # The best VB fits per call that start references (one per run): restarts' optima can be different basins.
-    vb_starts: int = 4
     # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
     vb_screen_iters: int = 200
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
@@ -551,7 +557,7 @@ def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOp
     return MixtureOptions(None, grow(config.particles_per_reference), grow(config.min_particles, 16),
                           grow(config.num_scouts), grow(config.search_draws), config.scout_particles,
                           grow(config.reference_sweeps, 10), config.sweeps_per_token, grow(config.chain_token_moves),
-                          config.rho, grow(config.vb_restarts), config.vb_starts)
+                          config.rho, grow(config.vb_restarts))
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts) -> MixtureOptions:
@@ -568,7 +574,6 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
         sizes = sizes._replace(reference_sweeps=sweeps, sweeps_per_token=0.0, chain_token_moves=np.iinfo(np.int64).max)
     if vb_restarts is not None:
         sizes = sizes._replace(vb_restarts=check_int(vb_restarts, "vb_restarts", minimum=0))
-    sizes = sizes._replace(vb_starts=min(sizes.vb_starts, sizes.vb_restarts))
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
@@ -630,15 +635,15 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the particles (4 · effort per start of the call's searches, at least 64 · effort), the call's
-        scouts of each kind (32 · effort, fewer where their chains would draw more than 3.3 billion · effort
-        random numbers), each
+        starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their chains would
+        draw more than 3.3 billion · effort random numbers), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
         and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
     num_particles : int, optional
         Particles of each run.
     num_scouts : int, optional
-        Scouts of each kind (annealed and drawn) in the call, whatever their chains cost, shared out
-        among the runs (rounded up: at least one of each kind per run).
+        Starts of each kind (VB fits, annealed and drawn scouts) in the call, whatever their chains cost,
+        shared out among the runs (rounded up: at least one scout of each kind per run).
     num_chains : int
         Independent runs (≥ 2 for a standard error).
     rho : float in (0, 1)
@@ -647,8 +652,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         Posterior sweeps of each reference's chain (the last half average into its reference; a
         data-augmentation chain, ``info.chain == "augmented"``, runs ``EngineConfig.augmented_sweeps`` times as many).
     vb_restarts : int, optional
-        Random VB restarts in the call, shared out among the runs; the best of each run's start one of
-        its references (0: none).
+        Random VB restarts in the call, shared out among the runs; the best of each run's (as many as
+        its scouts of each kind) start references (0: none).
 
     The sure ``lower_bound`` is the largest log π(S) visited (allocation: ``details["best_cells"]``,
     ``details["best_counts"]``), ``details["vb_bound"]`` the best VB ELBO, a second sure bound
