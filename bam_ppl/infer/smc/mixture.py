@@ -461,7 +461,7 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
     with jax.enable_x64(True):
         problem = vb.build_problem(bound, data, layout)
         init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
-        result = vb.run(init_keys, problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,  # the kept fits to their optimum
+        result = vb.run(init_keys, problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,  # the best fit on to its optimum
                         screen_iters=ENGINE.vb_screen_iters, screen_keep=1,
                         # the numba kernel: XLA would compile the step anew for every data shape
                         engine="numba")
