@@ -607,17 +607,46 @@ def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tupl
             (bound, data, layout))
 
 
-def defended_start(found: list[Scouted], tp: TemperedProblem) -> MixtureStart:
+def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) -> MixtureStart:
     """The mixture of the search's references, each weighted by the starts it carries (its own and
     those it covers, :func:`scout`), and, as one more component of one start's weight, the
     uniform distribution over every cell's configurations: a defensive component (Hesterberg 1995)
-    that covers what no reference does, so that the importance weights stay bounded."""
-    carried = np.bincount([i if f.log_q is not None else f.covered_by for i, f in enumerate(found)],
-                          minlength=len(found))
-    kept = [i for i, f in enumerate(found) if f.log_q is not None]
-    log_q = np.ascontiguousarray(np.stack([found[i].log_q for i in kept] + [uniform_reference(tp)]), np.float64)
-    weights = np.append(carried[kept], 1.0)
-    return MixtureStart(log_q, np.log(weights / weights.sum()))
+    that covers what no reference does, so that the importance weights stay bounded. Further searches
+    ``more`` (other runs') add their references alike."""
+    log_q, weights = [uniform_reference(tp)], [1.0]
+    for own in (found, *more):
+        carried = np.bincount([i if f.log_q is not None else f.covered_by for i, f in enumerate(own)],
+                              minlength=len(own))
+        kept = [i for i, f in enumerate(own) if f.log_q is not None]
+        log_q[-1:-1] = [own[i].log_q for i in kept]  # before the uniform, which stays last
+        weights[-1:-1] = carried[kept].tolist()
+    weights = np.asarray(weights, np.float64)
+    return MixtureStart(np.ascontiguousarray(np.stack(log_q), np.float64), np.log(weights / weights.sum()))
+
+
+def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
+    """The references of ``num_searches`` runs' searches of a default call keyed by ``key`` (each run's VB fits
+    and search, :func:`searched_run`) in one :func:`defended_start`, then each weighted by the share of the
+    posterior's mass it carries at the end of a run from them (:attr:`MixtureRun.component_shares`), plus the
+    share one particle carries (a component no particle ends in keeps a weight the run could not resolve from
+    none): a start found from X alone whose weights follow the basins' masses, for the reverse annealing of
+    :func:`~bam_ppl.infer.smc.reverse.evidence_upper_bound`, whose bound is tight where they do."""
+    plan = call_plan(problem, effort_sizes(1.0), key, num_searches, problem.tp.token_cell.shape[0])
+
+    def search(r):
+        configs, _ = vb_start_configs(prepared, problem.tp, plan.seeds.vb[r], plan.share)
+        return run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share))
+
+    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=min(num_searches, cores)) as pool:
+        first, *more = pool.map(search, range(num_searches))
+    start = defended_start(first, problem.tp, tuple(more))
+    with ThreadPoolExecutor(max_workers=cores) as blocks:
+        run = run_mixture(problem, plan.share, plan.seeds.runs[0], blocks, start, plan.num_particles)
+    if np.isnan(run.component_shares).any():  # the run could not sum over the label symmetries
+        return start
+    weights = run.component_shares + 1.0 / plan.num_particles
+    return start._replace(log_weights=np.log(weights / weights.sum()))
 
 
 @register_evidence("mixture", models=(AllocationModel,))

@@ -38,11 +38,12 @@ from ...validation import check_choice, check_int, check_positive
 from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..info import UpperBoundInfo
 from ..prepare import configs_of_allocation, prepare
+from .mixture import ENGINE, MixtureParticles, MixtureStart, mixture_problem, searched_start
 from .references import Reference, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
 from .tempered import NUM_BLOCKS, log_target_ratio
 from .tempered_jax import JaxParticles
-from .tempered_numba import NumbaParticles
+from .tempered_numba import NumbaParticles, kernel_tables
 from .tempered_problem import TemperedProblem, build_tempered_problem
 
 # β_k = 1 − (1 − k / K)^SCHEDULE_POWER crowds the temperatures near β = 1, where the reverse runs
@@ -70,6 +71,17 @@ def fixed_schedule(num_temperatures: int) -> np.ndarray:
     return 1.0 - (1.0 - np.arange(num_temperatures + 1) / num_temperatures) ** SCHEDULE_POWER
 
 
+def relabelling_log_q(config: np.ndarray, token_cell: np.ndarray, log_q: np.ndarray,
+                      relabellings: np.ndarray) -> np.ndarray:
+    """log q_b(h(z)) (B, G) of the token configurations ``config`` (T,) under every reference b of ``log_q``
+    (B, U, L) and every relabelling h of ``relabellings`` (G, L): Σ_(u, l) S[u, l] log q_b[u, h(l)], S the
+    allocation's counts per nonzero cell and configuration."""
+    num_cells, num_configs = log_q.shape[1:]
+    groups = np.bincount(token_cell * num_configs + config, minlength=num_cells * num_configs)
+    scores = np.einsum("ul,bum->blm", groups.reshape(num_cells, num_configs), log_q)  # [b, l, l']
+    return scores[:, np.arange(num_configs)[None, :], relabellings].sum(-1)
+
+
 def relabel_move(particles, tp, relabellings: np.ndarray, beta: float, rng: np.random.Generator) -> None:
     """Move every particle to a relabelling h(z) of its allocation, h drawn among the label
     symmetries ``relabellings`` (G, L) with probability ∝ q(h(z))^(1−β), q the reference.
@@ -80,14 +92,9 @@ def relabel_move(particles, tp, relabellings: np.ndarray, beta: float, rng: np.r
     cannot swap labels.
     """
     config = np.asarray(particles.config)
-    num_cells, num_configs = tp.log_reference.shape
-    columns = np.arange(num_configs)[None, :]
     moved, new = False, config.copy()
     for p in range(config.shape[0]):
-        groups = np.bincount(tp.token_cell * num_configs + config[p], minlength=num_cells * num_configs)
-        # log q(h(z)) = Σ_(u, l) S[u, l] log q[u, h(l)] for every h
-        scores = groups.reshape(num_cells, num_configs).T @ tp.log_reference  # [l, l'] = Σ_u S[u, l] log q[u, l']
-        logits = (1.0 - beta) * scores[columns, relabellings].sum(1)
+        logits = (1.0 - beta) * relabelling_log_q(config[p], tp.token_cell, tp.log_reference[None], relabellings)[0]
         probabilities = np.exp(logits - logits.max())
         h = rng.choice(relabellings.shape[0], p=probabilities / probabilities.sum())
         if h != 0:  # the identity is first
@@ -96,16 +103,63 @@ def relabel_move(particles, tp, relabellings: np.ndarray, beta: float, rng: np.r
         particles.set_configs(new)
 
 
-def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabellings: np.ndarray | None = None,
-                   rng: np.random.Generator | None = None) -> ReverseRuns:
+class MixtureRuns(MixtureParticles):
+    """Reverse runs on the path from a mixture start Σ_b w_b q_b (:mod:`~bam_ppl.infer.smc.mixture`): the
+    extended targets w_b q_b(z)^(1−β) (π₀ L)(z)^β, whose normaliser is 1 at β = 0 and p(X) at β = 1. Each run
+    carries a component b, which :func:`component_move` redraws; the runs are kept sorted by component, a
+    contiguous range each, as the moves need, and every component stays open to every run."""
+
+    def __init__(self, tp: TemperedProblem, num_runs: int, keys, pool, start: MixtureStart):
+        NumbaParticles.__init__(self, tp, num_runs, keys, pool)
+        self.start, self.kept = start, np.ones(start.log_weights.size, bool)
+        self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in start.log_q]
+        self.split_problem, self.split_pairs, self.num_moves = None, 0, 0
+        self.split_moves = np.zeros((2, 2), np.int64)
+        self.component = np.zeros(num_runs, np.int64)
+        self.sizes = np.bincount(self.component, minlength=start.log_weights.size)
+
+    def place(self, config: np.ndarray, component: np.ndarray) -> np.ndarray:
+        """Put run r at the token configurations ``config[r]`` with component ``component[r]``; the runs are
+        then sorted by component: returns the order (run i is the former run ``order[i]``)."""
+        order = np.argsort(component, kind="stable")
+        self.component = np.asarray(component, np.int64)[order]
+        self.sizes = np.bincount(self.component, minlength=self.start.log_weights.size)
+        self.set_configs(np.asarray(config)[order])
+        token_cell = self.tp.token_cell
+        self.log_start[:] = [self.start.log_q[b][token_cell, c].sum() for b, c in zip(self.component, self.config)]
+        return order
+
+
+def component_move(particles: MixtureRuns, relabellings: np.ndarray | None, beta: float,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Redraw every run's component b and relabelling h jointly, with probability ∝ w_b q_b(h(z))^(1−β):
+    p(X, z) is the same at every h(z), so this is a Gibbs move on (b, z's orbit) and leaves the extended
+    target invariant (:class:`MixtureRuns`). At β = 1 it draws b from the weights alone; on the way down it
+    carries a run to the component, and the labels, that cover where it is. ``relabellings`` None: the
+    identity only. Returns the order of the runs after the move (:meth:`MixtureRuns.place`)."""
+    config = np.asarray(particles.config).astype(np.int64)
+    num_configs = particles.start.log_q.shape[2]
+    relabellings = np.arange(num_configs)[None, :] if relabellings is None else relabellings
+    new_config, new_component = config.copy(), np.empty(config.shape[0], np.int64)
+    for p in range(config.shape[0]):
+        scores = relabelling_log_q(config[p], particles.tp.token_cell, particles.start.log_q, relabellings)
+        logits = (particles.start.log_weights[:, None] + (1.0 - beta) * scores).reshape(-1)
+        probabilities = np.exp(logits - logits.max())
+        b, h = divmod(int(rng.choice(logits.size, p=probabilities / probabilities.sum())), relabellings.shape[0])
+        new_config[p], new_component[p] = relabellings[h][config[p]], b
+    return particles.place(new_config, new_component)
+
+
+def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabel=None) -> ReverseRuns:
     """Anneal every particle, placed at an exact posterior draw (``particles.set_configs``), from
     β = 1 down to 0 through the increasing ``schedule``; each particle is one independent run.
 
     A first move at β = 1 leaves the draws exact and takes the runs apart. Then for k = K..1 the
     weight gains log f_{k−1}(z) − log f_k(z) = (β_{k−1} − β_k) log(π₀ L / start)(z) (the reverse
     AIS weight) and the particles move by ``num_sweeps`` sweeps that leave f_{k−1} invariant
-    (none at β = 0), and, with ``relabellings`` (the label symmetries, from a reference),
-    RELABEL_MOVES times along the way by :func:`relabel_move` (drawing from ``rng``).
+    (none at β = 0), and, given ``relabel(particles, β)`` (a move among the label symmetries, or the
+    components of a mixture start, that returns the runs' new order or None), RELABEL_MOVES times
+    along the way.
     """
     particles.move(1.0, num_sweeps)
     log_weights = np.zeros(particles.num_particles)
@@ -114,32 +168,42 @@ def reverse_anneal(particles, tp, schedule: np.ndarray, num_sweeps: int, relabel
         log_weights += (lower - upper) * log_target_ratio(particles, tp)
         if lower > 0.0:
             particles.move(float(lower), num_sweeps)
-            if relabellings is not None and step % every == 0:
-                relabel_move(particles, tp, relabellings, float(lower), rng)
+            if relabel is not None and step % every == 0:
+                order = relabel(particles, float(lower))
+                log_weights = log_weights if order is None else log_weights[order]
     return ReverseRuns(log_weights, np.asarray(schedule))
 
 
 def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_sweeps: int, kernel: str,
-                         key, relabellings: np.ndarray | None = None) -> np.ndarray:
+                         key, relabellings: np.ndarray | None = None, start: MixtureStart | None = None) -> np.ndarray:
     """log Z_0 − log w_r (R,) of one reverse run (:func:`reverse_anneal`) from each row of ``configs``
     (R, T), the token configurations of exact posterior draws, under the problem ``tp`` of
     :func:`~bam_ppl.infer.smc.tempered_problem.build_tempered_problem`: each is a stochastic upper bound
     on log p(X) whose exp(−value) has expectation 1/p(X). log Z_0 = C + log Z₀ is the forward
-    sampler's start (the data constant and the start's normaliser; C alone from a reference).
+    sampler's start (the data constant and the start's normaliser; C alone from a reference or a mixture).
     ``kernel`` "numba" or "jax"; ``key`` an int or a JAX key; ``relabellings`` the label
-    symmetries for :func:`relabel_move` on the path from a reference (None: no such moves)."""
+    symmetries for :func:`relabel_move` on the path from a reference (None: no such moves); ``start`` a
+    mixture of references to anneal back to instead (numba only; :class:`MixtureRuns`, whose components and
+    labels :func:`component_move` redraws, first at β = 1)."""
     num_runs, key = configs.shape[0], as_key(key)
     pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if kernel == "numba" else None
     try:
         with jax.enable_x64(True):
             seeds = np.asarray(jax.random.split(key, NUM_BLOCKS + 1)).astype(np.uint32)
-            if kernel == "numba":
-                particles = NumbaParticles(tp, num_runs, seeds[:NUM_BLOCKS], pool)
+            rng = np.random.default_rng(seeds[NUM_BLOCKS])
+            if start is not None:
+                particles = MixtureRuns(tp, num_runs, seeds[:NUM_BLOCKS], pool, start)
+                particles.place(configs, np.zeros(num_runs, np.int64))
+                component_move(particles, relabellings, 1.0, rng)  # the runs are exchangeable: their order is immaterial
+                tp = with_reference(tp, start.log_q[0])  # the weights' form, log π₀ L − log q_b with each run's b
+                relabel = lambda ps, beta: component_move(ps, relabellings, beta, rng)  # noqa: E731
             else:
-                particles = JaxParticles(tp, num_runs, key)
-            particles.set_configs(configs)
-            runs = reverse_anneal(particles, tp, schedule, num_sweeps, relabellings,
-                                  np.random.default_rng(seeds[NUM_BLOCKS]))
+                particles = NumbaParticles(tp, num_runs, seeds[:NUM_BLOCKS], pool) if kernel == "numba" else \
+                    JaxParticles(tp, num_runs, key)
+                particles.set_configs(configs)
+                relabel = None if relabellings is None else \
+                    (lambda ps, beta: relabel_move(ps, tp, relabellings, beta, rng))
+            runs = reverse_anneal(particles, tp, schedule, num_sweeps, relabel)
     finally:
         if pool is not None:
             pool.shutdown()
@@ -180,10 +244,16 @@ def _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, ma
     if start_a is not None:
         check_positive(start_a, "start_a")
     check_int(max_configs, "max_configs", minimum=1)
-    if reference is not None and not isinstance(reference, Reference) and not (
+    if isinstance(reference, str):
+        check_choice(reference, "reference", ("search",))
+        if engine == "jax":
+            raise ValueError("reference='search' anneals back to a mixture of references on the numba kernel: "
+                             "engine must be 'auto' or 'numba', got 'jax'")
+    elif reference is not None and not isinstance(reference, Reference) and not (
             isinstance(reference, (tuple, list)) and len(reference) == 2):
-        raise TypeError("reference must be an allocation (cells, counts) found without the generating allocation "
-                        f"(e.g. a forward estimate's best_cells, best_counts) or a Reference, got {type(reference).__name__}")
+        raise TypeError("reference must be 'search', an allocation (cells, counts) found without the generating "
+                        "allocation (e.g. a forward estimate's best_cells, best_counts) or a Reference, got "
+                        f"{type(reference).__name__}")
     if reference_sweeps is not None:
         check_int(reference_sweeps, "reference_sweeps", minimum=0)
 
@@ -195,11 +265,13 @@ def default_temperatures(num_tokens: int) -> int:
 
 
 class _Path(NamedTuple):
-    """The problem whose path the runs take back (``tp``, with its start) and the label symmetries
-    for :func:`relabel_move` (None: none, or no reference)."""
+    """The problem whose path the runs take back (``tp``, with its start), the label symmetries
+    for :func:`relabel_move` or :func:`component_move` (None: none, or no reference) and the mixture
+    ``start`` the runs anneal back to (None: ``tp``'s own start)."""
 
     tp: object
     relabellings: np.ndarray | None
+    start: MixtureStart | None = None
 
 
 class _Generated(NamedTuple):
@@ -237,19 +309,24 @@ def _checked_reference(generated: _Generated, reference) -> None:
         if np.shape(reference.log_q) != shape or not np.all(np.isfinite(reference.log_q)):
             raise ValueError(f"reference: a Reference for these data and this model has a finite log_q of shape "
                              f"{shape}, got shape {np.shape(reference.log_q)}")
-    elif reference is not None:
+    elif reference is not None and not isinstance(reference, str):
         configs_of_allocation(generated.bound, data, generated.layout, tp.token_cell, tuple(reference), "reference")
 
 
 def _reference_path(model, generated: _Generated, reference, reference_sweeps, max_configs, key) -> _Path:
-    """The path from the reference q (built by a posterior chain from an allocation, or given) and
-    the label symmetries, enumerated, that :func:`relabel_move` draws from."""
+    """The path from the reference q (built by a posterior chain from an allocation, or given), or from
+    the mixture of the references of a default call's searches (``reference="search"``,
+    :func:`~bam_ppl.infer.smc.mixture.searched_start`), and the label symmetries, enumerated, that the
+    runs' relabelling moves draw from."""
     data = generated.data
+    symmetry = label_symmetries_of(generated.bound, data, generated.layout)
+    relabellings = symmetry.relabellings if symmetry.swap is None and symmetry.relabellings.shape[0] > 1 else None
+    if isinstance(reference, str):
+        problem, prepared = mixture_problem(model, data, max_configs)
+        return _Path(generated.tp, relabellings, searched_start(problem, prepared, key, ENGINE.num_chains))
     if not isinstance(reference, Reference):
         reference = references_from_allocations(model, data, [tuple(reference)], key, reference_sweeps, max_configs)[0]
-    symmetry = label_symmetries_of(generated.bound, data, generated.layout)
-    enumerated = symmetry.swap is None and symmetry.relabellings.shape[0] > 1
-    return _Path(with_reference(generated.tp, reference.log_q), symmetry.relabellings if enumerated else None)
+    return _Path(with_reference(generated.tp, reference.log_q), relabellings)
 
 
 def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 16,
@@ -283,12 +360,17 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
         As in :func:`~bam_ppl.infer.smc.tempered.run_tempered`: Gibbs sweeps per temperature; the
         kernels ({"auto", "numba", "jax"}); the start of the path without a reference; sweeps of the
         chain that builds q from an allocation; configurations enumerated per token.
-    reference : (cells, counts) or Reference, optional
+    reference : "search", (cells, counts) or Reference, optional
         Anneal back to a product reference q instead, on the tempered SMC's path from a reference
         (short at any T): q built from an allocation found *without* ``allocation`` (e.g. a forward
         estimate's ``details["best_cells"], details["best_counts"]``; from ``allocation`` the bound
         would not hold), or a ``Reference`` built so. Relabelling moves (:func:`relabel_move`)
         carry the runs to the labels q covers (none beyond 8! symmetries: the bound can be loose).
+        ``"search"``: back to the mixture of the references that the searches of a default
+        ``bam.log_evidence`` call build from X alone (:func:`~bam_ppl.infer.smc.mixture.searched_start`; numba),
+        each run moving among the components and labels (:func:`component_move`): the bound is tight where
+        the searches reached the basin of ``allocation``, wherever the posterior's mass lies, where one q
+        covers one basin only.
 
     Returns
     -------
@@ -301,13 +383,13 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, max_configs, reference, reference_sweeps)
     run_key, reference_key = jax.random.split(as_key(rng_key))
     generated = _generated(model, X, allocation, start_a, reference, max_configs)
-    engine = resolve_kernel(engine)
+    engine = "numba" if reference == "search" else resolve_kernel(engine)
     start = time.perf_counter()
     path = _Path(generated.tp, None) if reference is None else _reference_path(
         model, generated, reference, reference_sweeps, max_configs, reference_key)
     schedule = fixed_schedule(num_temperatures or default_temperatures(generated.data.total))
     run_upper_bound = reverse_upper_bounds(path.tp, np.tile(generated.config, (num_chains, 1)), schedule, num_sweeps,
-                                           engine, run_key, path.relabellings)
+                                           engine, run_key, path.relabellings, path.start)
     info = UpperBoundInfo(run_upper_bound=run_upper_bound.tolist(), schedule=schedule.tolist(), kernel=engine,
                           num_temperatures=schedule.size - 1, num_sweeps=num_sweeps, referenced=reference is not None)
     lower_bound = float(generated.bound.log_prob_cells(generated.cells, generated.counts))
