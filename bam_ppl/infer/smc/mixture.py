@@ -627,7 +627,7 @@ def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) 
 def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
     """The references of ``num_searches`` runs' searches of a default call keyed by ``key`` (each run's VB fits
     and search, :func:`searched_run`) in one :func:`defended_start`, then each weighted by the share of the
-    posterior's mass it carries at the end of a run from them (:attr:`MixtureRun.component_shares`), plus the
+    posterior's mass it carries at the end of a run from them (``MixtureRun.component_shares``), plus the
     share one particle carries (a component no particle ends in keeps a weight the run could not resolve from
     none): a start found from X alone whose weights follow the basins' masses, for the reverse annealing of
     :func:`~bam_ppl.infer.smc.reverse.evidence_upper_bound`, whose bound is tight where they do."""
