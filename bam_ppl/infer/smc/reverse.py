@@ -314,10 +314,12 @@ def _checked_reference(generated: _Generated, reference) -> None:
 
 
 def _reference_path(model, generated: _Generated, reference, reference_sweeps, max_configs, key) -> _Path:
-    """The path from the reference q (built by a posterior chain from an allocation, or given), or from
-    the mixture of the references of a default call's searches (``reference="search"``,
-    :func:`~bam_ppl.infer.smc.mixture.searched_start`), and the label symmetries, enumerated, that the
-    runs' relabelling moves draw from."""
+    """The path back: the latent urn's (``reference`` None); from the reference q (built by a posterior chain
+    from an allocation, or given); or from the mixture of the references of a default call's searches
+    (``reference="search"``, :func:`~bam_ppl.infer.smc.mixture.searched_start`); and the label symmetries,
+    enumerated, that the runs' relabelling moves draw from."""
+    if reference is None:
+        return _Path(generated.tp, None)
     data = generated.data
     symmetry = label_symmetries_of(generated.bound, data, generated.layout)
     relabellings = symmetry.relabellings if symmetry.swap is None and symmetry.relabellings.shape[0] > 1 else None
@@ -354,39 +356,34 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     num_chains : int
         Independent reverse runs (≥ 2): their spread gives the standard error.
     num_temperatures : int, optional
-        K of the schedule :func:`fixed_schedule` (fixed, so that the weights are unbiased); default
-        T tokens, at least 200: the bound's excess falls as 1/K and grows with the path's length.
+        K of the schedule :func:`fixed_schedule` (fixed: the weights stay unbiased); default T tokens, at least 200.
     num_sweeps, engine, start_a, reference_sweeps, max_configs
         As in :func:`~bam_ppl.infer.smc.tempered.run_tempered`: Gibbs sweeps per temperature; the
         kernels ({"auto", "numba", "jax"}); the start of the path without a reference; sweeps of the
         chain that builds q from an allocation; configurations enumerated per token.
     reference : "search", (cells, counts) or Reference, optional
-        Anneal back to a product reference q instead, on the tempered SMC's path from a reference
-        (short at any T): q built from an allocation found *without* ``allocation`` (e.g. a forward
-        estimate's ``details["best_cells"], details["best_counts"]``; from ``allocation`` the bound
-        would not hold), or a ``Reference`` built so. Relabelling moves (:func:`relabel_move`)
-        carry the runs to the labels q covers (none beyond 8! symmetries: the bound can be loose).
-        ``"search"``: back to the mixture of the references that the searches of a default
-        ``bam.log_evidence`` call build from X alone (:func:`~bam_ppl.infer.smc.mixture.searched_start`; numba),
-        each run moving among the components and labels (:func:`component_move`): the bound is tight where
-        the searches reached the basin of ``allocation``, wherever the posterior's mass lies, where one q
-        covers one basin only.
+        Anneal back to a start found from X alone instead, on the tempered SMC's short path from it:
+        ``"search"``, the mixture of the references of a default call's searches (numba;
+        :func:`~bam_ppl.infer.smc.mixture.searched_start`), whose components and labels the runs move among
+        (:func:`component_move`): tight wherever ``allocation`` lies if a search reached its basin. Or one
+        product reference q, which covers one basin, from an allocation found *without* ``allocation`` (e.g.
+        a forward estimate's ``details["best_cells"], details["best_counts"]``) or given as a ``Reference``;
+        :func:`relabel_move` carries the runs to its labels (none beyond 8! symmetries: the bound can be loose).
 
     Returns
     -------
     EvidenceEstimate
-        ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` the runs' spread given the one
-        allocation (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up); ``run_values`` each run's bound;
-        ``lower_bound`` log p(X, S), a sure lower bound; ``info`` an :class:`~bam_ppl.infer.info.UpperBoundInfo`.
-        An EvidenceWarning where the bound lies 3 stderr below log p(X, S): S is no draw of the posterior.
+        ``kind="upper_bound"``, ``method="reverse"``; ``stderr`` the runs' spread given the one allocation
+        (:func:`bam_ppl.estimate.pool_runs` on −log Ẑ_up); ``run_values`` each run's bound; ``lower_bound`` log p(X, S),
+        a sure lower bound; ``info`` an :class:`~bam_ppl.infer.info.UpperBoundInfo`. An EvidenceWarning where the
+        bound lies 3 stderr below log p(X, S): S is no draw of the posterior.
     """
     _check_options(num_chains, num_temperatures, num_sweeps, engine, start_a, max_configs, reference, reference_sweeps)
     run_key, reference_key = jax.random.split(as_key(rng_key))
     generated = _generated(model, X, allocation, start_a, reference, max_configs)
     engine = "numba" if reference == "search" else resolve_kernel(engine)
     start = time.perf_counter()
-    path = _Path(generated.tp, None) if reference is None else _reference_path(
-        model, generated, reference, reference_sweeps, max_configs, reference_key)
+    path = _reference_path(model, generated, reference, reference_sweeps, max_configs, reference_key)
     schedule = fixed_schedule(num_temperatures or default_temperatures(generated.data.total))
     run_upper_bound = reverse_upper_bounds(path.tp, np.tile(generated.config, (num_chains, 1)), schedule, num_sweeps,
                                            engine, run_key, path.relabellings, path.start)
