@@ -613,15 +613,16 @@ def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) 
     uniform distribution over every cell's configurations: a defensive component (Hesterberg 1995)
     that covers what no reference does, so that the importance weights stay bounded. Further searches
     ``more`` (other runs') add their references alike."""
-    log_q, weights = [uniform_reference(tp)], [1.0]
+    log_q, weights = [], []
     for own in (found, *more):
         carried = np.bincount([i if f.log_q is not None else f.covered_by for i, f in enumerate(own)],
                               minlength=len(own))
         kept = [i for i, f in enumerate(own) if f.log_q is not None]
-        log_q[-1:-1] = [own[i].log_q for i in kept]  # before the uniform, which stays last
-        weights[-1:-1] = carried[kept].tolist()
-    weights = np.asarray(weights, np.float64)
-    return MixtureStart(np.ascontiguousarray(np.stack(log_q), np.float64), np.log(weights / weights.sum()))
+        log_q += [own[i].log_q for i in kept]
+        weights += carried[kept].tolist()
+    weights = np.array(weights + [1.0])
+    return MixtureStart(np.ascontiguousarray(np.stack(log_q + [uniform_reference(tp)]), np.float64),
+                        np.log(weights / weights.sum()))
 
 
 def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
@@ -632,14 +633,10 @@ def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) ->
     none): a start found from X alone whose weights follow the basins' masses, for the reverse annealing of
     :func:`~bam_ppl.infer.smc.reverse.evidence_upper_bound`, whose bound is tight where they do."""
     plan = call_plan(problem, effort_sizes(1.0), key, num_searches, problem.tp.token_cell.shape[0])
-
-    def search(r):
-        configs, _ = vb_start_configs(prepared, problem.tp, plan.seeds.vb[r], plan.share)
-        return run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share))
-
     cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=min(num_searches, cores)) as pool:
-        first, *more = pool.map(search, range(num_searches))
+        first, *more = (found for found, _ in pool.map(lambda r: run_search_of(problem, plan, prepared, r),
+                                                         range(num_searches)))
     start = defended_start(first, problem.tp, tuple(more))
     with ThreadPoolExecutor(max_workers=cores) as blocks:
         run = run_mixture(problem, plan.share, plan.seeds.runs[0], blocks, start, plan.num_particles)
@@ -732,11 +729,17 @@ def searched_run(problem: MixtureProblem, plan: CallPlan, prepared, r: int, bloc
                  ) -> tuple[MixtureRun, list[Scouted], float]:
     """Run ``r`` of a call: its VB fits, its search (:func:`run_search`) and its annealing (:func:`run_mixture`);
     the run, what its search found and its best ELBO."""
-    share, seeds = plan.share, plan.seeds
-    configs, elbo = vb_start_configs(prepared, problem.tp, seeds.vb[r], share)
-    found = run_search(problem, share, seeds.starts[r], search_kinds(configs, share))
-    run = run_mixture(problem, share, seeds.runs[r], block_pool, defended_start(found, problem.tp), plan.num_particles)
+    found, elbo = run_search_of(problem, plan, prepared, r)
+    run = run_mixture(problem, plan.share, plan.seeds.runs[r], block_pool, defended_start(found, problem.tp),
+                      plan.num_particles)
     return run, found, elbo
+
+
+def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int) -> tuple[list[Scouted], float]:
+    """Run ``r``'s search: its VB fits (:func:`vb_start_configs`), then its starts' chains (:func:`run_search`);
+    what it found and its best ELBO."""
+    configs, elbo = vb_start_configs(prepared, problem.tp, plan.seeds.vb[r], plan.share)
+    return run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share)), elbo
 
 
 def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
