@@ -54,7 +54,7 @@ def alone(problem, log_q, num_particles: int, seeds) -> float:
 
 def census_run(problem, prepared, plan, r: int, alone_particles: int):
     """Run ``r`` of the call: its starts' kinds, each reference's value alone (nan: covered), the run's value."""
-    run, found, _ = mixture.searched_run(problem, plan, prepared, r, mixture._Inline())
+    [(run, found, _)] = mixture.searched_group(problem, plan, prepared, [r], mixture._Inline())
     names = ["vb"] * (len(found) - 2 * plan.share.num_scouts) + ["annealed", "drawn"] * plan.share.num_scouts
     values = [alone(problem, f.log_q, alone_particles, plan.seeds.runs[r]) if f.log_q is not None else np.nan
               for f in found]

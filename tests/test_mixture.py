@@ -73,7 +73,7 @@ def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_b
     config = np.random.default_rng(0).integers(0, tp.num_configs, tp.token_cell.size)
     chain = references.start_chain(tp, None, config, np.array([1, 2], np.uint32))
     chain.sweep(100)
-    found = [mixture.finish(problem, mixture.Started(chain, np.nan, config, 200))]
+    found = [references.drive(mixture.finish(problem, mixture.Started(chain, np.nan, config, 200)))]
     assert mixture.covered_by(problem, [], chain.config()) == -1
     assert np.isfinite(found[0].floor) and found[0].log_q is not None
     assert mixture.covered_by(problem, found, chain.config()) == 0  # its last state: the least covered is the floor
@@ -94,17 +94,46 @@ def test_a_start_stops_where_a_reference_covers_it_and_a_mode_is_not_covered():
     options = mixture.effort_sizes(1.0)._replace(reference_sweeps=40, sweeps_per_token=0.0)
     seeds = np.array([[1, 2], [3, 4]], np.uint32)
     config = np.random.default_rng(0).integers(0, collapsed.tp.num_configs, collapsed.tp.token_cell.size)
-    built = mixture.scout(collapsed, options, seeds, config, [])
+    built = references.drive(mixture.scout(collapsed, options, seeds, config, []))
     assert built.log_q is not None and built.sweeps == 40 and built.floor <= built.ceiling
     chain = references.start_chain(collapsed.tp, None, config, seeds[1])
     chain.sweep(40)
     score = symmetries.orbit_log_sums(collapsed.tp, built.log_q, chain.config()[None], collapsed.symmetry)[1][0]
-    inside = mixture.scout(collapsed, options, seeds, chain.config(), [built._replace(floor=score - 1.0,
-                                                                                       ceiling=score + 1.0)])
+    inside = references.drive(mixture.scout(collapsed, options, seeds, chain.config(),
+                                            [built._replace(floor=score - 1.0, ceiling=score + 1.0)]))
     assert (inside.log_q, inside.covered_by, inside.sweeps) == (None, 0, 0)
     above = built._replace(ceiling=score - 1.0, floor=score - 2.0)
     assert mixture.covered_by(collapsed, [above], chain.config()) == -1
     assert mixture.covered_by(collapsed, [above._replace(ceiling=score + 1.0)], chain.config()) == 0
+
+
+def test_two_searches_driven_together_make_the_draws_each_makes_alone():
+    # drive_pair sweeps two collapsed chains in one kernel where both wait on sweeps: each chain's states, reference
+    # and recorded states are those it reaches driven alone, whatever the requests' lengths; a data-augmentation
+    # chain (a dense table's) goes in turn with a collapsed one.
+    X = np.kron(np.eye(2, dtype=np.int64), np.full((2, 2), 20))
+    problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), X, 10**6)
+    tp = problem.tp
+    assert problem.cells is not None
+    configs = np.random.default_rng(5).integers(0, tp.num_configs, (2, tp.token_cell.size))
+
+    def steps(k, cells=None):
+        chain = references.start_chain(tp, cells, configs[k], np.array([7, k], np.uint32))
+        yield chain, 3 + 5 * k  # unequal requests: the pair sweeps their common part, the rest alone
+        reference = yield from references.averaged_reference_steps(chain, 37 + 4 * k)
+        return chain.config(), reference
+
+    def check(together, alone):
+        for (config, reference), (config_alone, reference_alone) in zip(together, alone):
+            np.testing.assert_array_equal(config, config_alone)
+            np.testing.assert_array_equal(reference.log_q, reference_alone.log_q)
+            np.testing.assert_array_equal(reference.states, reference_alone.states)
+
+    first, second = (references.start_chain(tp, None, configs[k], np.array([1, k], np.uint32)) for k in range(2))
+    assert references._Chain.pairable(first, second)
+    check(references.drive_pair(steps(0), steps(1)), [references.drive(steps(k)) for k in range(2)])
+    check(references.drive_pair(steps(0, problem.cells), steps(1)),
+          [references.drive(steps(0, problem.cells)), references.drive(steps(1))])
 
 
 def test_the_start_weighs_each_reference_by_the_starts_it_carries():

@@ -241,6 +241,63 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             tokens[token, 0] = new
 
 
+def _sweep_fused_pair(rngs, num_sweeps, shifted, tokens, order, rows):
+    """:func:`_sweep_factorised`'s fused case (two varying numerator rows: NMF, LDA) for two chains at once
+    (``rngs``, ``shifted``, ``tokens``: pairs), in a fixed ``order``: each chain's draws are those it makes
+    alone, but the core updates one chain's token while the other's waits on its loads and writes (the
+    updates of one chain depend each on the last). Written out for both chains: a helper function or a
+    loop over the pair ran at a third of the speed."""
+    (rng_a, rng_b), (counts_a, counts_b), (records_a, records_b) = rngs, shifted, tokens
+    numerator_starts, denominator_starts = rows.numerator_starts, rows.denominator_starts
+    factor_a, factor_b = np.empty(rows.num_configs), np.empty(rows.num_configs)
+    weight_a, weight_b = np.empty(rows.num_configs), np.empty(rows.num_configs)
+    for c in range(rows.num_configs):
+        factor_a[c] = _constant_factor(counts_a, numerator_starts, denominator_starts, c, 0.0)
+        factor_b[c] = _constant_factor(counts_b, numerator_starts, denominator_starts, c, 0.0)
+    for _ in range(num_sweeps):
+        for position in range(order.shape[0]):
+            token = order[position]
+            old_a, first_a, second_a = records_a[token, 0], records_a[token, 1], records_a[token, 2]
+            old_b, first_b, second_b = records_b[token, 0], records_b[token, 1], records_b[token, 2]
+            left_a = _constant_factor(counts_a, numerator_starts, denominator_starts, old_a, 1.0)
+            left_b = _constant_factor(counts_b, numerator_starts, denominator_starts, old_b, 1.0)
+            for c in range(rows.num_configs):
+                weight_a[c] = factor_a[c] * counts_a[first_a + c] * counts_a[second_a + c]
+                weight_b[c] = factor_b[c] * counts_b[first_b + c] * counts_b[second_b + c]
+            weight_a[old_a] = left_a * (counts_a[first_a + old_a] - 1.0) * (counts_a[second_a + old_a] - 1.0)
+            weight_b[old_b] = left_b * (counts_b[first_b + old_b] - 1.0) * (counts_b[second_b + old_b] - 1.0)
+            total_a, total_b = 0.0, 0.0
+            for c in range(rows.num_configs):
+                total_a += weight_a[c]
+                total_b += weight_b[c]
+            new_a = _inverse_cdf(weight_a, rng_a.random() * total_a)
+            new_b = _inverse_cdf(weight_b, rng_b.random() * total_b)
+            if new_a != old_a:
+                _move(counts_a, first_a, second_a, numerator_starts, denominator_starts, old_a, new_a)
+                factor_a[old_a] = left_a
+                factor_a[new_a] = _constant_factor(counts_a, numerator_starts, denominator_starts, new_a, 0.0)
+                records_a[token, 0] = new_a
+            if new_b != old_b:
+                _move(counts_b, first_b, second_b, numerator_starts, denominator_starts, old_b, new_b)
+                factor_b[old_b] = left_b
+                factor_b[new_b] = _constant_factor(counts_b, numerator_starts, denominator_starts, new_b, 0.0)
+                records_b[token, 0] = new_b
+
+
+def _move(counts, first, second, numerator_starts, denominator_starts, old, new):
+    """A token's increments moved from configuration ``old`` to ``new`` (:func:`_sweep_fused_pair`)."""
+    counts[first + old] -= 1.0
+    counts[first + new] += 1.0
+    counts[second + old] -= 1.0
+    counts[second + new] += 1.0
+    for start in numerator_starts:
+        counts[start + old] -= 1.0
+        counts[start + new] += 1.0
+    for start in denominator_starts:
+        counts[start + old] -= 1.0
+        counts[start + new] += 1.0
+
+
 class FactorisedRows(NamedTuple):
     """The rows of the urn weights in the form :func:`_sweep_factorised` reads."""
 
@@ -309,11 +366,31 @@ def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, ro
     config[:] = tokens[:, 0]
 
 
+
+def is_fused(factorised: FactorisedRows | None) -> bool:
+    """Whether :func:`gibbs_sweeps_pair` sweeps two chains of rows ``factorised`` in one kernel (NMF, LDA)."""
+    return factorised is not None and factorised.token_starts.shape[1] == 2 and factorised.num_varying_numerators == 2
+
+
+def gibbs_sweeps_pair(rngs, num_sweeps: int, shifted, configs, order, factorised: FactorisedRows) -> None:
+    """:func:`gibbs_sweeps` of two chains (``rngs``, ``shifted``, ``configs``: pairs) on the same rows, in the
+    fixed ``order``, in one kernel (:func:`_sweep_fused_pair`, where :func:`is_fused`): the same draws."""
+    records = []
+    for config in configs:
+        tokens = np.empty((config.shape[0], 3), np.int32)
+        tokens[:, 0], tokens[:, 1:] = config, factorised.token_starts
+        records.append(tokens)
+    _sweep_fused_pair(tuple(rngs), num_sweeps, tuple(shifted), tuple(records), order, factorised)
+    for config, tokens in zip(configs, records):
+        config[:] = tokens[:, 0]
+
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
     _place_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_place_tokens)
     _constant_factor = numba.njit(inline="always", cache=True)(_constant_factor)
     _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_factorised)
+    _move = numba.njit(inline="always", cache=True)(_move)
+    _sweep_fused_pair = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_fused_pair)
 
 
 def contiguous_relabelling(row_base, row_offset, size):

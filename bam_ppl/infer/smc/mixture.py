@@ -28,18 +28,15 @@ only component b covers, f ≈ ``|G| / w_b``, which restores the mass of every f
 relabelled copy of it. Components that cover the same basin share it (f ≈ 1 / (w_b + w_b')): a
 basin found twice is not counted twice.
 
-Each run's search takes its starts in turn. A start's chain stops as soon as it lies where an
-earlier reference covers (its state scores under that reference, up to relabelling, within the range of
-the states the reference's own chain visited), checked after 0, 1, 2, 4, … sweeps up to
-halfway, and adds its weight to that reference; the others finish theirs. Most starts reach a few
-basins, so most chains stop after a few sweeps, and the start weighs each basin region by the starts
-that reached it; a start judged covered in error loses only its own reference, never the estimate's
-unbiasedness. Data-augmentation chains (dense tables) all finish (:func:`scout`).
+Each run's search takes its starts in turn. A start's chain stops as soon as an earlier reference covers
+its state (it scores under that reference, up to relabelling, within the range of the reference's own
+chain's states), checked after 0, 1, 2, 4, … sweeps up to halfway, and adds its weight to that reference;
+the others finish theirs (:func:`scout`). A start judged covered in error loses only its own reference,
+never the estimate's unbiasedness.
 
-Each run has a search of its own (its share of the call's scouts and VB restarts): the identity
-holds for any start, so each run is an unbiased estimate of p(X) given its search, and the runs are
-independent, searches included, so their spread, the stated error, also shows which basins a search
-finds and which it misses.
+Each run has a search of its own (its share of the call's scouts and VB restarts): the identity holds for
+any start, so each run is an unbiased estimate of p(X) given its search, and the runs are independent,
+searches included, so their spread, the stated error, also shows which basins a search finds and misses.
 """
 
 from __future__ import annotations
@@ -67,8 +64,10 @@ from ..variational.vb_numba import HostProblem, host_problem
 from .references import (
     augmented_chain_is_cheaper,
     augmented_sweep_draws,
-    averaged_reference,
+    averaged_reference_steps,
     configs_from_counts,
+    drive,
+    drive_pair,
     kernel_counts,
     start_chain,
     uniform_reference,
@@ -404,10 +403,11 @@ def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray
     return kept[int(np.argmax(margin))] if margin.max() >= 0.0 else -1
 
 
-def finish(problem: MixtureProblem, started: Started) -> Scouted:
+def finish(problem: MixtureProblem, started: Started):
     """The second half of a start's chain, whose average is its reference
-    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor`` and ``ceiling``."""
-    reference = averaged_reference(started.chain, started.sweeps - started.sweeps // 2)
+    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor`` and ``ceiling``;
+    as steps (:func:`~bam_ppl.infer.smc.references.drive`), a ``Scouted``."""
+    reference = yield from averaged_reference_steps(started.chain, started.sweeps - started.sweeps // 2)
     # Data-augmentation chains cover nothing (:func:`scout`): their range is not needed.
     sums = None if problem.cells is not None else orbit_log_sums(problem.tp, reference.log_q, reference.states,
                                                                  problem.symmetry)
@@ -417,32 +417,33 @@ def finish(problem: MixtureProblem, started: Started) -> Scouted:
                    float(np.min(sums[1])), float(np.max(sums[1])))
 
 
-def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind, found: list[Scouted]) -> Scouted:
+def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kind, found: list[Scouted]):
     """One start of a run's search (:func:`start`) after the run's earlier ones, ``found``: its chain
     sweeps up to halfway, and stops as soon as an earlier reference covers its state
     (:func:`covered_by`, at :func:`check_marks`), adding its weight to that reference's; otherwise it
     finishes and builds a reference (:func:`finish`). A basin many starts reach is built once, and a
     start that lands in one costs the few sweeps that show it. Data-augmentation chains all finish: a
     product over tokens fits a dense cell's split of its tokens poorly, and there the mixture of every
-    chain's reference anneals more surely than the few that cover the rest (benchmarks/README.md)."""
+    chain's reference anneals more surely than the few that cover the rest (benchmarks/README.md). As
+    steps (:func:`~bam_ppl.infer.smc.references.drive`), a ``Scouted``."""
     started, done = start(problem, options, seeds, kind), 0
     for mark in check_marks(problem, started.sweeps):
-        started.chain.sweep(int(mark) - done)
+        yield started.chain, int(mark) - done
         done = int(mark)
         cover = -1 if problem.cells is not None else covered_by(problem, found, started.chain.config())
         if cover >= 0:
             return Scouted(None, started.log_evidence, started.config, done, covered_by=cover)
-    return finish(problem, started)
+    return (yield from finish(problem, started))
 
 
-def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kinds: list) -> list[Scouted]:
-    """One run's search, start by start (:func:`scout`): ``kinds[i]`` with ``seeds[i]``. The first start of
-    each kind (a VB fit, an annealed scout, a draw) builds a reference whatever covers it: the kinds reach
-    different parts of a basin, and the mixture of their references covers it more widely than any one."""
+def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, kinds: list):
+    """One run's search as steps (:func:`~bam_ppl.infer.smc.references.drive`), start by start (:func:`scout`):
+    ``kinds[i]`` with ``seeds[i]``. The first start of each kind (a VB fit, an annealed scout, a draw) builds a
+    reference whatever covers it: the kinds reach different parts of a basin, which their references cover."""
     found, seen = [], set()
     for seed, kind in zip(seeds, kinds):
         name = "vb" if isinstance(kind, np.ndarray) else kind
-        found.append(scout(problem, options, seed, kind, found if name in seen else []))
+        found.append((yield from scout(problem, options, seed, kind, found if name in seen else [])))
         seen.add(name)
     return found
 
@@ -627,7 +628,7 @@ def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) 
 
 def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
     """The references of ``num_searches`` runs' searches of a default call keyed by ``key`` (each run's VB fits
-    and search, :func:`searched_run`) in one :func:`defended_start`, then each weighted by the share of the
+    and search, :func:`run_search_of`) in one :func:`defended_start`, then each weighted by the share of the
     posterior's mass it carries at the end of a run from them (``MixtureRun.component_shares``), plus the
     share one particle carries (a component no particle ends in keeps a weight the run could not resolve from
     none): a start found from X alone whose weights follow the basins' masses, for the reverse annealing of
@@ -635,7 +636,7 @@ def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) ->
     plan = call_plan(problem, effort_sizes(1.0), key, num_searches, problem.tp.token_cell.shape[0])
     cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=min(num_searches, cores)) as pool:
-        first, *more = (found for found, _ in pool.map(lambda r: run_search_of(problem, plan, prepared, r),
+        first, *more = (found for found, _ in pool.map(lambda r: drive(run_search_of(problem, plan, prepared, r)),
                                                          range(num_searches)))
     start = defended_start(first, problem.tp, tuple(more))
     with ThreadPoolExecutor(max_workers=cores) as blocks:
@@ -725,38 +726,41 @@ def call_plan(problem: MixtureProblem, options: MixtureOptions, key, num_runs: i
     return CallPlan(share, seeds, call_particles(share, num_runs * starts))
 
 
-def searched_run(problem: MixtureProblem, plan: CallPlan, prepared, r: int, block_pool
-                 ) -> tuple[MixtureRun, list[Scouted], float]:
-    """Run ``r`` of a call: its VB fits, its search (:func:`run_search`) and its annealing (:func:`run_mixture`);
-    the run, what its search found and its best ELBO."""
-    found, elbo = run_search_of(problem, plan, prepared, r)
-    run = run_mixture(problem, plan.share, plan.seeds.runs[r], block_pool, defended_start(found, problem.tp),
-                      plan.num_particles)
-    return run, found, elbo
+def searched_group(problem: MixtureProblem, plan: CallPlan, prepared, group: list, block_pool
+                   ) -> list[tuple[MixtureRun, list[Scouted], float]]:
+    """Runs ``group`` (one or two) of a call: their VB fits and searches (:func:`run_search_of`; two in one thread,
+    their chains swept together where they can be: :func:`~bam_ppl.infer.smc.references.drive_pair`), then each
+    one's annealing (:func:`run_mixture`); for each run, the run, what its search found and its best ELBO."""
+    steps = [run_search_of(problem, plan, prepared, r) for r in group]
+    searched = drive_pair(*steps) if len(steps) == 2 else [drive(steps[0])]
+    return [(run_mixture(problem, plan.share, plan.seeds.runs[r], block_pool, defended_start(found, problem.tp),
+                         plan.num_particles), found, elbo) for r, (found, elbo) in zip(group, searched)]
 
 
-def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int) -> tuple[list[Scouted], float]:
-    """Run ``r``'s search: its VB fits (:func:`vb_start_configs`), then its starts' chains (:func:`run_search`);
-    what it found and its best ELBO."""
+def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int):
+    """Run ``r``'s search as steps (:func:`~bam_ppl.infer.smc.references.drive`): its VB fits
+    (:func:`vb_start_configs`), then its starts' chains (:func:`run_search`); what it found, its best ELBO."""
     configs, elbo = vb_start_configs(prepared, problem.tp, plan.seeds.vb[r], plan.share)
-    return run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share)), elbo
+    return (yield from run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share))), elbo
 
 
 def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
                   ) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
-    """The call's runs (:func:`searched_run`); the runs, what each search found and the best ELBO. The runs
-    share out the cores, each moving its particle blocks in its own thread where there are at least as many
-    runs as cores (no run waits for another's blocks at each temperature), else over a pool of threads; the
-    blocks' random streams make the result the same."""
+    """The call's runs (:func:`searched_group`); the runs, what each search found and the best ELBO. The runs share
+    out the cores: one or, with twice as many runs as cores, two to a thread (their chains swept together), each
+    moving its particle blocks in its own thread (else over a pool of threads where there are fewer runs than
+    cores). Each block's and each chain's random stream makes the result the same on any number of cores."""
     cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
     num_runs = plan.seeds.runs.shape[0]
-    with ThreadPoolExecutor(max_workers=min(num_runs, cores)) as pool, \
+    size = 2 if num_runs >= 2 * cores else 1
+    groups = [list(range(num_runs))[first:first + size] for first in range(0, num_runs, size)]
+    with ThreadPoolExecutor(max_workers=min(len(groups), cores)) as pool, \
             ThreadPoolExecutor(max_workers=cores) as blocks:
         block_pool = _Inline() if num_runs >= cores else blocks
-        futures = [pool.submit(searched_run, problem, plan, prepared, r, block_pool) for r in range(num_runs)]
-        for _ in as_completed(futures):
-            bar.update(1)
-        runs, found, elbos = zip(*(future.result() for future in futures))
+        futures = [pool.submit(searched_group, problem, plan, prepared, group, block_pool) for group in groups]
+        for future in as_completed(futures):
+            bar.update(len(future.result()))
+        runs, found, elbos = zip(*(run for future in futures for run in future.result()))
     return list(runs), list(found), max(elbos)
 
 
