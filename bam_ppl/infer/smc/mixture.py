@@ -739,7 +739,7 @@ def searched_group(problem: MixtureProblem, plan: CallPlan, prepared, group: lis
 
 def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int):
     """Run ``r``'s search as steps (:func:`~bam_ppl.infer.smc.references.drive`): its VB fits
-    (:func:`vb_start_configs`), then its starts' chains (:func:`run_search`); what it found, its best ELBO."""
+    (``vb_start_configs``), then its starts' chains (:func:`run_search`); what it found, its best ELBO."""
     configs, elbo = vb_start_configs(prepared, problem.tp, plan.seeds.vb[r], plan.share)
     return (yield from run_search(problem, plan.share, plan.seeds.starts[r], search_kinds(configs, plan.share))), elbo
 
