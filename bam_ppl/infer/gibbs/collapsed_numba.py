@@ -226,16 +226,10 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             new = _inverse_cdf(weight, rng.random() * total)
             if new == old:
                 continue
-            # The moves are written out: a helper function was slower.
             for v in range(1, num_varying + 1):
                 shifted[tokens[token, v] + old] -= 1.0
                 shifted[tokens[token, v] + new] += 1.0
-            for start in numerator_starts:
-                shifted[start + old] -= 1.0
-                shifted[start + new] += 1.0
-            for start in denominator_starts:
-                shifted[start + old] -= 1.0
-                shifted[start + new] += 1.0
+            _move_constant(shifted, numerator_starts, denominator_starts, old, new)
             factor[old] = left
             factor[new] = _constant_factor(shifted, numerator_starts, denominator_starts, new, 0.0)
             tokens[token, 0] = new
@@ -290,6 +284,11 @@ def _move(counts, first, second, numerator_starts, denominator_starts, old, new)
     counts[first + new] += 1.0
     counts[second + old] -= 1.0
     counts[second + new] += 1.0
+    _move_constant(counts, numerator_starts, denominator_starts, old, new)
+
+
+def _move_constant(counts, numerator_starts, denominator_starts, old, new):
+    """The increments of the rows every token reads at one place moved from ``old`` to ``new``."""
     for start in numerator_starts:
         counts[start + old] -= 1.0
         counts[start + new] += 1.0
@@ -389,6 +388,7 @@ if HAVE_NUMBA:
     _place_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_place_tokens)
     _constant_factor = numba.njit(inline="always", cache=True)(_constant_factor)
     _sweep_factorised = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_factorised)
+    _move_constant = numba.njit(inline="always", cache=True)(_move_constant)
     _move = numba.njit(inline="always", cache=True)(_move)
     _sweep_fused_pair = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_fused_pair)
 
