@@ -41,7 +41,6 @@ searches included, so their spread, the stated error, also shows which basins a 
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -75,7 +74,7 @@ from .references import (
 )
 from .split_moves import split_move_draws, split_move_work, split_moves_block, split_problem
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
-from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled
+from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled, usable_cores
 from .tempered_numba import NumbaParticles, ParticleArrays, kernel_tables, numba
 from .tempered_problem import TemperedProblem, best_allocation, build_tempered_problem
 
@@ -626,27 +625,6 @@ def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) 
                         np.log(weights / weights.sum()))
 
 
-def searched_start(problem: MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
-    """The references of ``num_searches`` runs' searches of a default call keyed by ``key`` (each run's VB fits
-    and search, :func:`run_search_of`) in one :func:`defended_start`, then each weighted by the share of the
-    posterior's mass it carries at the end of a run from them (``MixtureRun.component_shares``), plus the
-    share one particle carries (a component no particle ends in keeps a weight the run could not resolve from
-    none): a start found from X alone whose weights follow the basins' masses, for the reverse annealing of
-    :func:`~bam_ppl.infer.smc.reverse.evidence_upper_bound`, whose bound is tight where they do."""
-    plan = call_plan(problem, effort_sizes(1.0), key, num_searches, problem.tp.token_cell.shape[0])
-    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=min(num_searches, cores)) as pool:
-        first, *more = (found for found, _ in pool.map(lambda r: drive(run_search_of(problem, plan, prepared, r)),
-                                                         range(num_searches)))
-    start = defended_start(first, problem.tp, tuple(more))
-    with ThreadPoolExecutor(max_workers=cores) as blocks:
-        run = run_mixture(problem, plan.share, plan.seeds.runs[0], blocks, start, plan.num_particles)
-    if np.isnan(run.component_shares).any():  # the run could not sum over the label symmetries
-        return start
-    weights = run.component_shares + 1.0 / plan.num_particles
-    return start._replace(log_weights=np.log(weights / weights.sum()))
-
-
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
                          num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
@@ -750,7 +728,7 @@ def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
     out the cores: one or, with twice as many runs as cores, two to a thread (their chains swept together), each
     moving its particle blocks in its own thread (else over a pool of threads where there are fewer runs than
     cores). Each block's and each chain's random stream makes the result the same on any number of cores."""
-    cores = max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
+    cores = usable_cores()
     num_runs = plan.seeds.runs.shape[0]
     size = 2 if num_runs >= 2 * cores else 1
     groups = [list(range(num_runs))[first:first + size] for first in range(0, num_runs, size)]

@@ -21,7 +21,6 @@ f_β(z) = start(z)^(1−β) (π₀(z) L(z))^β, with π₀ the latent urn (or th
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -38,10 +37,11 @@ from ...validation import check_choice, check_int, check_positive
 from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..info import UpperBoundInfo
 from ..prepare import configs_of_allocation, prepare
-from .mixture import ENGINE, MixtureParticles, MixtureStart, mixture_problem, searched_start
-from .references import Reference, references_from_allocations, with_reference
+from . import mixture
+from .mixture import ENGINE, MixtureParticles, MixtureStart, mixture_problem
+from .references import Reference, drive, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
-from .tempered import NUM_BLOCKS, log_target_ratio
+from .tempered import NUM_BLOCKS, log_target_ratio, usable_cores
 from .tempered_jax import JaxParticles
 from .tempered_numba import NumbaParticles, kernel_tables
 from .tempered_problem import TemperedProblem, build_tempered_problem
@@ -186,7 +186,7 @@ def reverse_upper_bounds(tp, configs: np.ndarray, schedule: np.ndarray, num_swee
     mixture of references to anneal back to instead (numba only; :class:`MixtureRuns`, whose components and
     labels :func:`component_move` redraws, first at β = 1)."""
     num_runs, key = configs.shape[0], as_key(key)
-    pool = ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if kernel == "numba" else None
+    pool = ThreadPoolExecutor(max_workers=usable_cores()) if kernel == "numba" else None
     try:
         with jax.enable_x64(True):
             seeds = np.asarray(jax.random.split(key, NUM_BLOCKS + 1)).astype(np.uint32)
@@ -313,10 +313,32 @@ def _checked_reference(generated: _Generated, reference) -> None:
         configs_of_allocation(generated.bound, data, generated.layout, tp.token_cell, tuple(reference), "reference")
 
 
+def searched_start(problem: mixture.MixtureProblem, prepared, key, num_searches: int) -> MixtureStart:
+    """The references of ``num_searches`` runs' searches of a default call keyed by ``key`` (each run's VB fits and
+    search, :func:`~bam_ppl.infer.smc.mixture.run_search_of`) in one
+    :func:`~bam_ppl.infer.smc.mixture.defended_start`, then each weighted by the share of the posterior's mass it
+    carries at the end of a run from them (``MixtureRun.component_shares``), plus the share one particle carries (a
+    component no particle ends in keeps a weight the run could not resolve from none): a start found from X alone
+    whose weights follow the basins' masses, for the reverse annealing of :func:`evidence_upper_bound`, whose bound
+    is tight where they do."""
+    plan = mixture.call_plan(problem, mixture.effort_sizes(1.0), key, num_searches, problem.tp.token_cell.shape[0])
+    cores = usable_cores()
+    with ThreadPoolExecutor(max_workers=min(num_searches, cores)) as pool:
+        first, *more = (found for found, _ in pool.map(
+            lambda r: drive(mixture.run_search_of(problem, plan, prepared, r)), range(num_searches)))
+    start = mixture.defended_start(first, problem.tp, tuple(more))
+    with ThreadPoolExecutor(max_workers=cores) as blocks:
+        run = mixture.run_mixture(problem, plan.share, plan.seeds.runs[0], blocks, start, plan.num_particles)
+    if np.isnan(run.component_shares).any():  # the run could not sum over the label symmetries
+        return start
+    weights = run.component_shares + 1.0 / plan.num_particles
+    return start._replace(log_weights=np.log(weights / weights.sum()))
+
+
 def _reference_path(model, generated: _Generated, reference, reference_sweeps, max_configs, key) -> _Path:
     """The path back: the latent urn's (``reference`` None); from the reference q (built by a posterior chain
     from an allocation, or given); or from the mixture of the references of a default call's searches
-    (``reference="search"``, :func:`~bam_ppl.infer.smc.mixture.searched_start`); and the label symmetries,
+    (``reference="search"``, :func:`searched_start`); and the label symmetries,
     enumerated, that the runs' relabelling moves draw from."""
     if reference is None:
         return _Path(generated.tp, None)
@@ -364,7 +386,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
     reference : "search", (cells, counts) or Reference, optional
         Anneal back to a start found from X alone instead, on the tempered SMC's short path from it:
         ``"search"``, the mixture of the references of a default call's searches (numba;
-        :func:`~bam_ppl.infer.smc.mixture.searched_start`), whose components and labels the runs move among
+        :func:`searched_start`), whose components and labels the runs move among
         (:func:`component_move`): tight wherever ``allocation`` lies if a search reached its basin. Or one
         product reference q, which covers one basin, from an allocation found *without* ``allocation`` (e.g.
         a forward estimate's ``details["best_cells"], details["best_counts"]``) or given as a ``Reference``;

@@ -480,7 +480,12 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
 def _thread_pool(needed: bool):
     """Threads for the numba kernel's particle blocks and the reference chains (one per block, at
     most one per core), shut down on leaving the ``with``; where not ``needed``, a context giving None."""
-    return ThreadPoolExecutor(max_workers=max(1, min(NUM_BLOCKS, os.cpu_count() or 1))) if needed else nullcontext()
+    return ThreadPoolExecutor(max_workers=usable_cores()) if needed else nullcontext()
+
+
+def usable_cores() -> int:
+    """Threads that runs and particle blocks share out: the cores, at most one per block."""
+    return max(1, min(NUM_BLOCKS, os.cpu_count() or 1))
 
 
 class _RunSettings(NamedTuple):
