@@ -69,6 +69,27 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     return value, max(pooled_error_terms(values))
 
 
+def pool_searches(run_log_evidence, leave_out) -> tuple[float, float]:
+    """Pool R runs whose estimates share their searches: log-mean-exp and the jackknife over the searches.
+
+    Run r anneals from its own search's start and reweights by the start of all R searches (the balance
+    heuristic), so the runs' mean is unbiased but the runs are not alike. ``leave_out`` (R, R) holds
+    log Ẑ_r^(−s), run r reweighted by the start of every search but s's (ignored where r = s), so that
+    θ_(s) = log mean_{r≠s} exp(leave_out[r, s]) is the estimate the call would give without search s. The error
+    is the jackknife of the θ_(s) (Efron & Stein 1981): it is wide where the value rests on what one search
+    alone found, and as narrow as the runs' annealing where every search found it. nan for a single run.
+    """
+    values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
+    leave_out = np.asarray(leave_out, dtype=np.float64)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
+    if values.size < 2:
+        return _log_mean_exp(values), float("nan")
+    others = ~np.eye(values.size, dtype=bool)
+    theta = np.array([_log_mean_exp(leave_out[others[:, s], s]) for s in range(values.size)])
+    return _log_mean_exp(values), _jackknife(theta)
+
+
 def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:
     """The two terms of :func:`pool_runs`' error for R ≥ 2 finite run values: the jackknife error of
     their log-mean-exp, and sd(values) / sqrt(R)."""

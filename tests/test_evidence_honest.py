@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 import bam_ppl as bam
+from bam_ppl.estimate import pool_searches
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
 from bam_ppl.infer.info import AutoInfo
 
@@ -24,6 +25,29 @@ def test_pool_runs_grows_with_disagreement():
     assert np.isnan(pool_runs([-1.0])[1])
     with pytest.raises(ValueError, match="run_log_evidence"):
         pool_runs([np.nan, 1.0])
+
+
+def test_pool_searches_is_wide_only_where_one_search_alone_carries_the_value():
+    # Runs whose reweighting without another search changes nothing: θ_(s) leaves run s out, and the jackknife
+    # is pool_runs' jackknife term.
+    values = np.array([-100.0, -100.5, -99.8, -100.2])
+    alike = np.repeat(values[:, None], 4, axis=1)
+    value, stderr = pool_searches(values, alike)
+    assert value == pytest.approx(pool_runs(values)[0]) and 0.05 < stderr < 0.5
+    # One search alone found the basin 30 nats up: without it the call would lie about 29 nats lower.
+    one = np.array([0.0, -30.0, -30.0, -30.0])
+    assert pool_searches(one, np.repeat(one[:, None], 4, axis=1))[1] > 15
+    # Two found it: leaving any one search out keeps it.
+    two = np.array([0.0, 0.0, -30.0, -30.0])
+    assert pool_searches(two, np.repeat(two[:, None], 4, axis=1))[1] < 1
+    # A search that also covers another run's basin: without it, that run's reweighted value rises.
+    shared = np.array([0.0, -1.0, -30.0, -30.0])
+    leave_out = np.repeat(shared[:, None], 4, axis=1)
+    leave_out[1, 0] = 0.0
+    assert pool_searches(shared, leave_out)[1] < pool_searches(shared, np.repeat(shared[:, None], 4, axis=1))[1]
+    assert np.isnan(pool_searches([-1.0], [[0.0]])[1])
+    with pytest.raises(ValueError, match="run_log_evidence"):
+        pool_searches([np.nan, 1.0], np.zeros((2, 2)))
 
 
 def _pooled_error_check(runs, log_z):

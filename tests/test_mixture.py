@@ -148,7 +148,7 @@ def test_the_start_weighs_each_reference_by_the_starts_it_carries():
     assert mixture.call_particles(mixture.effort_sizes(1.0)._replace(min_particles=1), len(found)) == 4 * 5
 
 
-def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_particles=12):
+def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_particles=12, call=None):
     tp, symmetry = _problem(model, X)
     start = _start(tp, start_seeds, weights)
     values = []
@@ -160,8 +160,9 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
                 particles, references.with_reference(tp, particles.start.log_q[0]),
                 np.random.default_rng(keys[-1].astype(np.uint32)),
                 tempered.PathOptions(0.9, 1, schedule), initial_log_w=particles.initial_log_weights(),
-                final_log_weights=lambda ps: mixture.mixture_log_weights(tp, ps.start, symmetry, np.asarray(ps.config),
-                                                                         ps.component))
+                final_log_weights=lambda ps: mixture.mixture_log_weights(
+                    tp, ps.start if call is None else call.start, symmetry, np.asarray(ps.config),
+                    ps.component + (0 if call is None else call.first)))
             assert np.all(np.diff(particles.component) >= 0)  # components stay contiguous through resampling
             values.append(run.log_evidence + run.log_relabelled)
     return np.array(values)
@@ -177,6 +178,33 @@ def test_mixture_start_with_a_fixed_schedule_is_unbiased(weights, num_particles)
     values = _mixture_runs(model, X, [3, 4, 5], weights, 300, [0.3, 0.6, 1.0], num_particles)
     ratios = np.exp(values - exact_log_evidence(model, X))
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size), ratios.mean()
+
+
+def test_runs_from_their_own_starts_reweighted_by_the_calls_start_are_unbiased_together():
+    # Two runs from different starts, each reweighted at the end by q̄ = (q_1 + q_2) / 2 (the balance heuristic):
+    # the mean of their exps is unbiased for p(X), though each alone need not be.
+    model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
+    tp, _ = _problem(model, X)
+    own = [([3, 4], [0.7, 0.3]), ([5], [1.0])]
+    calls = mixture.call_starts([_start(tp, *seeds) for seeds in own], 12)
+    assert [call.first for call in calls] == [0, 2] and calls[0].run_of.tolist() == [0, 0, 1]
+    first, second = (_mixture_runs(model, X, *seeds, 300, [0.3, 0.6, 1.0], call=call) for seeds, call in zip(own, calls))
+    ratios = (np.exp(first - exact_log_evidence(model, X)) + np.exp(second - exact_log_evidence(model, X))) / 2
+    assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size), ratios.mean()
+
+
+def test_the_reweighting_without_a_search_is_the_rest_of_the_calls_start():
+    # Without search 1's components (weights rescaled), a run of search 0 is reweighted by search 0's start alone.
+    model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1, 0], [0, 2, 1]])
+    tp, symmetry = _problem(model, X)
+    starts = [_start(tp, [3, 4], [0.7, 0.3]), _start(tp, [5], [1.0]), _start(tp, [6], [1.0])]
+    call = mixture.call_starts(starts, 12)[0]
+    config = np.random.default_rng(0).integers(0, tp.num_configs, (5, tp.token_cell.shape[0])).astype(np.int32)
+    component = np.array([0, 1, 0, 1, 1])
+    full, without = mixture.mixture_log_weights(tp, call.start, symmetry, config, component, call.run_of)
+    np.testing.assert_allclose(full, mixture.mixture_log_weights(tp, call.start, symmetry, config, component))
+    rest = mixture.MixtureStart(call.start.log_q[call.run_of != 1], call.start.log_weights[call.run_of != 1] + np.log(1.5))
+    np.testing.assert_allclose(without[1], mixture.mixture_log_weights(tp, rest, symmetry, config, component))
 
 
 MISSING = CountTensor.from_samples(

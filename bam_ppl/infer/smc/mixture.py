@@ -34,9 +34,14 @@ chain's states), checked after 0, 1, 2, 4, … sweeps up to halfway, and adds it
 the others finish theirs (:func:`scout`). A start judged covered in error loses only its own reference,
 never the estimate's unbiasedness.
 
-Each run has a search of its own (its share of the call's scouts and VB restarts): the identity holds for
-any start, so each run is an unbiased estimate of p(X) given its search, and the runs are independent,
-searches included, so their spread, the stated error, also shows which basins a search finds and misses.
+Each run r has a search of its own (its share of the call's scouts and VB restarts) and anneals from its start
+q_r, but its last reweighting puts the start of the whole call, q̄ = (1/R) Σ_r q_r, in f's denominator (the balance
+heuristic of multiple importance sampling: Veach & Guibas 1995; Owen & Zhou 2000). By the identity above with q̄
+for q, summed over the runs' components, E[(1/R) Σ_r Ẑ_r | searches] = p(X): a basin that one search found counts
+in full in the call, not 1/R of it. The runs are then not alike (a run whose search missed a basin stays low), so
+the stated error is not their spread but the jackknife over the searches (:func:`~bam_ppl.estimate.pool_searches`):
+each run is reweighted once more by the start of every search but s's, for the estimate without search s. It is
+wide where the value rests on a basin that one search alone found, and narrow where several found it.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from ...estimate import EvidenceEstimate, EvidenceWarning
+from ...estimate import EvidenceEstimate, EvidenceWarning, pool_searches
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...parallel import chain_keys
 from ...progress import make_bar, resolve_progress
@@ -114,6 +119,35 @@ def initial_log_weights(start: MixtureStart, sizes: np.ndarray) -> np.ndarray:
     return np.repeat(np.where(kept, log_w - np.log(np.maximum(sizes, 1)), -np.inf), sizes)
 
 
+def kept_start(start: MixtureStart, num_particles: int) -> tuple[MixtureStart, np.ndarray, np.ndarray]:
+    """The start that ``num_particles`` particles draw from: ``start`` without the components that get no particle
+    (:func:`component_sizes`), renormalised; which components it keeps, and their particles."""
+    sizes = component_sizes(start.log_weights, num_particles)
+    kept = sizes > 0
+    weights = start.log_weights[kept]
+    return MixtureStart(start.log_q[kept], weights - _log_sum_exp(weights)), kept, sizes[kept]
+
+
+class CallStart(NamedTuple):
+    """The call's start q̄ = (1/R) Σ_r q_r of the runs' starts as drawn (:func:`kept_start`), its components run by
+    run (``start``), the run each came from (``run_of``), and where run ``run``'s begin (``first``)."""
+
+    start: MixtureStart
+    run_of: np.ndarray
+    first: int
+    run: int
+
+
+def call_starts(starts: list[MixtureStart], num_particles: int) -> list[CallStart]:
+    """Each run's :class:`CallStart` for the runs' starts ``starts`` (module docstring)."""
+    drawn = [kept_start(start, num_particles)[0] for start in starts]
+    sizes = [start.log_q.shape[0] for start in drawn]
+    start = MixtureStart(np.ascontiguousarray(np.concatenate([start.log_q for start in drawn])),
+                         np.concatenate([start.log_weights for start in drawn]) - np.log(len(drawn)))
+    run_of, firsts = np.repeat(np.arange(len(drawn)), sizes), np.cumsum([0] + sizes)
+    return [CallStart(start, run_of, int(firsts[r]), r) for r in range(len(drawn))]
+
+
 class MixtureParticles(NumbaParticles):
     """Particles of the mixture start: component b's particles are a contiguous range, moved with b's
     reference. Systematic resampling keeps the ancestors in order, so the ranges stay contiguous.
@@ -127,12 +161,7 @@ class MixtureParticles(NumbaParticles):
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart,
                  cells: HostProblem | None = None):
         super().__init__(tp, num_particles, keys, pool)
-        sizes = component_sizes(start.log_weights, num_particles)
-        kept = sizes > 0  # a component without particles leaves the mixture, the last weights too
-        weights = start.log_weights[kept]
-        self.start = MixtureStart(start.log_q[kept], weights - _log_sum_exp(weights))
-        self.kept = kept
-        self.sizes = sizes[kept]
+        self.start, self.kept, self.sizes = kept_start(start, num_particles)
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
         self.split_problem = None if cells is None else split_problem(cells, tp)
@@ -176,28 +205,41 @@ class MixtureParticles(NumbaParticles):
 
 
 def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, config: np.ndarray,
-                        component: np.ndarray) -> np.ndarray | None:
+                        component: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray | None:
     """log f(b_p, z_p) of every particle (module docstring), or None where a sum over the label
-    symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`)."""
+    symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`). Given ``groups`` (B,), the
+    group of each component, also (G, P) log f of the start without each group's components, their weights
+    rescaled to sum to 1 (equal groups' weights: :class:`CallStart`)."""
     sums = orbit_log_sums(tp, start.log_q, config, symmetry)
     if sums is None:
         return None
     own, orbit = sums  # (B, P)
     mixed = orbit + start.log_weights[:, None]
-    peak = mixed.max(0)
-    log_mixture = peak + np.log(np.exp(mixed - peak).sum(0))
-    return symmetry.log_order + own[component, np.arange(config.shape[0])] - log_mixture
+    own = symmetry.log_order + own[component, np.arange(config.shape[0])]
+    if groups is None:
+        return own - _log_sum_exp_rows(mixed)
+    num = int(groups.max()) + 1
+    without = [_log_sum_exp_rows(mixed[groups != g]) + np.log(num / (num - 1)) for g in range(num)]
+    return own - _log_sum_exp_rows(mixed), own - np.array(without)
+
+
+def _log_sum_exp_rows(values: np.ndarray) -> np.ndarray:
+    """log Σ_b exp(values[b]) for every column."""
+    peak = values.max(0)
+    return peak + np.log(np.exp(values - peak).sum(0))
 
 
 class MixtureRun(NamedTuple):
     """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run, its
-    moves of whole cells (:attr:`MixtureParticles.split_moves`) and the share of its estimate that each
-    component of its start carries at the end (0 for one that got no particles; nan where not summed)."""
+    moves of whole cells (:attr:`MixtureParticles.split_moves`), the share of its estimate that each
+    component of its start carries at the end (0 for one that got no particles; nan where not summed) and,
+    reweighted by a :class:`CallStart`, its log evidence without each search in turn."""
 
     log_evidence: float
     run: TemperedRun
     split_moves: np.ndarray
     component_shares: np.ndarray
+    leave_out: np.ndarray = np.zeros(0)  # (R,) log Ẑ_r^(−s), reweighted without each search s (module docstring)
 
 
 class Scouted(NamedTuple):
@@ -481,14 +523,23 @@ def search_kinds(vb_configs: list, options: MixtureOptions) -> list:
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
-                start: MixtureStart, num_particles: int) -> MixtureRun:
-    """One independent run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles``
-    particles from the mixture ``start`` of the search's references (module docstring)."""
+                start: MixtureStart, num_particles: int, call: CallStart | None = None) -> MixtureRun:
+    """One run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles`` particles from the
+    mixture ``start`` of its search's references, reweighted at the end by its own start or the ``call``'s
+    (module docstring)."""
     tp = problem.tp
     particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start, problem.cells)
+    without = []
 
     def last_weights(ps):
-        return mixture_log_weights(tp, ps.start, problem.symmetry, np.asarray(ps.config), ps.component)
+        config = np.asarray(ps.config)
+        if call is None:
+            return mixture_log_weights(tp, ps.start, problem.symmetry, config, ps.component)
+        weights = mixture_log_weights(tp, call.start, problem.symmetry, config, call.first + ps.component, call.run_of)
+        if weights is None:
+            return None
+        without.append(weights[1] - weights[0])  # log f without a search, less the log f returned
+        return weights[0]
 
     # The run's problem carries the reference of particle 0's component (the first that kept particles): the
     # closed-form log start that _one_run checks particle 0 against is that component's.
@@ -499,7 +550,10 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     if run.final_log_w is not None:
         shares[:] = 0.0
         shares[particles.kept] = np.bincount(particles.component, np.exp(run.final_log_w), particles.sizes.size)
-    return MixtureRun(run.log_evidence + run.log_relabelled, run, particles.split_moves, shares)
+    value = run.log_evidence + run.log_relabelled
+    leave_out = np.array([value + _log_sum_exp(run.final_log_w + change) for change in without[0]]) if without else \
+        np.zeros(0)
+    return MixtureRun(value, run, particles.split_moves, shares, leave_out)
 
 
 @dataclass(frozen=True)
@@ -704,15 +758,12 @@ def call_plan(problem: MixtureProblem, options: MixtureOptions, key, num_runs: i
     return CallPlan(share, seeds, call_particles(share, num_runs * starts))
 
 
-def searched_group(problem: MixtureProblem, plan: CallPlan, prepared, group: list, block_pool
-                   ) -> list[tuple[MixtureRun, list[Scouted], float]]:
-    """Runs ``group`` (one or two) of a call: their VB fits and searches (:func:`run_search_of`; two in one thread,
-    their chains swept together where they can be: :func:`~bam_ppl.infer.smc.references.drive_pair`), then each
-    one's annealing (:func:`run_mixture`); for each run, the run, what its search found and its best ELBO."""
+def searched_group(problem: MixtureProblem, plan: CallPlan, prepared, group: list) -> list[tuple[list[Scouted], float]]:
+    """The searches of runs ``group`` (one or two) of a call, their VB fits included (:func:`run_search_of`; two in
+    one thread, their chains swept together where they can be: :func:`~bam_ppl.infer.smc.references.drive_pair`);
+    for each run, what its search found and its best ELBO."""
     steps = [run_search_of(problem, plan, prepared, r) for r in group]
-    searched = drive_pair(*steps) if len(steps) == 2 else [drive(steps[0])]
-    return [(run_mixture(problem, plan.share, plan.seeds.runs[r], block_pool, defended_start(found, problem.tp),
-                         plan.num_particles), found, elbo) for r, (found, elbo) in zip(group, searched)]
+    return drive_pair(*steps) if len(steps) == 2 else [drive(steps[0])]
 
 
 def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int):
@@ -724,22 +775,26 @@ def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int):
 
 def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
                   ) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
-    """The call's runs (:func:`searched_group`); the runs, what each search found and the best ELBO. The runs share
-    out the cores: one or, with twice as many runs as cores, two to a thread (their chains swept together), each
-    moving its particle blocks in its own thread (else over a pool of threads where there are fewer runs than
-    cores). Each block's and each chain's random stream makes the result the same on any number of cores."""
+    """The call's runs: every run's search (:func:`searched_group`: one or, with twice as many runs as cores, two to
+    a thread, their chains swept together), then each run's annealing from its own start, reweighted by the call's
+    (:func:`call_starts`, :func:`run_mixture`), its particle blocks in its thread (over a pool where there are
+    fewer runs than cores; their streams make the result the same on any number of cores); the runs, what each
+    search found and the best ELBO."""
     cores = usable_cores()
     num_runs = plan.seeds.runs.shape[0]
     size = 2 if num_runs >= 2 * cores else 1
     groups = [list(range(num_runs))[first:first + size] for first in range(0, num_runs, size)]
-    with ThreadPoolExecutor(max_workers=min(len(groups), cores)) as pool, \
-            ThreadPoolExecutor(max_workers=cores) as blocks:
+    with ThreadPoolExecutor(max_workers=cores) as pool, ThreadPoolExecutor(max_workers=cores) as blocks:
+        found, elbos = zip(*(run for searched in pool.map(lambda group: searched_group(problem, plan, prepared, group),
+                                                           groups) for run in searched))
+        starts = [defended_start(own, problem.tp) for own in found]
         block_pool = _Inline() if num_runs >= cores else blocks
-        futures = [pool.submit(searched_group, problem, plan, prepared, group, block_pool) for group in groups]
-        for future in as_completed(futures):
-            bar.update(len(future.result()))
-        runs, found, elbos = zip(*(run for future in futures for run in future.result()))
-    return list(runs), list(found), max(elbos)
+        calls = call_starts(starts, plan.num_particles) if num_runs > 1 else [None]
+        futures = [pool.submit(run_mixture, problem, plan.share, plan.seeds.runs[r], block_pool, start,
+                               plan.num_particles, call) for r, (start, call) in enumerate(zip(starts, calls))]
+        for _ in as_completed(futures):
+            bar.update(1)
+    return [future.result() for future in futures], list(found), max(elbos)
 
 
 def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,
@@ -747,12 +802,14 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
     """The :class:`~bam_ppl.estimate.EvidenceEstimate` of the runs, built at the boundary."""
     bound, data, layout = prepared
     values = np.array([run.log_evidence for run in runs])
-    if np.isnan(values).any():
+    summed = not np.isnan(values).any()
+    if not summed:
         warnings.warn(f"tempered SMC from a mixture: the sum over the relabellings of the latent labels has too many "
                       f"terms of similar size to add up; the estimate counts none of them and may fall short of "
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
-    value, stderr = pooled(values)
+    value, stderr = pool_searches(values, [run.leave_out for run in runs]) if summed and len(runs) > 1 else \
+        pooled(values)
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))
