@@ -1,8 +1,8 @@
 """Which basins the engine's searches reach: every reference of a default call, annealed alone.
 
 For NMF(4) on ``evidence_engine.py``'s 50 × 70 counts at T tokens and a key: the searches of the
-default call (``method="mixture"``, the same random streams, so each run's value below is that
-call's ``run_values`` entry). Each reference its search built is then the only start of a tempered
+default call (``method="mixture"``, the same random streams); each run's value below is its annealing from its
+own search's mixture alone, reweighted by that mixture (the call reweights by every search's). Each reference its search built is then the only start of a tempered
 SMC run of ``--particles`` particles (adaptive temperatures, the engine's rho), whose last
 reweighting sums over the label symmetries: that reference's own estimate of log p(X), which falls
 short by about the log mass of the basins it does not cover. A run's mixture holds the mass of the
@@ -54,7 +54,9 @@ def alone(problem, log_q, num_particles: int, seeds) -> float:
 
 def census_run(problem, prepared, plan, r: int, alone_particles: int):
     """Run ``r`` of the call: its starts' kinds, each reference's value alone (nan: covered), the run's value."""
-    [(run, found, _)] = mixture.searched_group(problem, plan, prepared, [r], mixture._Inline())
+    [(found, _)] = mixture.searched_group(problem, plan, prepared, [r])
+    run = mixture.run_mixture(problem, plan.share, plan.seeds.runs[r], mixture._Inline(),
+                              mixture.defended_start(found, problem.tp), plan.num_particles)
     names = ["vb"] * (len(found) - 2 * plan.share.num_scouts) + ["annealed", "drawn"] * plan.share.num_scouts
     values = [alone(problem, f.log_q, alone_particles, plan.seeds.runs[r]) if f.log_q is not None else np.nan
               for f in found]
