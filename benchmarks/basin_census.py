@@ -29,7 +29,7 @@ import numpy as np
 from engine_time_split import case
 from evidence_keys import with_fields
 
-from bam_ppl.infer.smc import mixture, references
+from bam_ppl.infer.smc import mixture, mixture_start, references
 from bam_ppl.infer.smc.tempered import NUM_BLOCKS, PathOptions, _one_run
 
 #: A reference within this many nats of the call's best reaches the basin that holds the mass: at 16 000 tokens
@@ -39,12 +39,12 @@ NEAR = 10.0
 
 def alone(problem, log_q, num_particles: int, seeds) -> float:
     """log p(X) estimated by a tempered SMC run from the reference ``log_q`` alone (label symmetries summed)."""
-    tp, start = problem.tp, mixture.uniform_start([log_q])
-    particles = mixture.MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], mixture._Inline(), start,
+    tp, start = problem.tp, mixture_start.uniform_start([log_q])
+    particles = mixture_start.MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], mixture._Inline(), start,
                                          problem.cells)
 
     def last(ps):
-        return mixture.mixture_log_weights(tp, start, problem.symmetry, np.asarray(ps.config), ps.component)
+        return mixture_start.mixture_log_weights(tp, start, problem.symmetry, np.asarray(ps.config), ps.component)
 
     run = _one_run(particles, references.with_reference(tp, log_q), np.random.default_rng(seeds[NUM_BLOCKS]),
                    PathOptions(mixture.ENGINE.rho), initial_log_w=particles.initial_log_weights(),

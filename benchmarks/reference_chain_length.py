@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from engine_time_split import case
 
-from bam_ppl.infer.smc import mixture, references
+from bam_ppl.infer.smc import mixture, mixture_start, references
 from bam_ppl.infer.smc.tempered import PathOptions, _one_run
 
 
@@ -38,8 +38,8 @@ def vb_start(problem, prepared):
 
 def anneal(tp, log_q, num_particles: int, rep: int, pool) -> tuple[float, int, float]:
     """One tempered SMC run from the reference ``log_q``: log evidence, temperatures, wall seconds."""
-    start = mixture.uniform_start([log_q])
-    particles = mixture.MixtureParticles(tp, num_particles, np.array([[5, 6 + rep], [7, 8 + rep]], np.uint32),
+    start = mixture_start.uniform_start([log_q])
+    particles = mixture_start.MixtureParticles(tp, num_particles, np.array([[5, 6 + rep], [7, 8 + rep]], np.uint32),
                                          pool, start)
     began = time.perf_counter()
     run = _one_run(particles, references.with_reference(tp, log_q), np.random.default_rng(rep), PathOptions(0.97),

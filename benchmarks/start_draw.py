@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from engine_time_split import case
 
-from bam_ppl.infer.smc import mixture, tempered_numba
+from bam_ppl.infer.smc import mixture, mixture_start, tempered_numba
 from bam_ppl.infer.smc.references import uniform_reference
 
 
@@ -39,14 +39,14 @@ def one_size(total: int, num_particles: int, repeats: int) -> tuple[float, float
     tp = problem.tp
     rng = np.random.default_rng(0)
     log_qs = [np.log(rng.dirichlet(np.ones(tp.num_configs), size=tp.cell_start.size - 1)) for _ in range(7)]
-    start = mixture.uniform_start(log_qs + [uniform_reference(tp)])
+    start = mixture_start.uniform_start(log_qs + [uniform_reference(tp)])
     keys = np.arange(2 * mixture.NUM_BLOCKS, dtype=np.uint32).reshape(mixture.NUM_BLOCKS, 2)
     urn, product = np.inf, np.inf
     with ThreadPoolExecutor(2) as pool:
         for _ in range(repeats + 1):  # the first round compiles or reads the kernels
-            particles = mixture.MixtureParticles(tp, num_particles, keys, pool, start)
+            particles = mixture_start.MixtureParticles(tp, num_particles, keys, pool, start)
             urn = min(urn, cpu_seconds(particles._run, tempered_numba._URN, 0.0, 1))
-            particles = mixture.MixtureParticles(tp, num_particles, keys, pool, start)
+            particles = mixture_start.MixtureParticles(tp, num_particles, keys, pool, start)
             product = min(product, cpu_seconds(particles._draw_products))
         return urn, product, cpu_seconds(particles.move, 0.5, 1)
 

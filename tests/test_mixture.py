@@ -14,7 +14,7 @@ import bam_ppl as bam
 from bam_ppl.data import CountTensor
 from bam_ppl.infer.exact import exact_log_evidence
 from bam_ppl.infer.prepare import prepare
-from bam_ppl.infer.smc import mixture, references, tempered, tempered_problem
+from bam_ppl.infer.smc import mixture, mixture_start, references, tempered, tempered_problem
 from bam_ppl.infer.smc import symmetry as symmetries
 
 
@@ -31,21 +31,21 @@ def _random_log_q(tp, seed, concentration=1.0):
 def _start(tp, seeds, weights):
     log_q = np.stack([_random_log_q(tp, s, 0.3) for s in seeds])
     log_w = np.log(np.asarray(weights, np.float64) / np.sum(weights))
-    return mixture.MixtureStart(log_q, log_w)
+    return mixture_start.MixtureStart(log_q, log_w)
 
 
 def test_component_sizes_and_start_weights_draw_the_mixture():
-    start = mixture.MixtureStart(np.zeros((3, 1, 1)), np.log(np.array([0.5, 0.3, 0.2])))
-    sizes = mixture.component_sizes(start.log_weights, 7)
+    start = mixture_start.MixtureStart(np.zeros((3, 1, 1)), np.log(np.array([0.5, 0.3, 0.2])))
+    sizes = mixture_start.component_sizes(start.log_weights, 7)
     assert sizes.sum() == 7 and list(sizes) == [4, 2, 1]
-    log_w = mixture.initial_log_weights(start, sizes)
+    log_w = mixture_start.initial_log_weights(start, sizes)
     # Each component carries its weight w_b whatever its number of particles.
     np.testing.assert_allclose([np.exp(log_w[:4]).sum(), np.exp(log_w[4:6]).sum(), np.exp(log_w[6:]).sum()],
                                [0.5, 0.3, 0.2])
     # A component with no particle leaves the mixture; the others share its weight.
-    sizes = mixture.component_sizes(start.log_weights, 2)
+    sizes = mixture_start.component_sizes(start.log_weights, 2)
     assert list(sizes) == [1, 1, 0]
-    np.testing.assert_allclose(np.exp(mixture.initial_log_weights(start, sizes)), [0.625, 0.375])
+    np.testing.assert_allclose(np.exp(mixture_start.initial_log_weights(start, sizes)), [0.625, 0.375])
 
 
 def test_last_weights_share_every_basin_and_relabelling_exactly_once():
@@ -58,7 +58,7 @@ def test_last_weights_share_every_basin_and_relabelling_exactly_once():
     orbits = np.stack([relabellings[h][z] for h in range(relabellings.shape[0])], 1).reshape(-1, z.shape[1])
     total = np.zeros(orbits.shape[0])
     for b, w in enumerate(np.exp(start.log_weights)):
-        total += w * np.exp(mixture.mixture_log_weights(tp, start, symmetry, orbits, np.full(orbits.shape[0], b)))
+        total += w * np.exp(mixture_start.mixture_log_weights(tp, start, symmetry, orbits, np.full(orbits.shape[0], b)))
     np.testing.assert_allclose(total.reshape(20, -1).sum(1), relabellings.shape[0], rtol=1e-10)
 
 
@@ -155,12 +155,12 @@ def _mixture_runs(model, X, start_seeds, weights, num_runs, schedule, num_partic
     with ThreadPoolExecutor(2) as pool:
         for r in range(num_runs):
             keys = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(r), tempered.NUM_BLOCKS + 1)))
-            particles = mixture.MixtureParticles(tp, num_particles, keys[:-1].astype(np.uint32), pool, start)
+            particles = mixture_start.MixtureParticles(tp, num_particles, keys[:-1].astype(np.uint32), pool, start)
             run = tempered._one_run(
                 particles, references.with_reference(tp, particles.start.log_q[0]),
                 np.random.default_rng(keys[-1].astype(np.uint32)),
                 tempered.PathOptions(0.9, 1, schedule), initial_log_w=particles.initial_log_weights(),
-                final_log_weights=lambda ps: mixture.mixture_log_weights(
+                final_log_weights=lambda ps: mixture_start.mixture_log_weights(
                     tp, ps.start if call is None else call.start, symmetry, np.asarray(ps.config),
                     ps.component + (0 if call is None else call.first)))
             assert np.all(np.diff(particles.component) >= 0)  # components stay contiguous through resampling
@@ -186,7 +186,7 @@ def test_runs_from_their_own_starts_reweighted_by_the_calls_start_are_unbiased_t
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1], [0, 2]])
     tp, _ = _problem(model, X)
     own = [([3, 4], [0.7, 0.3]), ([5], [1.0])]
-    calls = mixture.call_starts([_start(tp, *seeds) for seeds in own], 12)
+    calls = mixture_start.call_starts([_start(tp, *seeds) for seeds in own], 12)
     assert [call.first for call in calls] == [0, 2] and calls[0].run_of.tolist() == [0, 0, 1]
     first, second = (_mixture_runs(model, X, *seeds, 300, [0.3, 0.6, 1.0], call=call) for seeds, call in zip(own, calls))
     ratios = (np.exp(first - exact_log_evidence(model, X)) + np.exp(second - exact_log_evidence(model, X))) / 2
@@ -198,13 +198,13 @@ def test_the_reweighting_without_a_search_is_the_rest_of_the_calls_start():
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1, 0], [0, 2, 1]])
     tp, symmetry = _problem(model, X)
     starts = [_start(tp, [3, 4], [0.7, 0.3]), _start(tp, [5], [1.0]), _start(tp, [6], [1.0])]
-    call = mixture.call_starts(starts, 12)[0]
+    call = mixture_start.call_starts(starts, 12)[0]
     config = np.random.default_rng(0).integers(0, tp.num_configs, (5, tp.token_cell.shape[0])).astype(np.int32)
     component = np.array([0, 1, 0, 1, 1])
-    full, without = mixture.mixture_log_weights(tp, call.start, symmetry, config, component, call.run_of)
-    np.testing.assert_allclose(full, mixture.mixture_log_weights(tp, call.start, symmetry, config, component))
-    rest = mixture.MixtureStart(call.start.log_q[call.run_of != 1], call.start.log_weights[call.run_of != 1] + np.log(1.5))
-    np.testing.assert_allclose(without[1], mixture.mixture_log_weights(tp, rest, symmetry, config, component))
+    full, without = mixture_start.mixture_log_weights(tp, call.start, symmetry, config, component, call.run_of)
+    np.testing.assert_allclose(full, mixture_start.mixture_log_weights(tp, call.start, symmetry, config, component))
+    rest = mixture_start.MixtureStart(call.start.log_q[call.run_of != 1], call.start.log_weights[call.run_of != 1] + np.log(1.5))
+    np.testing.assert_allclose(without[1], mixture_start.mixture_log_weights(tp, rest, symmetry, config, component))
 
 
 MISSING = CountTensor.from_samples(

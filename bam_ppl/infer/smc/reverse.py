@@ -38,7 +38,8 @@ from ..gibbs.collapsed import KERNELS, resolve_kernel
 from ..info import UpperBoundInfo
 from ..prepare import configs_of_allocation, prepare
 from . import mixture
-from .mixture import ENGINE, MixtureParticles, MixtureStart, mixture_problem
+from .mixture import ENGINE, mixture_problem
+from .mixture_start import MixtureParticles, MixtureStart
 from .references import Reference, drive, references_from_allocations, with_reference
 from .symmetry import label_symmetries_of
 from .tempered import NUM_BLOCKS, log_target_ratio, usable_cores

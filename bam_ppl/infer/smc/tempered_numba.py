@@ -486,7 +486,7 @@ class NumbaParticles:
 
     def segments(self, first: int, stop: int) -> list:
         """Ranges of particles ``first..stop`` and the kernel structure each is moved with (one here;
-        a mixture start has one per reference: :class:`~bam_ppl.infer.smc.mixture.MixtureParticles`)."""
+        a mixture start has one per reference: :class:`~bam_ppl.infer.smc.mixture_start.MixtureParticles`)."""
         return [(first, stop, self.structure)]
 
     def initialise(self) -> None:
