@@ -69,25 +69,29 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     return value, max(pooled_error_terms(values))
 
 
-def pool_searches(run_log_evidence, leave_out) -> tuple[float, float]:
-    """Pool R runs whose estimates share their searches: log-mean-exp and the jackknife over the searches.
+def pool_searches(run_log_evidence, leave_out, alone) -> tuple[float, float]:
+    """Pool R runs whose estimates share their searches: log-mean-exp and the error of :func:`pool_runs` with the
+    searches as its units.
 
     Run r anneals from its own search's start and reweights by the start of all R searches (the balance
     heuristic), so the runs' mean is unbiased but the runs are not alike. ``leave_out`` (R, R) holds
     log Ẑ_r^(−s), run r reweighted by the start of every search but s's (ignored where r = s), so that
-    θ_(s) = log mean_{r≠s} exp(leave_out[r, s]) is the estimate the call would give without search s. The error
-    is the jackknife of the θ_(s) (Efron & Stein 1981): it is wide where the value rests on what one search
-    alone found, and as narrow as the runs' annealing where every search found it. nan for a single run.
+    θ_(s) = log mean_{r≠s} exp(leave_out[r, s]) is the estimate the call would give without search s; ``alone``
+    (R,) each run reweighted by its own start alone, what each search gives by itself. The error is the larger
+    of the jackknife of the θ_(s) (Efron & Stein 1981), wide where the value rests on what one search alone
+    found, and sd(alone) / √R: where the searches end in basins many nats apart the value behaves like their
+    best, whose error the jackknife understates, and whether a better basin went unfound shows only in how far
+    apart the searches' own basins lie (:func:`pool_runs`). nan for a single run.
     """
     values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
-    leave_out = np.asarray(leave_out, dtype=np.float64)
+    leave_out, alone = np.asarray(leave_out, dtype=np.float64), np.asarray(alone, dtype=np.float64).reshape(-1)
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
     if values.size < 2:
         return _log_mean_exp(values), float("nan")
     others = ~np.eye(values.size, dtype=bool)
     theta = np.array([_log_mean_exp(leave_out[others[:, s], s]) for s in range(values.size)])
-    return _log_mean_exp(values), _jackknife(theta)
+    return _log_mean_exp(values), max(_jackknife(theta), float(alone.std(ddof=1) / np.sqrt(values.size)))
 
 
 def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:

@@ -27,27 +27,23 @@ def test_pool_runs_grows_with_disagreement():
         pool_runs([np.nan, 1.0])
 
 
-def test_pool_searches_is_wide_only_where_one_search_alone_carries_the_value():
-    # Runs whose reweighting without another search changes nothing: θ_(s) leaves run s out, and the jackknife
-    # is pool_runs' jackknife term.
+def test_pool_searches_is_pool_runs_with_the_searches_as_units():
+    # Runs that reweighting by another search's start does not change: θ_(s) leaves run s out, and the error is
+    # pool_runs' to the digit.
     values = np.array([-100.0, -100.5, -99.8, -100.2])
     alike = np.repeat(values[:, None], 4, axis=1)
-    value, stderr = pool_searches(values, alike)
-    assert value == pytest.approx(pool_runs(values)[0]) and 0.05 < stderr < 0.5
-    # One search alone found the basin 30 nats up: without it the call would lie about 29 nats lower.
-    one = np.array([0.0, -30.0, -30.0, -30.0])
-    assert pool_searches(one, np.repeat(one[:, None], 4, axis=1))[1] > 15
-    # Two found it: leaving any one search out keeps it.
-    two = np.array([0.0, 0.0, -30.0, -30.0])
-    assert pool_searches(two, np.repeat(two[:, None], 4, axis=1))[1] < 1
-    # A search that also covers another run's basin: without it, that run's reweighted value rises.
-    shared = np.array([0.0, -1.0, -30.0, -30.0])
-    leave_out = np.repeat(shared[:, None], 4, axis=1)
-    leave_out[1, 0] = 0.0
-    assert pool_searches(shared, leave_out)[1] < pool_searches(shared, np.repeat(shared[:, None], 4, axis=1))[1]
-    assert np.isnan(pool_searches([-1.0], [[0.0]])[1])
+    assert pool_searches(values, alike, values) == pytest.approx(pool_runs(values), abs=1e-12)
+    # Every search found the basin (alone they agree), but the value rests on one search's start: without it, the
+    # others' runs would count the basin at a tenth of its mass.
+    found = np.zeros(4)
+    leave_out = np.zeros((4, 4))
+    leave_out[:, 0] = -np.log(10.0)
+    assert pool_searches(found, leave_out, found)[1] > 1.5
+    # Searches whose own basins lie 30 nats apart: the spread of what each gives alone.
+    assert pool_searches(found, np.zeros((4, 4)), [0.0, -30.0, -30.0, -30.0])[1] == pytest.approx(7.5)
+    assert np.isnan(pool_searches([-1.0], [[0.0]], [-1.0])[1])
     with pytest.raises(ValueError, match="run_log_evidence"):
-        pool_searches([np.nan, 1.0], np.zeros((2, 2)))
+        pool_searches([np.nan, 1.0], np.zeros((2, 2)), [0.0, 0.0])
 
 
 def _pooled_error_check(runs, log_z):

@@ -94,13 +94,15 @@ class MixtureRun(NamedTuple):
     """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run, its
     moves of whole cells (``MixtureParticles.split_moves``), the share of its estimate that each
     component of its start carries at the end (0 for one that got no particles; nan where not summed) and,
-    reweighted by a :class:`~bam_ppl.infer.smc.mixture_start.CallStart`, its log evidence without each search in turn."""
+    reweighted by a :class:`~bam_ppl.infer.smc.mixture_start.CallStart`, its log evidence without each search in turn
+    and with its own alone."""
 
     log_evidence: float
     run: TemperedRun
     split_moves: np.ndarray
     component_shares: np.ndarray
     leave_out: np.ndarray = np.zeros(0)  # (R,) log Ẑ_r^(−s), reweighted without each search s (module docstring)
+    alone: float = np.nan  # log Ẑ_r reweighted by its own start alone
 
 
 class Scouted(NamedTuple):
@@ -390,7 +392,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     (module docstring)."""
     tp = problem.tp
     particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start, problem.cells)
-    without = []
+    changes = []
 
     def last_weights(ps):
         config = np.asarray(ps.config)
@@ -399,7 +401,8 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         weights = mixture_log_weights(tp, call.start, problem.symmetry, config, call.first + ps.component, call.run_of)
         if weights is None:
             return None
-        without.append(weights[1] - weights[0])  # log f without a search, less the log f returned
+        # log f without each search, and with the run's own alone, less the log f returned
+        changes.append((weights[1] - weights[0], weights[2][call.run] - weights[0]))
         return weights[0]
 
     # The run's problem carries the reference of particle 0's component (the first that kept particles): the
@@ -412,9 +415,12 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         shares[:] = 0.0
         shares[particles.kept] = np.bincount(particles.component, np.exp(run.final_log_w), particles.sizes.size)
     value = run.log_evidence + run.log_relabelled
-    leave_out = np.array([value + _log_sum_exp(run.final_log_w + change) for change in without[0]]) if without else \
-        np.zeros(0)
-    return MixtureRun(value, run, particles.split_moves, shares, leave_out)
+    if not changes:
+        return MixtureRun(value, run, particles.split_moves, shares)
+    without, alone = changes[0]
+    return MixtureRun(value, run, particles.split_moves, shares,
+                      np.array([value + _log_sum_exp(run.final_log_w + change) for change in without]),
+                      value + _log_sum_exp(run.final_log_w + alone))
 
 
 @dataclass(frozen=True)
@@ -670,8 +676,8 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                       f"terms of similar size to add up; the estimate counts none of them and may fall short of "
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
-    value, stderr = pool_searches(values, [run.leave_out for run in runs]) if summed and len(runs) > 1 else \
-        pooled(values)
+    value, stderr = pool_searches(values, [run.leave_out for run in runs], [run.alone for run in runs]) \
+        if summed and len(runs) > 1 else pooled(values)
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))

@@ -140,8 +140,8 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
                         component: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray | None:
     """log f(b_p, z_p) of every particle (:mod:`bam_ppl.infer.smc.mixture`), or None where a sum over the label
     symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`). Given ``groups`` (B,), the
-    group of each component, also (G, P) log f of the start without each group's components, their weights
-    rescaled to sum to 1 (equal groups' weights: :class:`CallStart`)."""
+    group of each component, also (G, P) log f of the start without each group's components and (G, P) log f of
+    each group's alone, their weights rescaled to sum to 1 (equal groups' weights: :class:`CallStart`)."""
     sums = orbit_log_sums(tp, start.log_q, config, symmetry)
     if sums is None:
         return None
@@ -152,7 +152,8 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
         return own - _log_sum_exp_rows(mixed)
     num = int(groups.max()) + 1
     without = [_log_sum_exp_rows(mixed[groups != g]) + np.log(num / (num - 1)) for g in range(num)]
-    return own - _log_sum_exp_rows(mixed), own - np.array(without)
+    alone = [_log_sum_exp_rows(mixed[groups == g]) + np.log(num) for g in range(num)]
+    return own - _log_sum_exp_rows(mixed), own - np.array(without), own - np.array(alone)
 
 
 def _log_sum_exp_rows(values: np.ndarray) -> np.ndarray:
