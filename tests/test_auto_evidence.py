@@ -72,6 +72,7 @@ def medium_estimates():
 def test_auto_beyond_enumeration_lies_above_its_sure_bounds(medium_estimates):
     for est in medium_estimates:
         assert est.pipeline == "mixture" and len(est.details["run_log_evidence"]) == mixture.ENGINE.num_chains
+        assert np.all(np.isfinite(est.details["search_log_evidence"]))  # each search alone
         assert est.details["lower_bound"] <= MEDIUM_EXACT and est.details["vb_bound"] <= MEDIUM_EXACT
         assert not below_bound(est.value, est.stderr, est.details["lower_bound"])
 

@@ -39,9 +39,11 @@ q_r, but its last reweighting puts the start of the whole call, q̄ = (1/R) Σ_r
 heuristic of multiple importance sampling: Veach & Guibas 1995; Owen & Zhou 2000). By the identity above with q̄
 for q, summed over the runs' components, E[(1/R) Σ_r Ẑ_r | searches] = p(X): a basin that one search found counts
 in full in the call, not 1/R of it. The runs are then not alike (a run whose search missed a basin stays low), so
-the stated error is not their spread but the jackknife over the searches (:func:`~bam_ppl.estimate.pool_searches`):
-each run is reweighted once more by the start of every search but s's, for the estimate without search s. It is
-wide where the value rests on a basin that one search alone found, and narrow where several found it.
+the stated error takes the searches as its units (:func:`~bam_ppl.estimate.pool_searches`): the larger of the
+jackknife over the searches (each run reweighted once more by the start of every search but s's, for the estimate
+without search s), wide where the value rests on what one search alone found, and the spread of what each search
+gives alone (each run reweighted by its own start), wide where the searches end in basins far apart, as where a
+better one went unfound.
 """
 
 from __future__ import annotations
@@ -456,7 +458,7 @@ class EngineConfig:
     vb_screen_iters: int = 200
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
-    # Runs, each with a search of its own: the jackknife over the searches is the stated error.
+    # Runs, each with a search of its own: the searches' spread is the stated error (estimate.pool_searches).
     num_chains: int = 4
     # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016): steps
     # fine enough that the moves carry the particles of each component between temperatures.
@@ -556,7 +558,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     Each of ``num_chains`` runs has a search of its own (:func:`run_search`), which builds a reference
     around each basin its scouts and VB fits find, and anneals particles from their mixture to the
     posterior, reweighted at the end by every run's (:func:`run_mixture`); the runs are pooled by
-    log-mean-exp, with the jackknife over the searches as the stated error.
+    log-mean-exp, with the searches as the units of the stated error (:func:`~bam_ppl.estimate.pool_searches`).
 
     Parameters
     ----------
@@ -584,8 +586,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
 
     The sure ``lower_bound`` is the largest log π(S) visited (allocation: ``details["best_cells"]``,
     ``details["best_counts"]``), ``details["vb_bound"]`` the best VB ELBO, a second sure bound
-    (``bam.log_evidence`` warns of an estimate well below either); ``info``
-    (:class:`~bam_ppl.infer.info.MixtureInfo`): temperatures, scouts, chain sweeps, settings.
+    (``bam.log_evidence`` warns of an estimate well below either); ``details["search_log_evidence"]`` each run
+    reweighted by its own search's start alone; ``info`` (:class:`~bam_ppl.infer.info.MixtureInfo`): temperatures,
+    scouts, chain sweeps, settings.
     """
     num_runs = check_int(num_chains, "num_chains", minimum=1)
     options = _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts)
@@ -686,7 +689,7 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
-                     vb_bound=vb_bound, seconds=seconds),
+                     vb_bound=vb_bound, seconds=seconds, search_log_evidence=[run.alone for run in runs]),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
