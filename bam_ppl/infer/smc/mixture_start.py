@@ -18,7 +18,7 @@ from .tempered_problem import TemperedProblem
 
 class MixtureStart(NamedTuple):
     """The start Σ_b w_b q_b(z): ``log_q`` (B, U, L) every reference's log q per nonzero cell and
-    free configuration (as :class:`~bam_ppl.infer.smc.references.Reference` holds it), and
+    free configuration (as ``references.Reference`` holds it), and
     ``log_weights`` (B,) log w_b, normalised."""
 
     log_q: np.ndarray
