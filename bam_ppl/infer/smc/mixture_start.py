@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from scipy.special import logsumexp
 
 from ..variational.vb_numba import HostProblem
 from .references import with_reference
@@ -62,12 +63,16 @@ def kept_start(start: MixtureStart, num_particles: int) -> tuple[MixtureStart, n
 
 class CallStart(NamedTuple):
     """The call's start q̄ = (1/R) Σ_r q_r of the runs' starts as drawn (``kept_start``), its components run by run
-    (``start``), the run each came from (``run_of``), and where run ``run``'s begin (``first``)."""
+    (``start``), the run each came from (``run_of``), and the run ``run`` it reweights."""
 
     start: MixtureStart
     run_of: np.ndarray
-    first: int
     run: int
+
+    @property
+    def first(self) -> int:
+        """Where run ``run``'s components begin in ``start``."""
+        return int(np.searchsorted(self.run_of, self.run))
 
 
 def call_starts(starts: list[MixtureStart], num_particles: int) -> list[CallStart]:
@@ -76,8 +81,8 @@ def call_starts(starts: list[MixtureStart], num_particles: int) -> list[CallStar
     sizes = [start.log_q.shape[0] for start in drawn]
     start = MixtureStart(np.ascontiguousarray(np.concatenate([start.log_q for start in drawn])),
                          np.concatenate([start.log_weights for start in drawn]) - np.log(len(drawn)))
-    run_of, firsts = np.repeat(np.arange(len(drawn)), sizes), np.cumsum([0] + sizes)
-    return [CallStart(start, run_of, int(firsts[r]), r) for r in range(len(drawn))]
+    run_of = np.repeat(np.arange(len(drawn)), sizes)
+    return [CallStart(start, run_of, r) for r in range(len(drawn))]
 
 
 class MixtureParticles(NumbaParticles):
@@ -149,14 +154,9 @@ def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, conf
     mixed = orbit + start.log_weights[:, None]
     own = symmetry.log_order + own[component, np.arange(config.shape[0])]
     if groups is None:
-        return own - _log_sum_exp_rows(mixed)
+        return own - logsumexp(mixed, axis=0)
     num = int(groups.max()) + 1
-    without = [_log_sum_exp_rows(mixed[groups != g]) + np.log(num / (num - 1)) for g in range(num)]
-    alone = [_log_sum_exp_rows(mixed[groups == g]) + np.log(num) for g in range(num)]
-    return own - _log_sum_exp_rows(mixed), own - np.array(without), own - np.array(alone)
+    without = [logsumexp(mixed[groups != g], axis=0) + np.log(num / (num - 1)) for g in range(num)]
+    alone = [logsumexp(mixed[groups == g], axis=0) + np.log(num) for g in range(num)]
+    return own - logsumexp(mixed, axis=0), own - np.array(without), own - np.array(alone)
 
-
-def _log_sum_exp_rows(values: np.ndarray) -> np.ndarray:
-    """log Σ_b exp(values[b]) for every column."""
-    peak = values.max(0)
-    return peak + np.log(np.exp(values - peak).sum(0))
