@@ -356,26 +356,30 @@ def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarr
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
     """Token configurations of the :func:`vb_fits` best of ``vb_restarts`` random VB restarts (screened:
-    :func:`~bam_ppl.infer.variational.vb.run`; only the best runs on, for the bound), each fit rounded to an allocation
-    (:func:`~bam_ppl.infer.smc.references.configs_from_counts`): coordinate ascent climbs to basins
-    that neither annealing nor chains from urn draws reach; and the best ELBO, a lower bound on
-    log p(X) (-inf without restarts)."""
-    from ..variational import vb
+    :func:`~bam_ppl.infer.variational.vb.run`), each run on to its optimum, the best then moved on by rounds of as
+    many merge-and-birth moves as restarts while a round finds a higher ELBO
+    (:func:`~bam_ppl.infer.variational.split_merge.improve`: coordinate ascent stops where one value covers two groups
+    of the data, which no update of one factor leaves), each rounded to an allocation
+    (:func:`~bam_ppl.infer.smc.references.configs_from_counts`): coordinate ascent climbs to basins that neither
+    annealing nor chains from urn draws reach; and the best ELBO, a lower bound on log p(X) (-inf without restarts)."""
+    from ..variational import split_merge, vb
 
     if options.vb_restarts == 0:
         return [], -np.inf
     bound, data, layout = prepared
     with jax.enable_x64(True):
         problem = vb.build_problem(bound, data, layout)
-        init_keys, _ = chain_keys(key, options.vb_restarts, 0, parts=2)
-        result = vb.run(init_keys, problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,  # the best fit on to its optimum
-                        screen_iters=ENGINE.vb_screen_iters, screen_keep=1,
+        init_keys, move_keys = chain_keys(key, options.vb_restarts, 0, parts=2)
+        result = vb.run(init_keys, problem, num_iters=ENGINE.vb_screen_iters, tol=vb.TOL,
                         # the numba kernel: XLA would compile the step anew for every data shape
                         engine="numba")
-    best = np.argsort(-np.asarray(result.elbo), kind="stable")[:vb_fits(options)]
-    expected = result.alpha_hat[best] - bound.flat_concentration
-    return ([configs_from_counts(tp, kernel_counts(tp, counts, bound.column_of)) for counts in expected],
-            float(result.elbo[best[0]]))
+        best = np.argsort(-np.asarray(result.elbo), kind="stable")[:vb_fits(options)]
+        moves = split_merge.move_problem(bound, data, layout, problem)
+        rng = np.random.default_rng(np.asarray(move_keys[0], np.uint32))
+        fits = [split_merge.improve(moves, result.alpha_hat[b], rng, options.vb_restarts if k == 0 else 0,
+                                    ENGINE.move_screen_iters) for k, b in enumerate(best)]
+    return ([configs_from_counts(tp, kernel_counts(tp, alpha_hat - bound.flat_concentration, bound.column_of))
+             for alpha_hat, _ in fits], max(elbo for _, elbo in fits))
 
 
 def search_kinds(vb_configs: list, options: MixtureOptions) -> list:
@@ -456,6 +460,9 @@ class EngineConfig:
     vb_restarts: int = 100
     # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
     vb_screen_iters: int = 200
+    # Iterations after which a round of merge-and-birth moves on a run's best VB fit (as many as its restarts:
+    # split_merge.improve) is screened: a move changes two values of a converged fit, the others start at their optimum.
+    move_screen_iters: int = 50
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
     # Runs, each with a search of its own: the searches' spread is the stated error (estimate.pool_searches).
