@@ -356,12 +356,13 @@ def run_search(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarr
 
 def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions) -> tuple[list, float]:
     """Token configurations of the :func:`vb_fits` best of ``vb_restarts`` random VB restarts (screened:
-    :func:`~bam_ppl.infer.variational.vb.run`), each run on to its optimum, the best then moved on by rounds of as
+    :func:`~bam_ppl.infer.variational.vb.run`), the best run on to its optimum and then moved on by rounds of as
     many merge-and-birth moves as restarts while a round finds a higher ELBO
     (:func:`~bam_ppl.infer.variational.split_merge.improve`: coordinate ascent stops where one value covers two groups
     of the data, which no update of one factor leaves), each rounded to an allocation
     (:func:`~bam_ppl.infer.smc.references.configs_from_counts`): coordinate ascent climbs to basins that neither
-    annealing nor chains from urn draws reach; and the best ELBO, a lower bound on log p(X) (-inf without restarts)."""
+    annealing nor chains from urn draws reach; and the best fit's ELBO, a lower bound on log p(X) (-inf without
+    restarts)."""
     from ..variational import split_merge, vb
 
     if options.vb_restarts == 0:
@@ -374,12 +375,12 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
                         # the numba kernel: XLA would compile the step anew for every data shape
                         engine="numba")
         best = np.argsort(-np.asarray(result.elbo), kind="stable")[:vb_fits(options)]
-        moves = split_merge.move_problem(bound, data, layout, problem)
-        rng = np.random.default_rng(np.asarray(move_keys[0], np.uint32))
-        fits = [split_merge.improve(moves, result.alpha_hat[b], rng, options.vb_restarts if k == 0 else 0,
-                                    ENGINE.move_screen_iters) for k, b in enumerate(best)]
+        fits = result.alpha_hat[best]
+        fits[0], elbo = split_merge.improve(split_merge.move_problem(bound, data, layout, problem), fits[0],
+                                            np.random.default_rng(np.asarray(move_keys[0], np.uint32)),
+                                            options.vb_restarts, ENGINE.move_screen_iters)
     return ([configs_from_counts(tp, kernel_counts(tp, alpha_hat - bound.flat_concentration, bound.column_of))
-             for alpha_hat, _ in fits], max(elbo for _, elbo in fits))
+             for alpha_hat in fits], elbo)
 
 
 def search_kinds(vb_configs: list, options: MixtureOptions) -> list:

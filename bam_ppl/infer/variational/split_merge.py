@@ -112,6 +112,7 @@ def improve(mp: MoveProblem, alpha_hat: np.ndarray, rng: np.random.Generator, mo
                                 mp.problem, num_iters=vb.NUM_ITERS, tol=vb.TOL, progress_bar=False,
                                 screen_iters=screen_iters, screen_keep=1, engine="numba")
         best = int(np.argmax(moved.elbo))
-        if not moved.elbo[best] > elbo + vb.TOL * abs(elbo):
+        # A higher optimum, not the ascent that further iterations of the fit itself could still make.
+        if not moved.elbo[best] > elbo + vb.NUM_ITERS * vb.TOL * abs(elbo):
             return alpha_hat, elbo
         alpha_hat, elbo = moved.alpha_hat[best], float(moved.elbo[best])
