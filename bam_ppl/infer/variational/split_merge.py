@@ -80,9 +80,10 @@ def configs_with(configs: np.ndarray, sizes: tuple, position: int, value: int) -
 
 
 def merge_and_birth(mp: MoveProblem, phi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One move (module docstring): a latent node, its values b into a, a seed cell drawn by its count and the share
-    of its neighbours' responsibilities that moves to b, each uniform. The share is drawn rather than set: the
-    largest share that leaves b a distinct group differs from table to table."""
+    """One move (module docstring) of the responsibilities ``phi`` (U, L): a latent node and two of its values, b
+    merged into a, drawn uniformly; a seed cell drawn by its count; a uniform share of its neighbours'
+    responsibilities moved to b. The share is drawn rather than set: how much of the seed's group b must take to
+    stay a group of its own differs from table to table."""
     position = mp.latent[rng.integers(len(mp.latent))]
     a, b = rng.choice(mp.sizes[position], size=2, replace=False)
     value = mp.configs[:, position]
@@ -100,7 +101,9 @@ def merge_and_birth(mp: MoveProblem, phi: np.ndarray, rng: np.random.Generator) 
 def improve(mp: MoveProblem, alpha_hat: np.ndarray, rng: np.random.Generator, moves_per_round: int,
             screen_iters: int) -> tuple[np.ndarray, float]:
     """The fit q(θ) = Dirichlet(``alpha_hat``) run to its optimum, then moved by rounds of ``moves_per_round``
-    moves (:func:`merge_and_birth`) while a round finds a higher ELBO; its α̂ and ELBO."""
+    moves (:func:`merge_and_birth`, screened after ``screen_iters`` iterations, the best run on) while a round finds
+    a higher optimum: an ELBO above what ``NUM_ITERS`` more iterations of the fit could add at ``TOL``; its α̂ and
+    ELBO."""
     fit = vb.run_from(fresh_states(mp.host, alpha_hat[None]), mp.problem, num_iters=vb.NUM_ITERS, tol=vb.TOL,
                       engine="numba")
     alpha_hat, elbo = fit.alpha_hat[0], float(fit.elbo[0])
