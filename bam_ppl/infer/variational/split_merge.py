@@ -16,17 +16,18 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import digamma
 
+from ..smc.symmetry import configs_with_node
 from . import vb, vb_numba
 
 
 class MoveProblem(NamedTuple):
-    """What the moves of one model and data set read: the VB ``problem`` and its ``host`` arrays; ``configs``
-    (L, free nodes) the free configurations and ``sizes`` their nodes' sizes; ``latent`` the positions of the
+    """What the moves of one model and data set read: the VB ``problem`` and its ``host`` arrays; the cells'
+    ``layout`` (its free configurations) and ``sizes`` their nodes' sizes; ``latent`` the positions of the
     latent nodes with two values or more; ``coords`` (U, D) every cell's visible coordinates (−1 where missing)."""
 
     problem: vb.CellProblem
     host: vb_numba.HostProblem
-    configs: np.ndarray
+    layout: object
     sizes: tuple
     latent: tuple
     coords: np.ndarray
@@ -36,7 +37,7 @@ def move_problem(bound, data, layout, problem: vb.CellProblem) -> MoveProblem:
     """The :class:`MoveProblem` of ``data`` under ``bound`` (``problem``: :func:`~bam_ppl.infer.variational.vb.build_problem`'s)."""
     sizes = tuple(bound.sizes[name] for name in layout.free)
     latent = tuple(p for p, name in enumerate(layout.free) if name in bound.model.latent and sizes[p] > 1)
-    return MoveProblem(problem, vb_numba.host_problem(problem), np.asarray(layout.configs), sizes, latent,
+    return MoveProblem(problem, vb_numba.host_problem(problem), layout, sizes, latent,
                        np.asarray(data.indices))
 
 
@@ -72,13 +73,6 @@ def fresh_states(host: vb_numba.HostProblem, alpha_hat: np.ndarray) -> vb.VBStat
                       np.zeros(num, bool))
 
 
-def configs_with(configs: np.ndarray, sizes: tuple, position: int, value: int) -> np.ndarray:
-    """(L,) each configuration with the node at ``position`` set to ``value``."""
-    new = configs.copy()
-    new[:, position] = value
-    return np.ravel_multi_index(tuple(new.T), sizes)
-
-
 def merge_and_birth(mp: MoveProblem, phi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One move (module docstring) of the responsibilities ``phi`` (U, L): a latent node and two of its values, b
     merged into a, drawn uniformly; a seed cell drawn by its count; a uniform share of its neighbours'
@@ -86,15 +80,15 @@ def merge_and_birth(mp: MoveProblem, phi: np.ndarray, rng: np.random.Generator) 
     stay a group of its own differs from table to table."""
     position = mp.latent[rng.integers(len(mp.latent))]
     a, b = rng.choice(mp.sizes[position], size=2, replace=False)
-    value = mp.configs[:, position]
+    value = mp.layout.configs[:, position]
     new = phi.copy()
-    np.add.at(new, (slice(None), configs_with(mp.configs, mp.sizes, position, a)[value == b]), phi[:, value == b])
+    np.add.at(new, (slice(None), configs_with_node(mp.layout, mp.sizes, position, a)[value == b]), phi[:, value == b])
     new[:, value == b] = 0.0
     seed = rng.choice(len(mp.host.counts), p=mp.host.counts / mp.host.counts.sum())
     near = np.any((mp.coords == mp.coords[seed]) & (mp.coords >= 0), axis=1)
     moved = new * (rng.random() * near)[:, None]
     new -= moved
-    np.add.at(new, (slice(None), configs_with(mp.configs, mp.sizes, position, b)), moved)
+    np.add.at(new, (slice(None), configs_with_node(mp.layout, mp.sizes, position, b)), moved)
     return new
 
 
