@@ -7,6 +7,7 @@ import it, and it imports neither.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Mapping
@@ -69,29 +70,64 @@ def pool_runs(run_log_evidence) -> tuple[float, float]:
     return value, max(pooled_error_terms(values))
 
 
-def pool_searches(run_log_evidence, leave_out, alone) -> tuple[float, float]:
-    """Pool R runs whose estimates share their searches: log-mean-exp and the error of :func:`pool_runs` with the
-    searches as its units.
+def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tuple[float, float]:
+    """Pool R runs whose estimates share their searches: log-mean-exp and the bootstrap error over the searches.
 
-    Run r anneals from its own search's start and reweights by the start of all R searches (the balance
-    heuristic), so the runs' mean is unbiased but the runs are not alike. ``leave_out`` (R, R) holds
-    log Ẑ_r^(−s), run r reweighted by the start of every search but s's (ignored where r = s), so that
-    θ_(s) = log mean_{r≠s} exp(leave_out[r, s]) is the estimate the call would give without search s; ``alone``
-    (R,) each run reweighted by its own start alone, what each search gives by itself. The error is the larger
-    of the jackknife of the θ_(s) (Efron & Stein 1981), wide where the value rests on what one search alone
-    found, and sd(alone) / √R: where the searches end in basins many nats apart the value behaves like their
-    best, whose error the jackknife understates, and whether a better basin went unfound shows only in how far
-    apart the searches' own basins lie (:func:`pool_runs`). nan for a single run.
+    Run r anneals from its own search's start and reweights by the start of all R searches, q̄ = (1/R) Σ_s q_s
+    (the balance heuristic), so the runs' mean is unbiased but the runs are not alike: a basin that one search
+    found counts in full in the call. ``final_log_weights`` (R arrays (P_r,)) holds each run's normalised last
+    weights and ``search_log_shares`` (R arrays (R, P_r)) log (q_s / R q̄) at each of its particles. A call whose
+    searches were drawn again, search s m_s times (Σ m_s = R), would have reweighted run r's particles by
+    Σ_s m_s q_s / R, weighting run r m_r times: the error is the sd of that call's value over the multinomial
+    resamples m (the nonparametric bootstrap with the searches as units; Efron & Tibshirani 1993, ch. 6), scaled
+    by √(R / (R − 1)) so that runs alike get the error of their mean. Where the value rests on a basin that few
+    searches found, the resamples without them fall by its gap; where most found it, few do. nan for one run.
     """
     values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
-    leave_out, alone = np.asarray(leave_out, dtype=np.float64), np.asarray(alone, dtype=np.float64).reshape(-1)
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise ValueError(f"run_log_evidence must be finite numbers, got {values.tolist()}")
-    if values.size < 2:
+    R = values.size
+    if R < 2:
         return _log_mean_exp(values), float("nan")
-    others = ~np.eye(values.size, dtype=bool)
-    theta = np.array([_log_mean_exp(leave_out[others[:, s], s]) for s in range(values.size)])
-    return _log_mean_exp(values), max(_jackknife(theta), float(alone.std(ddof=1) / np.sqrt(values.size)))
+    if len(final_log_weights) != R or len(search_log_shares) != R:
+        raise ValueError(f"final_log_weights and search_log_shares need one entry per run ({R})")
+    counts, prob = search_resamples(R)
+    with np.errstate(divide="ignore"):
+        log_counts = np.log(counts)  # (M, R)
+    resampled = np.full(counts.shape, -np.inf)
+    for r in range(R):
+        log_w, shares = np.asarray(final_log_weights[r], np.float64), np.asarray(search_log_shares[r], np.float64)
+        kept = counts[:, r] > 0
+        denominator = _log_sum_exp_axis(shares[None] + log_counts[kept][:, :, None], axis=1)  # (M', P_r)
+        resampled[kept, r] = log_counts[kept, r] + values[r] + _log_sum_exp_axis(log_w[None] - denominator, axis=1)
+    theta = _log_sum_exp_axis(resampled, axis=1) - np.log(R)
+    mean = np.sum(prob * theta)
+    return _log_mean_exp(values), float(np.sqrt(np.sum(prob * (theta - mean) ** 2) * R / (R - 1)))
+
+
+# Enumerate every multiset of R searches up to this many of them (R ≤ 6); beyond, draw as many resamples.
+MAX_RESAMPLES = 512
+
+
+def search_resamples(num_searches: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap resamples of :func:`pool_searches`: multiplicities (M, R) and their probabilities (M,), every
+    multiset where there are at most MAX_RESAMPLES, else as many multinomial draws from a fixed seed (the error
+    is then a function of the runs alone)."""
+    R = num_searches
+    if math.comb(2 * R - 1, R) <= MAX_RESAMPLES:
+        counts = np.array([np.bincount(c, minlength=R) for c in itertools.combinations_with_replacement(range(R), R)])
+        log_prob = math.lgamma(R + 1) - np.sum([[math.lgamma(m + 1) for m in row] for row in counts], axis=1)
+        return counts, np.exp(log_prob - R * np.log(R))
+    draws = np.random.default_rng(0).multinomial(R, np.full(R, 1.0 / R), size=MAX_RESAMPLES)
+    counts, times = np.unique(draws, axis=0, return_counts=True)
+    return counts, times / times.sum()
+
+
+def _log_sum_exp_axis(values: np.ndarray, axis: int) -> np.ndarray:
+    peak = np.max(values, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.squeeze(peak, axis=axis) + np.log(np.sum(np.exp(values - peak), axis=axis))
 
 
 def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:

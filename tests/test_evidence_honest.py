@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import bam_ppl as bam
-from bam_ppl.estimate import pool_searches
+from bam_ppl.estimate import pool_searches, search_resamples
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
 from bam_ppl.infer.info import AutoInfo
 
@@ -27,23 +27,45 @@ def test_pool_runs_grows_with_disagreement():
         pool_runs([np.nan, 1.0])
 
 
-def test_pool_searches_is_pool_runs_with_the_searches_as_units():
-    # Runs that reweighting by another search's start does not change: θ_(s) leaves run s out, and the error is
-    # pool_runs' to the digit.
-    values = np.array([-100.0, -100.5, -99.8, -100.2])
-    alike = np.repeat(values[:, None], 4, axis=1)
-    assert pool_searches(values, alike, values) == pytest.approx(pool_runs(values), abs=1e-12)
-    # Every search found the basin (alone they agree), but the value rests on one search's start: without it, the
-    # others' runs would count the basin at a tenth of its mass.
-    found = np.zeros(4)
-    leave_out = np.zeros((4, 4))
-    leave_out[:, 0] = -np.log(10.0)
-    assert pool_searches(found, leave_out, found)[1] > 1.5
-    # Searches whose own basins lie 30 nats apart: the spread of what each gives alone.
-    assert pool_searches(found, np.zeros((4, 4)), [0.0, -30.0, -30.0, -30.0])[1] == pytest.approx(7.5)
-    assert np.isnan(pool_searches([-1.0], [[0.0]], [-1.0])[1])
+def _basins(found_by, gap):
+    """Runs' values and their particles' log shares of each search where the searches ``found_by`` a basin found
+    it and the others one ``gap`` nats lower, each basin shared equally by the searches that found it."""
+    R = len(found_by)
+    values, shares = np.where(found_by, 0.0, -gap), []
+    for r in range(R):
+        same = np.asarray(found_by) == found_by[r]
+        shares.append(np.where(same, -np.log(same.sum()), -np.inf)[:, None].repeat(3, axis=1))
+    return values, [np.full(3, -np.log(3.0))] * R, shares
+
+
+def test_pool_searches_bootstraps_the_searches():
+    # Runs alike whose particles every search covers equally: the error of their mean on the natural scale.
+    values = np.array([-100.0, -100.05, -99.98, -100.02])
+    even = [np.full((4, 5), -np.log(4.0))] * 4
+    value, stderr = pool_searches(values, [np.full(5, -np.log(5.0))] * 4, even)
+    assert value == pytest.approx(pool_runs(values)[0], abs=1e-12)
+    assert stderr == pytest.approx(np.exp(values).std(ddof=1) / 2 / np.exp(values).mean(), rel=0.02)
+    # Three searches of four found the basin that holds the mass: a resample misses it with probability 4^-4, when
+    # the value falls by 23 + log 3 nats.
+    drop = 23.0 + np.log(3.0)
+    p = 0.25 ** 4
+    assert pool_searches(*_basins([1, 1, 1, 0], 23.0))[1] == pytest.approx(drop * np.sqrt(p * (1 - p) * 4 / 3))
+    # One search of four found it: the value rests on that search; a resample misses it with probability (3/4)^4.
+    p = 0.75 ** 4
+    assert pool_searches(*_basins([1, 0, 0, 0], 23.0))[1] == pytest.approx(23.0 * np.sqrt(p * (1 - p) * 4 / 3),
+                                                                           rel=0.05)
+    assert np.isnan(pool_searches([-1.0], [np.zeros(1)], [np.zeros((1, 1))])[1])
     with pytest.raises(ValueError, match="run_log_evidence"):
-        pool_searches([np.nan, 1.0], np.zeros((2, 2)), [0.0, 0.0])
+        pool_searches([np.nan, 1.0], [np.zeros(1)] * 2, [np.zeros((2, 1))] * 2)
+
+
+@pytest.mark.parametrize("num_searches", [2, 6, 7, 9])
+def test_search_resamples_are_the_multinomial_resamples(num_searches):
+    # Every multiset while they are few (R ≤ 6), else draws; each sums to R, their probabilities to 1, and each
+    # search is drawn once per resample on average.
+    counts, prob = search_resamples(num_searches)
+    assert np.all(counts.sum(axis=1) == num_searches) and prob.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(prob @ counts, np.ones(num_searches), atol=0.0 if num_searches <= 6 else 0.15)
 
 
 def _pooled_error_check(runs, log_z):

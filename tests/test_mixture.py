@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 import bam_ppl as bam
 from bam_ppl.data import CountTensor
@@ -193,21 +194,25 @@ def test_runs_from_their_own_starts_reweighted_by_the_calls_start_are_unbiased_t
     assert abs(ratios.mean() - 1.0) <= 4 * ratios.std(ddof=1) / np.sqrt(ratios.size), ratios.mean()
 
 
-def test_the_reweighting_without_a_search_is_the_rest_of_the_calls_start():
-    # Without search 1's components (weights rescaled) the rest of the call's start; with search 0's alone, its own.
+def test_the_searches_shares_give_the_rest_of_the_calls_start_and_each_searchs_own():
+    # The log shares of the searches' starts in the call's reweight a run by any part of the call's start: without
+    # search 1's components (weights rescaled) the rest of the call's start; with search 0's alone, its own.
     model, X = bam.models.nmf(2, a=1.0), np.array([[2, 1, 0], [0, 2, 1]])
     tp, symmetry = _problem(model, X)
     starts = [_start(tp, [3, 4], [0.7, 0.3]), _start(tp, [5], [1.0]), _start(tp, [6], [1.0])]
     call = mixture_start.call_starts(starts, 12)[0]
     config = np.random.default_rng(0).integers(0, tp.num_configs, (5, tp.token_cell.shape[0])).astype(np.int32)
     component = np.array([0, 1, 0, 1, 1])
-    full, without, alone = mixture_start.mixture_log_weights(tp, call.start, symmetry, config, component, call.run_of)
+    full, shares = mixture_start.mixture_log_weights(tp, call.start, symmetry, config, component, call.run_of)
     np.testing.assert_allclose(full, mixture_start.mixture_log_weights(tp, call.start, symmetry, config, component))
+    np.testing.assert_allclose(logsumexp(shares, axis=0), 0.0, atol=1e-12)
     kept = call.run_of != 1
     rest = mixture_start.MixtureStart(call.start.log_q[kept], call.start.log_weights[kept] + np.log(1.5))
-    np.testing.assert_allclose(without[1], mixture_start.mixture_log_weights(tp, rest, symmetry, config, component))
+    without = full - logsumexp(shares[[0, 2]], axis=0) - np.log(1.5)
+    np.testing.assert_allclose(without, mixture_start.mixture_log_weights(tp, rest, symmetry, config, component))
     own = mixture_start.kept_start(starts[0], 12)[0]
-    np.testing.assert_allclose(alone[0], mixture_start.mixture_log_weights(tp, own, symmetry, config, component))
+    np.testing.assert_allclose(full - shares[0] - np.log(3.0),
+                               mixture_start.mixture_log_weights(tp, own, symmetry, config, component))
 
 
 MISSING = CountTensor.from_samples(

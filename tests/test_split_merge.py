@@ -82,3 +82,24 @@ def test_improve_never_lowers_the_elbo():
             again = vb.run_from(split_merge.fresh_states(mp.host, alpha_hat[None]), mp.problem, num_iters=5, tol=0.0,
                                 engine="numba")
             np.testing.assert_allclose(again.elbo[0], moved, rtol=1e-6)
+
+
+def test_vb_evidence_moves_lift_its_bound_and_keep_it_a_bound():
+    # method="vb" moves its best restart (num_moves, default 10): never below the restarts' best, never above the
+    # exact value; on the blocks a restart stuck with two blocks on one value reaches one value per block. A bad num_moves is named first.
+    from bam_ppl.infer.exact import exact_log_evidence
+
+    X, model = np.array([[4, 3, 0], [0, 0, 3], [0, 0, 3]]), bam.models.nmf(2, a=1.0)
+    plain = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=3, num_moves=0)
+    moved = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=3)
+    assert plain.info.moved_elbo is None and abs(moved.info.moved_elbo - moved.value) < 1e-9
+    assert plain.value - 1e-9 <= moved.value <= exact_log_evidence(model, X) + 1e-9
+    one = dict(method="vb", rng_key=3, num_chains=1)  # a restart that ends with two blocks on one value
+    stuck, lifted = (bam.log_evidence(bam.models.nmf(3), blocks(), num_moves=n, **one) for n in (0, 10))
+    assert lifted.value > stuck.value + 10.0, (stuck.value, lifted.value)
+    try:
+        bam.log_evidence(model, X, method="vb", num_moves=-1)
+    except ValueError as error:
+        assert "num_moves" in str(error)
+    else:
+        raise AssertionError("num_moves=-1 was taken")

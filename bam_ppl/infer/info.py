@@ -115,8 +115,10 @@ class VBInfo(NamedTuple):
     start_elbo: list
     #: Which start reached the reported ELBO, or None where a random restart did.
     best_start: int | None
-    #: Posterior expected counts of the best fit (its Dirichlet parameters less the prior's).
+    #: Posterior expected counts of the best fit (its Dirichlet parameters less the prior's), after the moves.
     expected_counts: object
+    #: The ELBO of the best fit after its merge-and-birth moves (``num_moves``), or None without them.
+    moved_elbo: float | None = None
 
 
 class MixtureInfo(NamedTuple):

@@ -39,11 +39,9 @@ q_r, but its last reweighting puts the start of the whole call, q̄ = (1/R) Σ_r
 heuristic of multiple importance sampling: Veach & Guibas 1995; Owen & Zhou 2000). By the identity above with q̄
 for q, summed over the runs' components, E[(1/R) Σ_r Ẑ_r | searches] = p(X): a basin that one search found counts
 in full in the call, not 1/R of it. The runs are then not alike (a run whose search missed a basin stays low), so
-the stated error takes the searches as its units (:func:`~bam_ppl.estimate.pool_searches`): the larger of the
-jackknife over the searches (each run reweighted once more by the start of every search but s's, for the estimate
-without search s), wide where the value rests on what one search alone found, and the spread of what each search
-gives alone (each run reweighted by its own start), wide where the searches end in basins far apart, as where a
-better one went unfound.
+the stated error takes the searches as its units (:func:`~bam_ppl.estimate.pool_searches`): the spread of the
+call's value over bootstrap resamples of the searches, each run reweighted once more by the start of the resampled
+searches. It is wide where the value rests on a basin that few searches found, narrow where most found it.
 """
 
 from __future__ import annotations
@@ -96,15 +94,19 @@ class MixtureRun(NamedTuple):
     """One run of :func:`run_mixture`: its log evidence (with the last reweighting), the tempered run, its
     moves of whole cells (``MixtureParticles.split_moves``), the share of its estimate that each
     component of its start carries at the end (0 for one that got no particles; nan where not summed) and,
-    reweighted by a :class:`~bam_ppl.infer.smc.mixture_start.CallStart`, its log evidence without each search in turn
-    and with its own alone."""
+    reweighted by a :class:`~bam_ppl.infer.smc.mixture_start.CallStart`, the log share of each search's start in
+    the call's at each particle (:func:`~bam_ppl.estimate.pool_searches`)."""
 
     log_evidence: float
     run: TemperedRun
     split_moves: np.ndarray
     component_shares: np.ndarray
-    leave_out: np.ndarray = np.zeros(0)  # (R,) log Ẑ_r^(−s), reweighted without each search s (module docstring)
-    alone: float = np.nan  # log Ẑ_r reweighted by its own start alone
+    search_log_shares: np.ndarray = np.zeros((0, 0))  # (R, P) log (q_s / R q̄) at each particle (module docstring)
+
+    def alone(self, search: int) -> float:
+        """log Ẑ_r reweighted by the start of search ``search`` alone (its own: what that search gives by itself)."""
+        shares = self.search_log_shares
+        return self.log_evidence + _log_sum_exp(self.run.final_log_w - shares[search]) - np.log(shares.shape[0])
 
 
 class Scouted(NamedTuple):
@@ -378,7 +380,7 @@ def vb_start_configs(prepared, tp: TemperedProblem, key, options: MixtureOptions
         fits = result.alpha_hat[best]
         fits[0], elbo = split_merge.improve(split_merge.move_problem(bound, data, layout, problem), fits[0],
                                             np.random.default_rng(np.asarray(move_keys[0], np.uint32)),
-                                            options.vb_restarts, ENGINE.move_screen_iters)
+                                            options.vb_restarts, split_merge.SCREEN_ITERS)
     return ([configs_from_counts(tp, kernel_counts(tp, alpha_hat - bound.flat_concentration, bound.column_of))
              for alpha_hat in fits], elbo)
 
@@ -408,8 +410,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         weights = mixture_log_weights(tp, call.start, problem.symmetry, config, call.first + ps.component, call.run_of)
         if weights is None:
             return None
-        # log f without each search, and with the run's own alone, less the log f returned
-        changes.append((weights[1] - weights[0], weights[2][call.run] - weights[0]))
+        changes.append(weights[1])
         return weights[0]
 
     # The run's problem carries the reference of particle 0's component (the first that kept particles): the
@@ -424,10 +425,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     value = run.log_evidence + run.log_relabelled
     if not changes:
         return MixtureRun(value, run, particles.split_moves, shares)
-    without, alone = changes[0]
-    return MixtureRun(value, run, particles.split_moves, shares,
-                      np.array([value + _log_sum_exp(run.final_log_w + change) for change in without]),
-                      value + _log_sum_exp(run.final_log_w + alone))
+    return MixtureRun(value, run, particles.split_moves, shares, changes[0])
 
 
 @dataclass(frozen=True)
@@ -461,9 +459,6 @@ class EngineConfig:
     vb_restarts: int = 100
     # Iterations after which the VB restarts are screened (where a restart ends up is settled early).
     vb_screen_iters: int = 200
-    # Iterations after which a round of merge-and-birth moves on a run's best VB fit (as many as its restarts:
-    # split_merge.improve) is screened: a move changes two values of a converged fit, the others start at their optimum.
-    move_screen_iters: int = 50
     # Particles per annealed scout, not scaled: a scout need only reach a basin, not weigh it.
     scout_particles: int = 4
     # Runs, each with a search of its own: the searches' spread is the stated error (estimate.pool_searches).
@@ -687,8 +682,9 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                       f"terms of similar size to add up; the estimate counts none of them and may fall short of "
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
-    value, stderr = pool_searches(values, [run.leave_out for run in runs], [run.alone for run in runs]) \
-        if summed and len(runs) > 1 else pooled(values)
+    value, stderr = pool_searches(values, [run.run.final_log_w for run in runs],
+                                  [run.search_log_shares for run in runs]) if summed and len(runs) > 1 else pooled(values)
+    alone = [run.alone(r) if summed and len(runs) > 1 else run.log_evidence for r, run in enumerate(runs)]
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))
@@ -697,7 +693,7 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
-                     vb_bound=vb_bound, seconds=seconds, search_log_evidence=[run.alone for run in runs]),
+                     vb_bound=vb_bound, seconds=seconds, search_log_evidence=alone),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],

@@ -142,21 +142,20 @@ class MixtureParticles(NumbaParticles):
 
 
 def mixture_log_weights(tp: TemperedProblem, start: MixtureStart, symmetry, config: np.ndarray,
-                        component: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray | None:
+                        component: np.ndarray, groups: np.ndarray | None = None):
     """log f(b_p, z_p) of every particle (:mod:`bam_ppl.infer.smc.mixture`), or None where a sum over the label
     symmetries cannot be made (:func:`~bam_ppl.infer.smc.symmetry.orbit_log_sums`). Given ``groups`` (B,), the
-    group of each component, also (G, P) log f of the start without each group's components and (G, P) log f of
-    each group's alone, their weights rescaled to sum to 1 (equal groups' weights: :class:`CallStart`)."""
+    group of each component, also (G, P) the log share of each group's components in f's denominator at each
+    particle (:func:`~bam_ppl.estimate.pool_searches`)."""
     sums = orbit_log_sums(tp, start.log_q, config, symmetry)
     if sums is None:
         return None
     own, orbit = sums  # (B, P)
     mixed = orbit + start.log_weights[:, None]
     own = symmetry.log_order + own[component, np.arange(config.shape[0])]
+    total = logsumexp(mixed, axis=0)
     if groups is None:
-        return own - logsumexp(mixed, axis=0)
-    num = int(groups.max()) + 1
-    without = [logsumexp(mixed[groups != g], axis=0) + np.log(num / (num - 1)) for g in range(num)]
-    alone = [logsumexp(mixed[groups == g], axis=0) + np.log(num) for g in range(num)]
-    return own - logsumexp(mixed, axis=0), own - np.array(without), own - np.array(alone)
+        return own - total
+    shares = [logsumexp(mixed[groups == g], axis=0) - total for g in range(int(groups.max()) + 1)]
+    return own - total, np.array(shares)
 

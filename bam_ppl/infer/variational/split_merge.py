@@ -20,6 +20,11 @@ from ..smc.symmetry import configs_with_node
 from . import vb, vb_numba
 
 
+# Iterations after which a round's moves are screened (the best runs on): a move changes two values of a converged
+# fit, and the others start at their optimum.
+SCREEN_ITERS = 50
+
+
 class MoveProblem(NamedTuple):
     """What the moves of one model and data set read: the VB ``problem`` and its ``host`` arrays; the cells'
     ``layout`` (its free configurations) and ``sizes`` their nodes' sizes; ``latent`` the positions of the
