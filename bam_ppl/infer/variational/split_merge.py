@@ -19,7 +19,6 @@ from scipy.special import digamma
 from ..smc.symmetry import configs_with_node
 from . import vb, vb_numba
 
-
 # Iterations after which a round's moves are screened (the best runs on): a move changes two values of a converged
 # fit, and the others start at their optimum.
 SCREEN_ITERS = 50
