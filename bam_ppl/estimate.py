@@ -97,9 +97,10 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
     resampled = np.full(counts.shape, -np.inf)
     for r in range(R):
         log_w, shares = np.asarray(final_log_weights[r], np.float64), np.asarray(search_log_shares[r], np.float64)
-        kept = counts[:, r] > 0
-        denominator = _log_sum_exp_axis(shares[None] + log_counts[kept][:, :, None], axis=1)  # (M', P_r)
-        resampled[kept, r] = log_counts[kept, r] + values[r] + _log_sum_exp_axis(log_w[None] - denominator, axis=1)
+        kept = np.flatnonzero(counts[:, r] > 0)
+        for rows in np.array_split(kept, -(-kept.size * shares.size // CHUNK_ELEMENTS)):  # (rows, R, P_r) at a time
+            denominator = _log_sum_exp_axis(shares[None] + log_counts[rows][:, :, None], axis=1)
+            resampled[rows, r] = log_counts[rows, r] + values[r] + _log_sum_exp_axis(log_w[None] - denominator, axis=1)
     theta = _log_sum_exp_axis(resampled, axis=1) - np.log(R)
     mean = np.sum(prob * theta)
     return _log_mean_exp(values), float(np.sqrt(np.sum(prob * (theta - mean) ** 2) * R / (R - 1)))
@@ -107,6 +108,8 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
 
 # Enumerate every multiset of R searches up to this many of them (R ≤ 6); beyond, draw as many resamples.
 MAX_RESAMPLES = 512
+# Resamples × searches × particles reweighted at once: 32 MiB of float64.
+CHUNK_ELEMENTS = 1 << 22
 
 
 def search_resamples(num_searches: int) -> tuple[np.ndarray, np.ndarray]:
