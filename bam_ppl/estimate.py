@@ -91,6 +91,10 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
         return _log_mean_exp(values), float("nan")
     if len(final_log_weights) != R or len(search_log_shares) != R:
         raise ValueError(f"final_log_weights and search_log_shares need one entry per run ({R})")
+    for log_w, shares in zip(final_log_weights, search_log_shares):
+        if np.shape(shares) != (R, np.size(log_w)):
+            raise ValueError(f"search_log_shares: each run's must be (R, P) = ({R}, {np.size(log_w)}), got "
+                             f"{np.shape(shares)}")
     counts, prob = search_resamples(R)
     with np.errstate(divide="ignore"):
         log_counts = np.log(counts)  # (M, R)
@@ -98,7 +102,7 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
     for r in range(R):
         log_w, shares = np.asarray(final_log_weights[r], np.float64), np.asarray(search_log_shares[r], np.float64)
         kept = np.flatnonzero(counts[:, r] > 0)
-        for rows in np.array_split(kept, -(-kept.size * shares.size // CHUNK_ELEMENTS)):  # (rows, R, P_r) at a time
+        for rows in np.array_split(kept, max(1, -(-kept.size * shares.size // CHUNK_ELEMENTS))):  # (rows, R, P_r) at a time
             denominator = _log_sum_exp_axis(shares[None] + log_counts[rows][:, :, None], axis=1)
             resampled[rows, r] = log_counts[rows, r] + values[r] + _log_sum_exp_axis(log_w[None] - denominator, axis=1)
     theta = _log_sum_exp_axis(resampled, axis=1) - np.log(R)

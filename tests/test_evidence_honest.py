@@ -50,11 +50,15 @@ def test_pool_searches_bootstraps_the_searches():
     drop = 23.0 + np.log(3.0)
     p = 0.25 ** 4
     assert pool_searches(*_basins([1, 1, 1, 0], 23.0))[1] == pytest.approx(drop * np.sqrt(p * (1 - p) * 4 / 3))
-    # One search of four found it: the value rests on that search; a resample misses it with probability (3/4)^4.
+    # One search of four found it: the value rests on that search; a resample misses it with probability (3/4)^4,
+    # when the value falls to the others' shared basin's, 23 nats lower but counted three times.
     p = 0.75 ** 4
-    assert pool_searches(*_basins([1, 0, 0, 0], 23.0))[1] == pytest.approx(23.0 * np.sqrt(p * (1 - p) * 4 / 3),
-                                                                           rel=0.05)
+    drop = 23.0 - np.log(3.0)
+    assert pool_searches(*_basins([1, 0, 0, 0], 23.0))[1] == pytest.approx(drop * np.sqrt(p * (1 - p) * 4 / 3),
+                                                                           rel=1e-6)
     assert np.isnan(pool_searches([-1.0], [np.zeros(1)], [np.zeros((1, 1))])[1])
+    with pytest.raises(ValueError, match="search_log_shares"):
+        pool_searches([0.0, 0.0], [np.zeros(3)] * 2, [np.zeros((1, 3))] * 2)
     with pytest.raises(ValueError, match="run_log_evidence"):
         pool_searches([np.nan, 1.0], [np.zeros(1)] * 2, [np.zeros((2, 1))] * 2)
 

@@ -1,5 +1,7 @@
 """Merge-and-birth moves of VB fits (bam_ppl.infer.variational.split_merge)."""
 
+import warnings
+
 import jax
 import numpy as np
 
@@ -94,6 +96,13 @@ def test_vb_evidence_moves_lift_its_bound_and_keep_it_a_bound():
     moved = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=3)
     assert plain.info.moved_elbo is None and abs(moved.info.moved_elbo - moved.value) < 1e-9
     assert plain.value - 1e-9 <= moved.value <= exact_log_evidence(model, X) + 1e-9
+    # From a start allocation too (the best fit may be a start's; the moves draw from a stream of their own).
+    with warnings.catch_warnings():  # a cheap sampler, only for its allocation
+        warnings.simplefilter("ignore", bam.EvidenceWarning)
+        found = bam.log_evidence(model, X, method="tempered", num_particles=16, num_chains=1, rng_key=1)
+    started = bam.log_evidence(model, X, method="vb", rng_key=0, num_chains=1,
+                               start=(found.details["best_cells"], found.details["best_counts"]))
+    assert started.info.moved_elbo is not None and started.value <= exact_log_evidence(model, X) + 1e-9
     one = dict(method="vb", rng_key=3, num_chains=1)  # a restart that ends with two blocks on one value
     stuck, lifted = (bam.log_evidence(bam.models.nmf(3), blocks(), num_moves=n, **one) for n in (0, 10))
     assert lifted.value > stuck.value + 10.0, (stuck.value, lifted.value)

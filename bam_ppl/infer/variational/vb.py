@@ -581,8 +581,8 @@ def posterior_draws(rng_key, bound: BoundModel, alpha_hat: np.ndarray, num_sampl
 
 
 class Fitted(NamedTuple):
-    """What :func:`_fit` made: the bound model, data, cells' layout and VB problem, the restarts' result and the
-    keys of each restart's posterior draws."""
+    """What :func:`_fit` made: the bound model, data, cells' layout and VB problem, the restarts' result, the
+    keys of each restart's posterior draws and the call's key."""
 
     bound: BoundModel
     data: CountTensor
@@ -590,6 +590,7 @@ class Fitted(NamedTuple):
     problem: CellProblem
     result: object
     draw_keys: object
+    key: object  # the call's key
 
 
 def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar, engine, first_chain=0,
@@ -612,17 +613,21 @@ def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar
         result = run(init_keys, problem, num_iters=num_iters, tol=tol, init=init, progress_bar=show,
                      screen_iters=screen_iters, screen_keep=screen_keep, start_phi=start_phi,
                      min_batch=min_batch if engine == "jax" else 1, engine=engine)
-    return Fitted(bound, data, layout, problem, result, draw_keys)
+    return Fitted(bound, data, layout, problem, result, draw_keys, key)
+
+
+# The moves' stream: fold_in(key, MOVE_STREAM), an index that no restart takes (restart r folds in r).
+MOVE_STREAM = 2**32 - 1
 
 
 def moved_best(fitted: Fitted, best: int, num_moves: int) -> tuple[np.ndarray, float]:
-    """α̂ and ELBO of restart ``best`` run to its optimum and moved on by rounds of ``num_moves`` merge-and-birth
-    moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`); the moves
-    draw from ``fold_in`` of that restart's draw key, a stream of their own."""
+    """α̂ and ELBO of fit ``best`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
+    merge-and-birth moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`,
+    at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran)."""
     from . import split_merge
 
     mp = split_merge.move_problem(fitted.bound, fitted.data, fitted.layout, fitted.problem)
-    rng = numpy_generator(jax.random.fold_in(fitted.draw_keys[best], 1))
+    rng = numpy_generator(jax.random.fold_in(fitted.key, MOVE_STREAM))
     with jax.enable_x64(True):
         return split_merge.improve(mp, np.asarray(fitted.result.alpha_hat[best]), rng, num_moves,
                                    split_merge.SCREEN_ITERS)
@@ -695,9 +700,9 @@ def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, 
         the posterior comes from.
     """
     check_int(num_samples, "num_samples")
-    bound, data, _, problem, result, draw_keys = _fit(model, data, rng_key, num_iters=num_iters, tol=tol,
-                                                      num_chains=num_chains, init=init, progress_bar=progress_bar,
-                                                      engine=engine, first_chain=_first_chain)
+    fitted = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains, init=init,
+                  progress_bar=progress_bar, engine=engine, first_chain=_first_chain)
+    bound, data, problem, result, draw_keys = fitted.bound, fitted.data, fitted.problem, fitted.result, fitted.draw_keys
     best = best_index(result.elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
@@ -759,8 +764,9 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: 
     alpha_hat, elbo = np.asarray(result.alpha_hat[best]), float(result.elbo[best])
     moved = None
     if num_moves:
-        alpha_hat, moved = moved_best(fitted, best, num_moves)
-        elbo = max(elbo, moved)
+        moved_alpha, moved = moved_best(fitted, best, num_moves)
+        if moved > elbo:  # the fit's own optimum, recomputed, may differ from its last iterate by rounding
+            alpha_hat, elbo = moved_alpha, moved
     return EvidenceEstimate(
         value=elbo, stderr=math.nan, method="vb", kind="lower_bound",
         lower_bound=elbo, run_values=tuple(np.asarray(result.elbo, np.float64).tolist()),
