@@ -145,17 +145,28 @@ def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:
     return _jackknife(leave_one_out), float(values.std(ddof=1) / np.sqrt(R))
 
 
-def pool_calls(call_runs) -> tuple[float, float]:
+def pool_calls(call_runs, call_stderrs=None) -> tuple[float, float]:
     """Pool the runs of independent calls of an estimator (a list of each call's run values).
 
     The value is the log-mean-exp of all runs, as :func:`pool_runs`. The runs of one call can share
     what the call found on its way (``method="tempered"``: the allocation its references start
-    from), so they can agree closely in a basin that another call misses; the calls, not the runs, are then the
-    independent units. The error is the larger of :func:`pool_runs`'s over all runs and the
-    jackknife over calls (leave one call's runs out), which grows with the calls' disagreement.
+    from; the default engine's runs: their searches' starts), so they can agree closely in a basin that another
+    call misses, or one can fall short where the others found the basin; the calls, not the runs, are then the
+    independent units. The error is the larger of the jackknife over calls (leave one call's runs out), which grows
+    with the calls' disagreement, and either :func:`pool_runs`'s over all runs or, given each call's own stated
+    error ``call_stderrs``, the error of the calls' mean on the natural scale by the delta method,
+    √Σ_c (w_c σ_c)² with w_c a call's share of the pooled value.
     """
     calls = [np.asarray(runs, dtype=np.float64).reshape(-1) for runs in call_runs]
     value, stderr = pool_runs(np.concatenate(calls))
+    if call_stderrs is not None:
+        errors = np.asarray(call_stderrs, dtype=np.float64).reshape(-1)
+        if errors.size != len(calls):
+            raise ValueError(f"call_stderrs: one per call ({len(calls)}), got {errors.size}")
+        if np.all(np.isfinite(errors)):
+            totals = np.array([_log_mean_exp(runs) + np.log(runs.size) for runs in calls])
+            stderr = float(np.sqrt(np.sum((np.exp(totals - totals.max()) / np.exp(totals - totals.max()).sum()
+                                           * errors) ** 2)))
     C = len(calls)
     if C < 2:
         return value, stderr

@@ -71,8 +71,8 @@ def log_evidence(model, data, method: str = "auto", rng_key: KeyLike = 0, *,
     rng_key : int or jax key
     target_stderr : float, optional
         For estimators that report independent runs (``details["run_log_evidence"]``): repeat
-        the call with fresh keys, pooling all runs, until the standard error (from the spread of
-        the runs and of the calls, :func:`pool_calls`) is at most this many nats with 95 %
+        the call with fresh keys, pooling all runs, until the standard error (from the calls'
+        own stated errors and their spread, :func:`pool_calls`) is at most this many nats with 95 %
         confidence (:func:`error_upper_bound`): a few runs that happen to agree do not stop it.
     max_time : float, optional
         Seconds within which the repetitions for ``target_stderr`` stop: no round of calls starts
@@ -215,7 +215,7 @@ def _until_precise(fn, model, data, rng_key, options, *, target_stderr, max_time
             if est.kind != "estimate" or "run_log_evidence" not in est.details:
                 return est  # exact values and bounds have nothing to add up
             made.append(est)
-        _, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
+        _, stderr = pool_calls([est.details["run_log_evidence"] for est in made], [est.stderr for est in made])
         elapsed = time.perf_counter() - start
         logger.info("evidence: %d calls in %.1f s, pooled standard error %.3g (target %s)", calls, elapsed, stderr,
                     target_stderr)
@@ -243,7 +243,7 @@ def _pooled(made: list, elapsed: float) -> EvidenceEstimate:
     """Independent calls' estimates as one (:func:`pool_calls`): the details of the highest call (it
     dominates the pooled value), the sure bound and its allocation from the call that visited the
     best one, each call's value (``call_values``), their number and the seconds they took."""
-    value, stderr = pool_calls([est.details["run_log_evidence"] for est in made])
+    value, stderr = pool_calls([est.details["run_log_evidence"] for est in made], [est.stderr for est in made])
     top = max(made, key=lambda est: est.value)
     bounded = max(made, key=lambda est: est.details.get("lower_bound", -np.inf))
     runs = [float(run) for est in made for run in est.details["run_log_evidence"]]
