@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.special import logsumexp, softmax
 
 KINDS = ("exact", "estimate", "lower_bound", "upper_bound")
 # Runs whose log estimates spread by more than this many nats (standard deviation) are in the
@@ -103,9 +104,9 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
         log_w, shares = np.asarray(final_log_weights[r], np.float64), np.asarray(search_log_shares[r], np.float64)
         kept = np.flatnonzero(counts[:, r] > 0)
         for rows in np.array_split(kept, max(1, -(-kept.size * shares.size // CHUNK_ELEMENTS))):  # (rows, R, P_r) at a time
-            denominator = _log_sum_exp_axis(shares[None] + log_counts[rows][:, :, None], axis=1)
-            resampled[rows, r] = log_counts[rows, r] + values[r] + _log_sum_exp_axis(log_w[None] - denominator, axis=1)
-    theta = _log_sum_exp_axis(resampled, axis=1) - np.log(R)
+            denominator = logsumexp(shares[None] + log_counts[rows][:, :, None], axis=1)
+            resampled[rows, r] = log_counts[rows, r] + values[r] + logsumexp(log_w[None] - denominator, axis=1)
+    theta = logsumexp(resampled, axis=1) - np.log(R)
     mean = np.sum(prob * theta)
     return _log_mean_exp(values), float(np.sqrt(np.sum(prob * (theta - mean) ** 2) * R / (R - 1)))
 
@@ -128,13 +129,6 @@ def search_resamples(num_searches: int) -> tuple[np.ndarray, np.ndarray]:
     draws = np.random.default_rng(0).multinomial(R, np.full(R, 1.0 / R), size=MAX_RESAMPLES)
     counts, times = np.unique(draws, axis=0, return_counts=True)
     return counts, times / times.sum()
-
-
-def _log_sum_exp_axis(values: np.ndarray, axis: int) -> np.ndarray:
-    peak = np.max(values, axis=axis, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.squeeze(peak, axis=axis) + np.log(np.sum(np.exp(values - peak), axis=axis))
 
 
 def pooled_error_terms(values: np.ndarray) -> tuple[float, float]:
@@ -164,9 +158,8 @@ def pool_calls(call_runs, call_stderrs=None) -> tuple[float, float]:
         if errors.size != len(calls):
             raise ValueError(f"call_stderrs: one per call ({len(calls)}), got {errors.size}")
         if np.all(np.isfinite(errors)):
-            totals = np.array([_log_mean_exp(runs) + np.log(runs.size) for runs in calls])
-            stderr = float(np.sqrt(np.sum((np.exp(totals - totals.max()) / np.exp(totals - totals.max()).sum()
-                                           * errors) ** 2)))
+            shares = softmax([_log_mean_exp(runs) + np.log(runs.size) for runs in calls])  # w_c
+            stderr = float(np.sqrt(np.sum((shares * errors) ** 2)))
     C = len(calls)
     if C < 2:
         return value, stderr

@@ -594,12 +594,11 @@ class Fitted(NamedTuple):
 
 
 def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar, engine, first_chain=0,
-         screen_iters=None, screen_keep=10, start=None, min_batch=1, num_moves=0) -> Fitted:
+         screen_iters=None, screen_keep=10, start=None, min_batch=1) -> Fitted:
     """Restarts ``first_chain ..`` and their posterior draw keys; restart r's keys split
     ``fold_in(rng_key, r)`` (:func:`bam_ppl.parallel.chain_keys`). Runs from the allocations
     ``start`` follow the restarts in the result."""
     key = check_options(rng_key, num_iters, tol, num_chains, init, progress_bar, first_chain=first_chain)
-    check_int(num_moves, "num_moves", minimum=0)
     engine = resolve_kernel(engine)
     if screen_iters is not None:
         check_int(screen_iters, "screen_iters", minimum=1)
@@ -755,9 +754,10 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: 
     ``engine`` runs the iterations as in :func:`vb`.
     """
     began = time.perf_counter()
+    check_int(num_moves, "num_moves", minimum=0)
     fitted = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains, init=init,
                   progress_bar=progress_bar, screen_iters=screen_iters, screen_keep=screen_keep, start=start,
-                  min_batch=MIN_BATCH, engine=engine, num_moves=num_moves)
+                  min_batch=MIN_BATCH, engine=engine)
     result = fitted.result
     best = best_index(result.elbo)
     restarts = result.elbo[:num_chains]
