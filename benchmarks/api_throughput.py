@@ -21,6 +21,7 @@ Usage: ``python benchmarks/api_throughput.py --root /tmp/before`` (one tree, one
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import subprocess
 import sys
@@ -109,9 +110,14 @@ def main():
     smc()
     out["smc_cpu_s"] = cpu_seconds(smc, args.repeats)
 
+    from bam_ppl.infer.variational.vb import vb as vb_backend
+
+    # Iterations alone: no merge-and-birth moves after them, where the tree has them.
+    moves = {"num_moves": 0} if "num_moves" in inspect.signature(vb_backend).parameters else {}
+
     def vb(iterations):
         bam.infer(bam.models.nmf(10), X, method="vb", num_iters=iterations, tol=0.0, num_samples=1,
-                  progress_bar=False)
+                  progress_bar=False, **moves)
 
     for iterations in (25, 50, 100):
         vb(iterations)  # compiles the chunk sizes used below

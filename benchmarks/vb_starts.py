@@ -65,7 +65,7 @@ def main() -> None:
         for init in INITS:
             start = time.perf_counter()
             idata = bam.infer(model, X, method="vb", rng_key=0, num_chains=args.restarts, init=init,
-                              progress_bar=False)
+                              progress_bar=False, num_moves=0)  # where each start rule's ascent ends
             stats, posterior = group(idata, "sample_stats"), group(idata, "posterior")
             elbo = np.atleast_2d(np.asarray(stats["elbo"], dtype=float))
             final = np.array([row[np.isfinite(row)][-1] for row in elbo])  # a restart's trace may end early

@@ -112,3 +112,24 @@ def test_vb_evidence_moves_lift_its_bound_and_keep_it_a_bound():
         assert "num_moves" in str(error)
     else:
         raise AssertionError("num_moves=-1 was taken")
+
+
+def test_vb_inference_moves_each_restart_as_its_executor_tasks_do():
+    # bam.infer(method="vb") moves every restart (num_moves, default 10), each from a stream of its own, so that a
+    # restart stuck with two blocks on one value reaches one value per block, and the restarts run as tasks give
+    # the serial result.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bam_ppl.convert import group
+
+    model, X = bam.models.nmf(3), blocks()
+    fit = dict(method="vb", rng_key=3, num_chains=2, num_samples=5)
+    stuck = group(bam.infer(model, X, num_moves=0, **fit), "sample_stats")["final_elbo"].values
+    serial = bam.infer(model, X, **fit)
+    lifted = group(serial, "sample_stats")["final_elbo"].values
+    assert stuck[0] < lifted[0] - 10.0 and np.all(lifted >= stuck - 1e-9), (stuck, lifted)
+    assert serial.attrs["best_elbo"] == lifted.max() and serial.attrs["num_moves"] == 10
+    with ThreadPoolExecutor(2) as threads:
+        tasks = bam.infer(model, X, executor=threads, **fit)
+    np.testing.assert_array_equal(group(tasks, "sample_stats")["final_elbo"].values, lifted)
+    np.testing.assert_array_equal(group(tasks, "posterior")["theta_k"].values, group(serial, "posterior")["theta_k"].values)

@@ -619,17 +619,19 @@ def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar
 MOVE_STREAM = 2**32 - 1
 
 
-def moved_best(fitted: Fitted, best: int, num_moves: int) -> tuple[np.ndarray, float]:
-    """α̂ and ELBO of fit ``best`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
+def moved_fit(fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarray, float]:
+    """α̂ and ELBO of fit ``index`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
     merge-and-birth moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`,
-    at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran)."""
+    at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran), drawing from ``key``; the
+    fit as it ended where that is higher (its optimum, recomputed, may differ from its last iterate by rounding)."""
     from . import split_merge
 
     mp = split_merge.move_problem(fitted.bound, fitted.data, fitted.layout, fitted.problem)
-    rng = numpy_generator(jax.random.fold_in(fitted.key, MOVE_STREAM))
+    alpha_hat, elbo = np.asarray(fitted.result.alpha_hat[index]), float(fitted.result.elbo[index])
     with jax.enable_x64(True):
-        return split_merge.improve(mp, np.asarray(fitted.result.alpha_hat[best]), rng, num_moves,
-                                   split_merge.SCREEN_ITERS)
+        moved_alpha, moved = split_merge.improve(mp, alpha_hat, numpy_generator(key), num_moves,
+                                                 split_merge.SCREEN_ITERS)
+    return (moved_alpha, moved) if moved > elbo else (alpha_hat, elbo)
 
 
 def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLayout, start) -> np.ndarray | None:
@@ -656,7 +658,7 @@ def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLay
 @renamed_options(num_restarts="num_chains")
 def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, num_chains: int = 1,
        init: str = "tables", num_samples: int = 200, progress_bar: bool | None = None, engine: str = "jax",
-       _first_chain: int = 0):
+       num_moves: int = 10, _first_chain: int = 0):
     """Mean-field variational Bayes (Cemgil et al. 2019 App. D); ELBO per iteration, best of restarts.
 
     Parameters
@@ -688,35 +690,46 @@ def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, 
         for every data shape (about a second on a CPU), or the numba kernel
         (:mod:`~bam_ppl.infer.variational.vb_numba`), compiled once per machine but slower per
         iteration on large tables (benchmarks/README.md); ``"auto"``: numba on a CPU where installed.
+    num_moves : int
+        Each restart, once it stops, runs on through rounds of this many merge-and-birth moves while a round
+        raises its ELBO, as ``bam.log_evidence(method="vb")`` moves its best
+        (:func:`~bam_ppl.infer.variational.split_merge.improve`; restart r draws from ``fold_in(fold_in(rng_key,
+        2³² − 1), r)``); 0: coordinate ascent alone, as in Cemgil et al. (2019).
 
     Returns
     -------
     InferenceData
         ``posterior``: ``theta_<table>`` (one chain: the best restart) and ``total_rate`` unless
-        totals are conditioned on. ``sample_stats``: ``elbo`` (chain = restart, iteration; a
-        converged restart keeps its last value), ``final_elbo``, ``iterations``, ``converged``
-        and ``final_training_log_likelihood`` per restart. ``attrs["best_restart"]`` names the restart
-        the posterior comes from.
+        totals are conditioned on. ``sample_stats``: ``elbo`` (chain = restart, iteration: coordinate
+        ascent; a converged restart keeps its last value), ``final_elbo`` (after the moves), ``iterations``,
+        ``converged`` and ``final_training_log_likelihood`` per restart. ``attrs["best_restart"]`` names the
+        restart the posterior comes from.
     """
     check_int(num_samples, "num_samples")
+    check_int(num_moves, "num_moves", minimum=0)
     fitted = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains, init=init,
                   progress_bar=progress_bar, engine=engine, first_chain=_first_chain)
     bound, data, problem, result, draw_keys = fitted.bound, fitted.data, fitted.problem, fitted.result, fitted.draw_keys
-    best = best_index(result.elbo)
+    alpha_hat, final_elbo = np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
+    if num_moves:
+        move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
+        fits = [moved_fit(fitted, r, num_moves, jax.random.fold_in(move_key, _first_chain + r)) for r in range(num_chains)]
+        alpha_hat, final_elbo = np.stack([a for a, _ in fits]), np.array([e for _, e in fits])
+    best = best_index(final_elbo)
     with jax.enable_x64(True):
-        loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(result.alpha_hat)))
-    theta, rate = posterior_draws(draw_keys[best], bound, result.alpha_hat[best], num_samples)
+        loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(alpha_hat)))
+    theta, rate = posterior_draws(draw_keys[best], bound, alpha_hat[best], num_samples)
     stats = {
         "elbo": (("chain", "iteration"), result.elbo_trace),
-        "final_elbo": (("chain",), result.elbo),
+        "final_elbo": (("chain",), final_elbo),
         "iterations": (("chain",), result.iterations),
         "converged": (("chain",), result.converged),
         "final_training_log_likelihood": (("chain",), loglik),
     }
     return allocation_inference_data(
         bound, data, theta=theta, total_rate=rate, method="vb", sample_stats=stats,
-        attrs=dict(best_restart=_first_chain + best, best_elbo=float(result.elbo[best]),
-                   num_restarts=num_chains, num_iters=num_iters, tol=tol, init=init),
+        attrs=dict(best_restart=_first_chain + best, best_elbo=float(final_elbo[best]),
+                   num_restarts=num_chains, num_iters=num_iters, tol=tol, init=init, num_moves=num_moves),
     )
 
 
@@ -764,9 +777,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: 
     alpha_hat, elbo = np.asarray(result.alpha_hat[best]), float(result.elbo[best])
     moved = None
     if num_moves:
-        moved_alpha, moved = moved_best(fitted, best, num_moves)
-        if moved > elbo:  # the fit's own optimum, recomputed, may differ from its last iterate by rounding
-            alpha_hat, elbo = moved_alpha, moved
+        alpha_hat, elbo = moved_fit(fitted, best, num_moves, jax.random.fold_in(fitted.key, MOVE_STREAM))
+        moved = elbo
     return EvidenceEstimate(
         value=elbo, stderr=math.nan, method="vb", kind="lower_bound",
         lower_bound=elbo, run_values=tuple(np.asarray(result.elbo, np.float64).tolist()),
