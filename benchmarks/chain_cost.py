@@ -17,12 +17,11 @@ import warnings
 
 import jax
 import numpy as np
-
-import bam_ppl as bam
-from bam_ppl.infer.smc import mixture, references
-from bam_ppl.infer.variational import vb
 from evidence_engine import CASE_CODE, TABLES
 from evidence_keys import experiment_data, experiment_models
+
+from bam_ppl.infer.smc import mixture, references
+from bam_ppl.infer.variational import vb
 
 NAMESPACE: dict = {}
 exec(CASE_CODE, NAMESPACE)  # the cases of evidence_engine.py, as it builds them
