@@ -110,10 +110,13 @@ def main():
     smc()
     out["smc_cpu_s"] = cpu_seconds(smc, args.repeats)
 
-    from bam_ppl.infer.variational.vb import vb as vb_backend
-
     # Iterations alone: no merge-and-birth moves after them, where the tree has them.
-    moves = {"num_moves": 0} if "num_moves" in inspect.signature(vb_backend).parameters else {}
+    try:
+        from bam_ppl.infer.variational.vb import vb as vb_backend
+    except ImportError:  # an older tree's layout, without the moves
+        moves = {}
+    else:
+        moves = {"num_moves": 0} if "num_moves" in inspect.signature(vb_backend).parameters else {}
 
     def vb(iterations):
         bam.infer(bam.models.nmf(10), X, method="vb", num_iters=iterations, tol=0.0, num_samples=1,
