@@ -634,6 +634,19 @@ def moved_fit(fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarr
     return (moved_alpha, moved) if moved > elbo else (alpha_hat, elbo)
 
 
+def moved_restarts(fitted: Fitted, num_moves: int, first_chain: int) -> tuple[np.ndarray, np.ndarray]:
+    """α̂ (R, ...) and ELBO (R,) of every restart of ``fitted``, each moved on by :func:`moved_fit` (restart r from
+    ``fold_in(fold_in(key, MOVE_STREAM), first_chain + r)``, so that a restart run as a task of its own moves alike);
+    the restarts as they ended with ``num_moves=0``."""
+    result = fitted.result
+    if not num_moves:
+        return np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
+    move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
+    fits = [moved_fit(fitted, r, num_moves, jax.random.fold_in(move_key, first_chain + r))
+            for r in range(len(result.elbo))]
+    return np.stack([alpha for alpha, _ in fits]), np.array([elbo for _, elbo in fits])
+
+
 def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLayout, start) -> np.ndarray | None:
     """Responsibilities Φ (S, U, L) of the allocations ``start`` (one (cells, counts), as
     ``best_cells``, ``best_counts`` of the samplers, or a list of them): each cell's share of
@@ -710,11 +723,7 @@ def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, 
     fitted = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains, init=init,
                   progress_bar=progress_bar, engine=engine, first_chain=_first_chain)
     bound, data, problem, result, draw_keys = fitted.bound, fitted.data, fitted.problem, fitted.result, fitted.draw_keys
-    alpha_hat, final_elbo = np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
-    if num_moves:
-        move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
-        fits = [moved_fit(fitted, r, num_moves, jax.random.fold_in(move_key, _first_chain + r)) for r in range(num_chains)]
-        alpha_hat, final_elbo = np.stack([a for a, _ in fits]), np.array([e for _, e in fits])
+    alpha_hat, final_elbo = moved_restarts(fitted, num_moves, _first_chain)
     best = best_index(final_elbo)
     with jax.enable_x64(True):
         loglik = np.asarray(_training_log_likelihood_batch(problem, jnp.asarray(alpha_hat)))
