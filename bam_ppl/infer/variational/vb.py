@@ -619,14 +619,23 @@ def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar
 MOVE_STREAM = 2**32 - 1
 
 
-def moved_fit(fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarray, float]:
-    """α̂ and ELBO of fit ``index`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
-    merge-and-birth moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`,
-    at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran), drawing from ``key``; the
-    fit as it ended where that is higher (its optimum, recomputed, may differ from its last iterate by rounding)."""
+def moved_fits(fitted: Fitted, indices, num_moves: int, keys) -> list[tuple[np.ndarray, float]]:
+    """α̂ and ELBO of each fit in ``indices`` (restarts or starts), moved on by :func:`moved_fit` from its key in
+    ``keys``, on one move problem of ``fitted``."""
     from . import split_merge
 
     mp = split_merge.move_problem(fitted.bound, fitted.data, fitted.layout, fitted.problem)
+    return [moved_fit(mp, fitted, index, num_moves, key) for index, key in zip(indices, keys)]
+
+
+def moved_fit(mp, fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarray, float]:
+    """α̂ and ELBO of fit ``index`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
+    merge-and-birth moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`
+    on the move problem ``mp``, at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran),
+    drawing from ``key``; the fit as it ended where that is higher (its optimum, recomputed, may differ from its last
+    iterate by rounding)."""
+    from . import split_merge
+
     alpha_hat, elbo = np.asarray(fitted.result.alpha_hat[index]), float(fitted.result.elbo[index])
     with jax.enable_x64(True):
         moved_alpha, moved = split_merge.improve(mp, alpha_hat, numpy_generator(key), num_moves,
@@ -635,15 +644,15 @@ def moved_fit(fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarr
 
 
 def moved_restarts(fitted: Fitted, num_moves: int, first_chain: int) -> tuple[np.ndarray, np.ndarray]:
-    """α̂ (R, ...) and ELBO (R,) of every restart of ``fitted``, each moved on by :func:`moved_fit` (restart r from
+    """α̂ (R, ...) and ELBO (R,) of every restart of ``fitted``, each moved on by :func:`moved_fits` (restart r from
     ``fold_in(fold_in(key, MOVE_STREAM), first_chain + r)``, so that a restart run as a task of its own moves alike);
     the restarts as they ended with ``num_moves=0``."""
     result = fitted.result
     if not num_moves:
         return np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
     move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
-    fits = [moved_fit(fitted, r, num_moves, jax.random.fold_in(move_key, first_chain + r))
-            for r in range(len(result.elbo))]
+    restarts = range(len(result.elbo))
+    fits = moved_fits(fitted, restarts, num_moves, [jax.random.fold_in(move_key, first_chain + r) for r in restarts])
     return np.stack([alpha for alpha, _ in fits]), np.array([elbo for _, elbo in fits])
 
 
@@ -786,7 +795,7 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: 
     alpha_hat, elbo = np.asarray(result.alpha_hat[best]), float(result.elbo[best])
     moved = None
     if num_moves:
-        alpha_hat, elbo = moved_fit(fitted, best, num_moves, jax.random.fold_in(fitted.key, MOVE_STREAM))
+        [(alpha_hat, elbo)] = moved_fits(fitted, [best], num_moves, [jax.random.fold_in(fitted.key, MOVE_STREAM)])
         moved = elbo
     return EvidenceEstimate(
         value=elbo, stderr=math.nan, method="vb", kind="lower_bound",
