@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import numpy as np
 from scipy.special import digamma
 
+from ...types import numpy_generator
 from ..smc.symmetry import configs_with_node
 from . import vb, vb_numba
 
@@ -117,3 +119,39 @@ def improve(mp: MoveProblem, alpha_hat: np.ndarray, rng: np.random.Generator, mo
         if not moved.elbo[best] > elbo + vb.NUM_ITERS * vb.TOL * abs(elbo):
             return alpha_hat, elbo
         alpha_hat, elbo = moved.alpha_hat[best], float(moved.elbo[best])
+
+
+# The moves' stream: fold_in(key, MOVE_STREAM), an index that no restart takes (restart r folds in r).
+MOVE_STREAM = 2**32 - 1
+
+
+def moved_fits(fitted: vb.Fitted, indices, num_moves: int, keys) -> list[tuple[np.ndarray, float]]:
+    """α̂ and ELBO of each fit in ``indices`` (restarts or starts), moved on by :func:`moved_fit` from its key in
+    ``keys``, on one move problem of ``fitted``."""
+    mp = move_problem(fitted.bound, fitted.data, fitted.layout, fitted.problem)
+    return [moved_fit(mp, fitted, index, num_moves, key) for index, key in zip(indices, keys)]
+
+
+def moved_fit(mp: MoveProblem, fitted: vb.Fitted, index: int, num_moves: int, key) -> tuple[np.ndarray, float]:
+    """α̂ and ELBO of fit ``index`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
+    merge-and-birth moves while a round finds a higher optimum (:func:`improve` on the move problem ``mp``, at the
+    restarts' defaults ``vb.NUM_ITERS`` and ``vb.TOL`` on the numba kernel, whatever the restarts ran), drawing from
+    ``key``; the fit as it ended where that is higher (its optimum, recomputed, may differ from its last
+    iterate by rounding)."""
+    alpha_hat, elbo = np.asarray(fitted.result.alpha_hat[index]), float(fitted.result.elbo[index])
+    with jax.enable_x64(True):
+        moved_alpha, moved = improve(mp, alpha_hat, numpy_generator(key), num_moves, SCREEN_ITERS)
+    return (moved_alpha, moved) if moved > elbo else (alpha_hat, elbo)
+
+
+def moved_restarts(fitted: vb.Fitted, num_moves: int, first_chain: int) -> tuple[np.ndarray, np.ndarray]:
+    """α̂ (R, ...) and ELBO (R,) of every restart of ``fitted``, each moved on by :func:`moved_fits` (restart r from
+    ``fold_in(fold_in(key, MOVE_STREAM), first_chain + r)``, so that a restart run as a task of its own moves alike);
+    the restarts as they ended with ``num_moves=0``."""
+    result = fitted.result
+    if not num_moves:
+        return np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
+    move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
+    restarts = range(len(result.elbo))
+    fits = moved_fits(fitted, restarts, num_moves, [jax.random.fold_in(move_key, first_chain + r) for r in restarts])
+    return np.stack([alpha for alpha, _ in fits]), np.array([elbo for _, elbo in fits])

@@ -615,47 +615,6 @@ def _fit(model, data, rng_key, *, num_iters, tol, num_chains, init, progress_bar
     return Fitted(bound, data, layout, problem, result, draw_keys, key)
 
 
-# The moves' stream: fold_in(key, MOVE_STREAM), an index that no restart takes (restart r folds in r).
-MOVE_STREAM = 2**32 - 1
-
-
-def moved_fits(fitted: Fitted, indices, num_moves: int, keys) -> list[tuple[np.ndarray, float]]:
-    """α̂ and ELBO of each fit in ``indices`` (restarts or starts), moved on by :func:`moved_fit` from its key in
-    ``keys``, on one move problem of ``fitted``."""
-    from . import split_merge
-
-    mp = split_merge.move_problem(fitted.bound, fitted.data, fitted.layout, fitted.problem)
-    return [moved_fit(mp, fitted, index, num_moves, key) for index, key in zip(indices, keys)]
-
-
-def moved_fit(mp, fitted: Fitted, index: int, num_moves: int, key) -> tuple[np.ndarray, float]:
-    """α̂ and ELBO of fit ``index`` (a restart or a start) run to its optimum and moved on by rounds of ``num_moves``
-    merge-and-birth moves while a round finds a higher optimum (:func:`~bam_ppl.infer.variational.split_merge.improve`
-    on the move problem ``mp``, at :data:`NUM_ITERS` and :data:`TOL` on the numba kernel, whatever the restarts ran),
-    drawing from ``key``; the fit as it ended where that is higher (its optimum, recomputed, may differ from its last
-    iterate by rounding)."""
-    from . import split_merge
-
-    alpha_hat, elbo = np.asarray(fitted.result.alpha_hat[index]), float(fitted.result.elbo[index])
-    with jax.enable_x64(True):
-        moved_alpha, moved = split_merge.improve(mp, alpha_hat, numpy_generator(key), num_moves,
-                                                 split_merge.SCREEN_ITERS)
-    return (moved_alpha, moved) if moved > elbo else (alpha_hat, elbo)
-
-
-def moved_restarts(fitted: Fitted, num_moves: int, first_chain: int) -> tuple[np.ndarray, np.ndarray]:
-    """α̂ (R, ...) and ELBO (R,) of every restart of ``fitted``, each moved on by :func:`moved_fits` (restart r from
-    ``fold_in(fold_in(key, MOVE_STREAM), first_chain + r)``, so that a restart run as a task of its own moves alike);
-    the restarts as they ended with ``num_moves=0``."""
-    result = fitted.result
-    if not num_moves:
-        return np.asarray(result.alpha_hat), np.asarray(result.elbo, np.float64)
-    move_key = jax.random.fold_in(fitted.key, MOVE_STREAM)
-    restarts = range(len(result.elbo))
-    fits = moved_fits(fitted, restarts, num_moves, [jax.random.fold_in(move_key, first_chain + r) for r in restarts])
-    return np.stack([alpha for alpha, _ in fits]), np.array([elbo for _, elbo in fits])
-
-
 def start_responsibilities(bound: BoundModel, data: CountTensor, layout: CellLayout, start) -> np.ndarray | None:
     """Responsibilities Φ (S, U, L) of the allocations ``start`` (one (cells, counts), as
     ``best_cells``, ``best_counts`` of the samplers, or a list of them): each cell's share of
@@ -732,6 +691,8 @@ def vb(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: float = TOL, 
     fitted = _fit(model, data, rng_key, num_iters=num_iters, tol=tol, num_chains=num_chains, init=init,
                   progress_bar=progress_bar, engine=engine, first_chain=_first_chain)
     bound, data, problem, result, draw_keys = fitted.bound, fitted.data, fitted.problem, fitted.result, fitted.draw_keys
+    from .split_merge import moved_restarts
+
     alpha_hat, final_elbo = moved_restarts(fitted, num_moves, _first_chain)
     best = best_index(final_elbo)
     with jax.enable_x64(True):
@@ -795,6 +756,8 @@ def vb_log_evidence(model, data, *, rng_key=0, num_iters: int = NUM_ITERS, tol: 
     alpha_hat, elbo = np.asarray(result.alpha_hat[best]), float(result.elbo[best])
     moved = None
     if num_moves:
+        from .split_merge import MOVE_STREAM, moved_fits
+
         [(alpha_hat, elbo)] = moved_fits(fitted, [best], num_moves, [jax.random.fold_in(fitted.key, MOVE_STREAM)])
         moved = elbo
     return EvidenceEstimate(
