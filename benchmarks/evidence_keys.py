@@ -17,6 +17,7 @@ each call's value printed too.
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 2 --config vb_restarts=400
     .venv/bin/python benchmarks/evidence_keys.py icews "Tucker(4, 4, 1)" --keys 1 --min-calls 3
     .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 1 2
+    .venv/bin/python benchmarks/evidence_keys.py nmf "NMF(4)" --tokens 4000 --keys 0 --options num_chains=8
     .venv/bin/python benchmarks/evidence_keys.py confusion "CP(8)" --true-rank 7 --keys 700008 --chib-at-best
     .venv/bin/python benchmarks/evidence_keys.py lda "LDA(3)" --keys 0 1 2
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import time
 import warnings
@@ -95,11 +97,14 @@ def main(argv=None) -> None:
     parser.add_argument("--config", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="fields of the engine's EngineConfig (method='auto', 'mixture') for these calls, "
                              "e.g. vb_restarts=50")
+    parser.add_argument("--options", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="options of bam.log_evidence for these calls, values as JSON, e.g. num_chains=8")
     parser.add_argument("--method", default="auto", help="the estimator (default: the default, method='auto')")
     parser.add_argument("--effort", type=float, help="the effort= of method='auto' (default: 1)")
     parser.add_argument("--min-calls", type=int, help="calls pooled per key (min_calls; default: as the first call advises)")
     args = parser.parse_args(argv)
     mixture.ENGINE = with_fields(mixture.ENGINE, args.config)
+    options = {name: json.loads(value) for name, _, value in (option.partition("=") for option in args.options)}
     rank = int(re.findall(r"\d+", args.model)[0])
     if args.experiment == "nmf":
         X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(rank, a=args.a)
@@ -121,7 +126,7 @@ def main(argv=None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", bam.EvidenceWarning)
             est = bam.log_evidence(model, X, method=args.method, rng_key=key, min_calls=args.min_calls,
-                                    **({} if args.effort is None else {"effort": args.effort}))
+                                    **({} if args.effort is None else {"effort": args.effort}), **options)
         print(f"key {key}: {est.value:.2f} ± {est.stderr:.2f} ({est.method}: {est.pipeline}), runs "
               f"{np.round(est.details.get('run_log_evidence', []), 1).tolist()}, temperatures "
               f"{est.details.get('num_temperatures')}, sure bound {est.details.get('lower_bound', np.nan):.1f}, "
