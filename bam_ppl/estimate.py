@@ -111,6 +111,36 @@ def pool_searches(run_log_evidence, final_log_weights, search_log_shares) -> tup
     return _log_mean_exp(values), float(np.sqrt(np.sum(prob * (theta - mean) ** 2) * R / (R - 1)))
 
 
+def single_search_share(run_log_evidence, final_log_weights, search_log_shares) -> float:
+    """The share of a call's estimate that rests on basins one search alone found (runs as :func:`pool_searches`).
+
+    Without search s, run r ≠ s reweights by q̄₋ₛ = (R q̄ − q_s) / (R − 1), so its particles by
+    (R − 1) / (R (1 − share_s)), with 1 − share_s = Σ_{s' ≠ s} q_s' / (R q̄); the call keeps Ẑ₋ₛ, the mean of those
+    R − 1 runs. A basin that two searches or more found stays in Ẑ₋ₛ in full; one that only s found leaves with it. So
+    Σ_s (Ẑ − Ẑ₋ₛ) / Ẑ is the share of Ẑ on basins found once: the singletons of Good (1953) on the scale of mass, as
+    the jackknife over the searches sees them, the runs' noise included. Near 1, every search ended in basins of its
+    own, and the searches say nothing of the basins none of them reached. Measured (benchmarks/README.md): −0.8 to
+    0.6 on calls whose searches find the same basins, 0.6 to 1 where each ends in basins of its own; too noisy for a
+    warning. nan for one run.
+    """
+    values = np.asarray(run_log_evidence, dtype=np.float64).reshape(-1)
+    R = values.size
+    if R < 2:
+        return float("nan")
+    total = _log_mean_exp(values)
+    lost = 0.0
+    for s in range(R):
+        kept = []
+        for r in range(R):
+            if r != s:
+                log_shares = np.asarray(search_log_shares[r], np.float64)
+                others = logsumexp(np.delete(log_shares, s, axis=0), axis=0)  # log (1 − share_s)
+                kept.append(values[r] + logsumexp(np.asarray(final_log_weights[r], np.float64) - others)
+                            + np.log((R - 1) / R))
+        lost += 1.0 - np.exp(_log_mean_exp(np.array(kept)) - total)
+    return float(lost)
+
+
 # Enumerate every multiset of R searches up to this many of them (R ≤ 6); beyond, draw as many resamples.
 MAX_RESAMPLES = 512
 # Resamples × searches × particles reweighted at once: 32 MiB of float64.

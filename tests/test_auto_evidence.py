@@ -73,6 +73,8 @@ def test_auto_beyond_enumeration_lies_above_its_sure_bounds(medium_estimates):
     for est in medium_estimates:
         assert est.pipeline == "mixture" and len(est.details["run_log_evidence"]) == mixture.ENGINE.num_chains
         assert np.all(np.isfinite(est.details["search_log_evidence"]))  # each search alone
+        # Every search found the basins the value rests on.
+        assert est.details["single_search_share"] == est.info.kept_info.single_search_share < 0.5
         assert est.details["lower_bound"] <= MEDIUM_EXACT and est.details["vb_bound"] <= MEDIUM_EXACT
         assert not below_bound(est.value, est.stderr, est.details["lower_bound"])
 

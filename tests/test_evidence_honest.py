@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 import bam_ppl as bam
-from bam_ppl.estimate import pool_searches, search_resamples
+from bam_ppl.estimate import pool_searches, search_resamples, single_search_share
 from bam_ppl.evidence import EvidenceEstimate, check_estimate, pool_calls, pool_runs
 from bam_ppl.infer.info import AutoInfo
 
@@ -61,6 +61,23 @@ def test_pool_searches_bootstraps_the_searches():
         pool_searches([0.0, 0.0], [np.zeros(3)] * 2, [np.zeros((1, 3))] * 2)
     with pytest.raises(ValueError, match="run_log_evidence"):
         pool_searches([np.nan, 1.0], [np.zeros(1)] * 2, [np.zeros((2, 1))] * 2)
+
+
+def test_single_search_share_is_the_mass_on_basins_found_once():
+    # Every search found the basin that holds the mass, or none did but each its own: 0 and 1.
+    assert single_search_share(*_basins([1, 1, 1, 1], 20.0)) == pytest.approx(0.0, abs=1e-12)
+    assert single_search_share(*_basins([1, 0, 0, 0], 0.0)) == pytest.approx(0.25)  # three share the other basin
+    # Two searches found basin A, two a basin of their own, each e^-1 of A's mass in its run: the own basins carry
+    # 2 e^-1 / (2 + 2 e^-1) of the runs' summed mass (each run's value, its particles' weights summing to 1).
+    values = np.array([0.0, 0.0, -1.0, -1.0])
+    shares = [np.log([[0.5], [0.5], [0.0], [0.0]])] * 2 + [np.log([[0.0], [0.0], [1.0], [0.0]]),
+                                                          np.log([[0.0], [0.0], [0.0], [1.0]])]
+    with np.errstate(divide="ignore"):
+        found = single_search_share(values, [np.zeros(1)] * 4, shares)
+    assert found == pytest.approx(2 * np.exp(-1) / (2 + 2 * np.exp(-1)))
+    # Two runs alike in a basin both searches found: nothing leaves with either search.
+    assert single_search_share([0.0, 0.0], [np.zeros(1)] * 2, [np.log([[0.5], [0.5]])] * 2) == pytest.approx(0.0)
+    assert np.isnan(single_search_share([-1.0], [np.zeros(1)], [np.zeros((1, 1))]))
 
 
 @pytest.mark.parametrize("num_searches", [2, 6, 7, 9])

@@ -154,6 +154,10 @@ class MixtureInfo(NamedTuple):
     #: not be summed). Resampling moves particles between components, so one share near 1 says that the run
     #: counted the basin of that one reference.
     component_shares: list = ()
+    #: The share of the estimate on basins that one search alone found (:func:`~bam_ppl.estimate.single_search_share`;
+    #: nan for one run): near 0 where each basin the value rests on was found more than once, near 1 where every
+    #: search ended in basins of its own and more lie beyond them (noisy: up to about ± 0.6 where the searches agree).
+    single_search_share: float = float("nan")
 
 
 class UpperBoundInfo(NamedTuple):

@@ -55,7 +55,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from ...estimate import EvidenceEstimate, EvidenceWarning, pool_searches
+from ...estimate import EvidenceEstimate, EvidenceWarning, pool_searches, single_search_share
 from ...models.allocation import DEFAULT_MAX_CONFIGS, AllocationModel
 from ...parallel import chain_keys
 from ...progress import make_bar, resolve_progress
@@ -682,9 +682,11 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                       f"terms of similar size to add up; the estimate counts none of them and may fall short of "
                       f"log p(X) by up to {problem.symmetry.log_order:.1f} nats", EvidenceWarning, stacklevel=3)
         values = np.array([run.run.log_evidence for run in runs])
-    value, stderr = pool_searches(values, [run.run.final_log_w for run in runs],
-                                  [run.search_log_shares for run in runs]) if summed and len(runs) > 1 else pooled(values)
-    alone = [run.alone(r) if summed and len(runs) > 1 else run.log_evidence for r, run in enumerate(runs)]
+    pooled_by_search = summed and len(runs) > 1
+    weights, shares = [run.run.final_log_w for run in runs], [run.search_log_shares for run in runs]
+    value, stderr = pool_searches(values, weights, shares) if pooled_by_search else pooled(values)
+    single = single_search_share(values, weights, shares) if pooled_by_search else np.nan
+    alone = [run.alone(r) if pooled_by_search else run.log_evidence for r, run in enumerate(runs)]
     best = max(runs, key=lambda run: run.run.lower_bound).run
     cells, counts = best_allocation(bound, data, layout, problem.tp, best.best_config)
     lower_bound = float(bound.log_prob_cells(cells, counts))
@@ -693,7 +695,7 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
         value=value, stderr=stderr, method="mixture", kind="estimate", lower_bound=lower_bound,
         run_values=tuple(values.tolist()), seconds=seconds,
         details=dict(run_log_evidence=values.tolist(), lower_bound=lower_bound, best_cells=cells, best_counts=counts,
-                     vb_bound=vb_bound, seconds=seconds, search_log_evidence=alone),
+                     vb_bound=vb_bound, seconds=seconds, search_log_evidence=alone, single_search_share=single),
         info=MixtureInfo(num_temperatures=[run.run.schedule.size for run in runs],
                          scout_log_evidence=[[f.log_evidence for f in own] for own in found],
                          chain_sweeps=[[f.sweeps for f in own] for own in found],
@@ -702,7 +704,8 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          chain="collapsed" if problem.cells is None else "augmented",
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
                          num_references=[sum(f.log_q is not None for f in own) for own in found],
-                         component_shares=[np.round(run.component_shares, 6).tolist() for run in runs]))
+                         component_shares=[np.round(run.component_shares, 6).tolist() for run in runs],
+                         single_search_share=single))
 
 
 def _acceptance(moves: np.ndarray) -> tuple:
