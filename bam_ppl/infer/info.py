@@ -156,7 +156,7 @@ class MixtureInfo(NamedTuple):
     component_shares: list = ()
     #: The share of the estimate on basins that one search alone found (:func:`~bam_ppl.estimate.single_search_share`;
     #: nan for one run): near 0 where each basin the value rests on was found more than once, near 1 where every
-    #: search ended in basins of its own and more lie beyond them (noisy: up to about ± 0.6 where the searches agree).
+    #: search ended in basins of its own and more lie beyond them (noisy: −0.8 to 0.6 where the searches agree).
     single_search_share: float = float("nan")
 
 
