@@ -1,8 +1,8 @@
 """How far a reference's chain has climbed: the log-likelihood of the data at the posterior mean of the tables
 given the chain's allocation, every few sweeps, for each start of one run's search.
 
-A reference averages the second half of its chain (``mixture.finish``); if the chain is still climbing there, the
-reference spreads over the way up instead of the basin it reaches. The statistic
+A reference averages the second half of its chain (``mixture.finish``), and one half more where the chain still climbed
+there (``mixture.still_climbing``): a reference over the way up covers the basin it reaches poorly. The statistic
 Σ_u X_u log Σ_l Π_m θ̄_m[f_m(u, l)], θ̄ the posterior mean of the tables given the allocation, rises while a chain
 climbs and levels off, noisy, within a basin. Per start (the run's VB fits, an annealed scout, a drawn one, as
 ``mixture.run_search`` orders them): its value at the start, then after every ``--every`` sweeps of the engine's
@@ -21,24 +21,8 @@ import numpy as np
 from evidence_accuracy import data_for
 
 import bam_ppl as bam
-from bam_ppl.infer.gibbs.augmented_numba import posterior_concentration
 from bam_ppl.infer.smc import mixture
-from bam_ppl.infer.variational import vb
-
-
-def mean_table_log_likelihood(problem, cells, config: np.ndarray) -> float:
-    """Σ_u X_u log p(x_u | θ̄), θ̄ the tables' posterior mean given the allocation of token configurations ``config``."""
-    num_cells, num_configs = cells.valid.shape
-    split = np.bincount(problem.tp.token_cell.astype(np.int64) * num_configs + np.asarray(config, np.int64),
-                        minlength=num_cells * num_configs).reshape(num_cells, num_configs)
-    concentration = np.empty(cells.alpha.shape[0])
-    posterior_concentration(split, cells, concentration)
-    log_theta = np.log(concentration) - np.log(np.bincount(cells.column_of, concentration,
-                                                           cells.num_columns)[cells.column_of])
-    log_p = np.zeros(cells.valid.shape)
-    for m in range(cells.cell_flat.shape[0]):
-        log_p += cells.mask[m][:, None] * log_theta[cells.cell_flat[m][:, None] + cells.config_flat[m][None, :]]
-    return float((cells.counts * np.logaddexp.reduce(np.where(cells.valid, log_p, -np.inf), axis=1)).sum())
+from bam_ppl.infer.smc.references import mean_table_log_likelihood
 
 
 def main(argv=None) -> None:
@@ -50,8 +34,6 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     X, model = data_for(args.tokens, 50, 70, 4, seed=0), bam.models.nmf(4)
     problem, prepared = mixture.mixture_problem(model, X, 100_000)
-    with jax.enable_x64(True):
-        cells = problem.cells or mixture.host_problem(vb.build_problem(*prepared))
     plan = mixture.call_plan(problem, mixture.effort_sizes(1.0), jax.random.key(args.key), mixture.ENGINE.num_chains,
                              args.tokens)
     configs, _ = mixture.vb_start_configs(prepared, problem.tp, plan.seeds.vb[0], plan.share)
@@ -60,10 +42,10 @@ def main(argv=None) -> None:
         began = time.perf_counter()
         started = mixture.start(problem, plan.share, plan.seeds.starts[0][i], kind)
         step = max(1, started.sweeps // args.every)
-        values = [mean_table_log_likelihood(problem, cells, started.chain.config())]
+        values = [mean_table_log_likelihood(problem.tp.token_cell, problem.host, started.chain.config())]
         for _ in range(int(round(args.lengths * args.every))):
             started.chain.sweep(step)
-            values.append(mean_table_log_likelihood(problem, cells, started.chain.config()))
+            values.append(mean_table_log_likelihood(problem.tp.token_cell, problem.host, started.chain.config()))
         name = "VB fit" if isinstance(kind, np.ndarray) else kind
         print(f"{name}: chain of {started.sweeps} sweeps ({'augmented' if problem.cells is not None else 'collapsed'}),"
               f" every {step}: " + " ".join(f"{v:.0f}" for v in values) + f"  ({time.perf_counter() - began:.1f} s)",

@@ -108,6 +108,46 @@ def test_a_start_stops_where_a_reference_covers_it_and_a_mode_is_not_covered():
     assert mixture.covered_by(collapsed, [above._replace(ceiling=score + 1.0)], chain.config()) == 0
 
 
+def test_the_climb_statistic_is_the_likelihood_at_the_tables_posterior_mean():
+    # references.mean_table_log_likelihood: Σ_u X_u log p(x_u | θ̄), θ̄ = (α + n) / column sums, as VB computes it.
+    from bam_ppl.infer.gibbs.augmented_numba import posterior_concentration
+    from bam_ppl.infer.variational import vb
+
+    X = np.array([[5, 0, 2], [1, 7, 0], [0, 3, 4]])
+    problem, (bound, data, layout) = mixture.mixture_problem(bam.models.nmf(2, a=0.7), X, 10**6)
+    tp, host = problem.tp, problem.host
+    config = np.random.default_rng(3).integers(0, tp.num_configs, tp.token_cell.size)
+    split = np.zeros(host.valid.shape, np.int64)
+    np.add.at(split, (tp.token_cell, config), 1)
+    concentration = np.empty(host.alpha.shape[0])
+    posterior_concentration(split, host, concentration)
+    with jax.enable_x64(True):
+        expected = float(vb.training_log_likelihood(vb.build_problem(bound, data, layout), concentration))
+    assert references.mean_table_log_likelihood(tp.token_cell, host, config) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("values, climbing", [
+    (np.arange(16.0), True),  # a steady rise
+    (np.r_[np.zeros(8), np.ones(8)] + np.tile([0.1, -0.1], 8), True),  # a step up, far beyond the noise
+    (np.tile([1.0, -1.0], 8), False),  # noise about one level
+    (np.arange(16.0)[::-1], False),  # a fall from a mode into a basin's bulk
+])
+def test_a_chain_still_climbing_over_its_average_averages_once_more(values, climbing, monkeypatch):
+    # still_climbing: the later half of the recorded states' statistic above the earlier by two standard errors;
+    # finish() then averages the chain's next half afresh and counts its sweeps.
+    problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), np.kron(np.eye(2, dtype=np.int64),
+                                                                          np.full((2, 2), 20)), 10**6)
+    problem = problem._replace(cells=None)
+    sequence = iter(values)
+    monkeypatch.setattr(mixture, "mean_table_log_likelihood", lambda *_: next(sequence))
+    assert mixture.still_climbing(problem, np.zeros((16, problem.tp.token_cell.size), np.int64)) is climbing
+    monkeypatch.setattr(mixture, "still_climbing", lambda *_: climbing)
+    config = np.zeros(problem.tp.token_cell.size, np.int64)
+    chain = references.start_chain(problem.tp, None, config, np.array([1, 2], np.uint32))
+    found = references.drive(mixture.finish(problem, mixture.Started(chain, np.nan, config, 40)))
+    assert found.sweeps == (60 if climbing else 40) and found.log_q is not None
+
+
 def test_two_searches_driven_together_make_the_draws_each_makes_alone():
     # drive_pair sweeps two collapsed chains in one kernel where both wait on sweeps: each chain's states, reference
     # and recorded states are those it reaches driven alone, whatever the requests' lengths; a data-augmentation

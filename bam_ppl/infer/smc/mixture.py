@@ -80,6 +80,7 @@ from .references import (
     drive,
     drive_pair,
     kernel_counts,
+    mean_table_log_likelihood,
     start_chain,
     uniform_reference,
     with_reference,
@@ -128,13 +129,14 @@ class Scouted(NamedTuple):
 
 class MixtureProblem(NamedTuple):
     """What every run of one call shares, prepared once: the problem with the latent urn as its
-    start (the scouts'), the same with the references' structure, the label symmetries, and the
-    cells' arrays where the references' chains are data-augmentation chains (None: collapsed ones,
-    :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`)."""
+    start (the scouts'), the same with the references' structure, the label symmetries, the cells'
+    arrays ``host`` (:func:`still_climbing`) and ``cells``, the same where the references' chains are
+    data-augmentation chains (None: collapsed ones, :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`)."""
 
     tp: TemperedProblem
     scout_tp: TemperedProblem
     symmetry: LabelSymmetry
+    host: HostProblem
     cells: HostProblem | None = None
 
 
@@ -311,11 +313,27 @@ def covered_by(problem: MixtureProblem, found: list[Scouted], config: np.ndarray
     return kept[int(np.argmax(margin))] if margin.max() >= 0.0 else -1
 
 
+def still_climbing(problem: MixtureProblem, states: np.ndarray) -> bool:
+    """Whether a chain still climbed while its ``states`` (in order) were recorded: the data's log-likelihood at
+    the tables' posterior mean (:func:`~bam_ppl.infer.smc.references.mean_table_log_likelihood`) higher over the
+    later half of them than over the earlier by more than two standard errors (the comparison of a chain's early
+    and late means of Geweke 1992, one-sided: a chain that falls from a mode into a basin's bulk has arrived)."""
+    values = np.array([mean_table_log_likelihood(problem.tp.token_cell, problem.host, state) for state in states])
+    early, late = np.array_split(values, 2)
+    spread = np.sqrt(early.var(ddof=1) / early.size + late.var(ddof=1) / late.size)
+    return bool(late.mean() - early.mean() > 2.0 * spread)
+
+
 def finish(problem: MixtureProblem, started: Started):
     """The second half of a start's chain, whose average is its reference
-    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), and the reference's ``floor`` and ``ceiling``;
-    as steps (:func:`~bam_ppl.infer.smc.references.drive`), a ``Scouted``."""
-    reference = yield from averaged_reference_steps(started.chain, started.sweeps - started.sweeps // 2)
+    (:func:`~bam_ppl.infer.smc.references.averaged_reference`), once more where the chain was still climbing
+    (:func:`still_climbing`: a reference over its way up covers the basin it reaches poorly), and the
+    reference's ``floor`` and ``ceiling``; as steps (:func:`~bam_ppl.infer.smc.references.drive`), a ``Scouted``."""
+    half = started.sweeps - started.sweeps // 2
+    reference = yield from averaged_reference_steps(started.chain, half)
+    if still_climbing(problem, reference.states):
+        reference = yield from averaged_reference_steps(started.chain, half)
+        started = started._replace(sweeps=started.sweeps + half)
     # Data-augmentation chains cover nothing (:func:`scout`): their range is not needed.
     sums = None if problem.cells is not None else orbit_log_sums(problem.tp, reference.log_q, reference.states,
                                                                  problem.symmetry)
@@ -528,7 +546,7 @@ def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tupl
     with jax.enable_x64(True):
         cells = host_problem(vb.build_problem(bound, data, layout))
     return (MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
-                           label_symmetries_of(bound, data, layout),
+                           label_symmetries_of(bound, data, layout), cells,
                            cells if augmented_chain_is_cheaper(cells, ENGINE.augmented_sweeps) else None),
             (bound, data, layout))
 

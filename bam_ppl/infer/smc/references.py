@@ -15,7 +15,7 @@ from ...models.allocation import DEFAULT_MAX_CONFIGS
 from ...types import as_key
 from ...validation import check_int
 from ..gibbs import collapsed_numba as gibbs_numba
-from ..gibbs.augmented_numba import augmented_sweeps, split_draws
+from ..gibbs.augmented_numba import augmented_sweeps, posterior_concentration, split_draws
 from ..prepare import configs_of_allocation, prepare
 from .tempered_numba import _cell_probabilities, kernel_tables
 from .tempered_problem import (
@@ -277,6 +277,23 @@ def augmented_chain_is_cheaper(cells, sweeps_factor: float) -> bool:
     """Whether a data-augmentation chain of ``sweeps_factor`` times the sweeps draws fewer random
     numbers (:func:`augmented_sweep_draws`) than the collapsed chain, whose sweep draws one per token."""
     return bool(sweeps_factor * augmented_sweep_draws(cells) < cells.counts.sum())
+
+
+def mean_table_log_likelihood(token_cell: np.ndarray, cells, config: np.ndarray) -> float:
+    """log p(X | θ̄) = Σ_u X_u log Σ_l Π_m θ̄_m[f_m(u, l)], θ̄ the posterior mean of the tables given the allocation
+    with token configurations ``config`` (tokens in cells ``token_cell``; ``cells`` the problem's ``HostProblem``):
+    it rises while a chain climbs into a basin and levels off, noisy, within one (``benchmarks/chain_climb.py``)."""
+    num_cells, num_configs = cells.valid.shape
+    split = np.bincount(np.asarray(token_cell, np.int64) * num_configs + np.asarray(config, np.int64),
+                        minlength=num_cells * num_configs).reshape(num_cells, num_configs)
+    concentration = np.empty(cells.alpha.shape[0])
+    posterior_concentration(split, cells, concentration)
+    log_theta = np.log(concentration) - np.log(np.bincount(cells.column_of, concentration,
+                                                           cells.num_columns)[cells.column_of])
+    log_p = np.zeros(cells.valid.shape)
+    for m in range(cells.cell_flat.shape[0]):
+        log_p += cells.mask[m][:, None] * log_theta[cells.cell_flat[m][:, None] + cells.config_flat[m][None, :]]
+    return float(cells.counts @ np.logaddexp.reduce(np.where(cells.valid, log_p, -np.inf), axis=1))
 
 
 def _floored_log_q(total: np.ndarray, last: np.ndarray, floor: float) -> np.ndarray:
