@@ -1,8 +1,9 @@
-"""The sandwich of bidirectional Monte Carlo on NMF(4), 50 × 70, data simulated from the model.
+"""The sandwich of bidirectional Monte Carlo on data simulated from the model that evaluates it.
 
-X and its allocation S are drawn from NMF(4) with a = 200 (Dirichlet(1)-sized columns, as the
-benchmark data of benchmarks/README.md, but evaluated under the model that drew them, so that S is
-an exact draw of the posterior). For each T: the default forward estimate (``bam.log_evidence``,
+X and its allocation S are drawn from the model (by default NMF(4) with a = 200 on 50 × 70:
+Dirichlet(1)-sized columns, as the benchmark data of benchmarks/README.md; ``--model`` and
+``--shape`` name another of ``bam.models``' constructors), so that S is an exact draw of the
+posterior. For each T: the default forward estimate (``bam.log_evidence``,
 a stochastic lower bound), the reverse-annealing upper bound from S
 (``bam.evidence_upper_bound``, a stochastic upper bound) back to the reference built from the
 forward estimate's best allocation (``--back search``: to the mixture of the references of a default
@@ -12,6 +13,7 @@ and the seconds of each.
 
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 1000 4000
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 16000 --seed 0 1 2 --back search
+    .venv/bin/python benchmarks/sandwich.py --model "cp(3, a=0.5)" --shape 12 10 8 --totals 3000 --back search
 """
 
 from __future__ import annotations
@@ -34,16 +36,21 @@ def main(argv=None):
     parser.add_argument("--back", choices=("best", "search", "urn"), default="best",
                         help="anneal back to the reference from the forward's best allocation, to the mixture "
                              "of a default call's searches, or to the latent urn")
+    parser.add_argument("--model", default="nmf(4, a=200.0)",
+                        help="a call of a constructor of bam.models, e.g. \"cp(3, a=0.5)\" or \"tucker((3, 2, 2))\"")
+    parser.add_argument("--shape", type=int, nargs="+", default=[50, 70], help="the shape of the simulated table")
     args = parser.parse_args(argv)
-    model = bam.models.nmf(4, a=200.0)
+    # Only bam.models' names resolve in the expression: a call of one of its constructors.
+    model = eval(args.model, {"__builtins__": {}}, vars(bam.models))
     path = {"best": "reference from the forward estimate's best allocation", "urn": "latent urn",
             "search": "mixture of a default call's searches"}[args.back]
-    print(f"NMF(4), a = 200, 50 × 70, rng_key {args.key}, {args.runs} reverse runs to the {path}")
+    shape = " × ".join(map(str, args.shape))
+    print(f"{args.model} on {shape}, rng_key {args.key}, {args.runs} reverse runs to the {path}")
     print("| T | data key | forward (default) | s | upper bound (reverse) | temperatures | s | sandwich width |")
     print("|---|---|---|---|---|---|---|---|")
     for total in args.totals:
         for seed in args.seed:
-            S, X = model.sample(jax.random.key(seed), shape=(50, 70), total=total)
+            S, X = model.sample(jax.random.key(seed), shape=tuple(args.shape), total=total)
             start = time.perf_counter()
             forward = bam.log_evidence(model, X, rng_key=args.key)
             forward_seconds = time.perf_counter() - start
