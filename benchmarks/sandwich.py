@@ -13,12 +13,15 @@ and the seconds of each.
 
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 1000 4000
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 16000 --seed 0 1 2 --back search
-    .venv/bin/python benchmarks/sandwich.py --model "cp(3, a=0.5)" --shape 12 10 8 --totals 3000 --back search
+    .venv/bin/python benchmarks/sandwich.py --model "cp(3, a=20.0)" --shape 12 10 8 --totals 3000 --back search
+    .venv/bin/python benchmarks/sandwich.py --model "tucker((3, 2, 2), a=20.0)" --shape 10 8 6 --totals 3000 \
+        --seed 1 --key 1 2 --options rho=0.99 --no-bound
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import time
 
 import jax
@@ -30,7 +33,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--totals", type=int, nargs="+", default=[1000, 4000], help="numbers of tokens T")
     parser.add_argument("--seed", type=int, nargs="+", default=[0], help="keys of the simulated data")
-    parser.add_argument("--key", type=int, default=0, help="rng_key of both estimators")
+    parser.add_argument("--key", type=int, nargs="+", default=[0],
+                        help="rng_key of the forward calls, one row each; the first also the bound's")
+    parser.add_argument("--options", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="options of the forward calls (bam.log_evidence), e.g. effort=4 rho=0.99")
+    parser.add_argument("--no-bound", action="store_true", help="the forward calls alone")
     parser.add_argument("--runs", type=int, default=16, help="reverse runs")
     parser.add_argument("--temperatures", type=int, default=None, help="reverse temperatures (default: T)")
     parser.add_argument("--back", choices=("best", "search", "urn"), default="best",
@@ -40,29 +47,34 @@ def main(argv=None):
                         help="a call of a constructor of bam.models, e.g. \"cp(3, a=0.5)\" or \"tucker((3, 2, 2))\"")
     parser.add_argument("--shape", type=int, nargs="+", default=[50, 70], help="the shape of the simulated table")
     args = parser.parse_args(argv)
+    options = {name: ast.literal_eval(value) for name, value in (option.split("=", 1) for option in args.options)}
     # Only bam.models' names resolve in the expression: a call of one of its constructors.
     model = eval(args.model, {"__builtins__": {}}, vars(bam.models))
     path = {"best": "reference from the forward estimate's best allocation", "urn": "latent urn",
             "search": "mixture of a default call's searches"}[args.back]
     shape = " × ".join(map(str, args.shape))
-    print(f"{args.model} on {shape}, rng_key {args.key}, {args.runs} reverse runs to the {path}")
-    print("| T | data key | forward (default) | s | upper bound (reverse) | temperatures | s | sandwich width |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"{args.model} on {shape}, forward options {options}, {args.runs} reverse runs to the {path}")
+    print("| T | data key | rng_key | forward | s | upper bound (reverse) | temperatures | s | sandwich width |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for total in args.totals:
         for seed in args.seed:
             S, X = model.sample(jax.random.key(seed), shape=tuple(args.shape), total=total)
-            start = time.perf_counter()
-            forward = bam.log_evidence(model, X, rng_key=args.key)
-            forward_seconds = time.perf_counter() - start
-            start = time.perf_counter()
-            reference = {"urn": None, "search": "search",
-                         "best": (forward.details["best_cells"], forward.details["best_counts"])}[args.back]
-            upper = bam.evidence_upper_bound(model, X, S, rng_key=args.key, num_chains=args.runs,
-                                             num_temperatures=args.temperatures, reference=reference)
-            upper_seconds = time.perf_counter() - start
-            print(f"| {total} | {seed} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} | "
-                  f"{upper.value:.2f} ± {upper.stderr:.2f} | {upper.details['num_temperatures']} | "
-                  f"{upper_seconds:.0f} | {upper.value - forward.value:.2f} |", flush=True)
+            upper = None
+            for key in args.key:
+                start = time.perf_counter()
+                forward = bam.log_evidence(model, X, rng_key=key, **options)
+                forward_seconds = time.perf_counter() - start
+                bound = "| — | — | — | — |"
+                if not args.no_bound and upper is None:
+                    start = time.perf_counter()
+                    reference = {"urn": None, "search": "search",
+                                 "best": (forward.details["best_cells"], forward.details["best_counts"])}[args.back]
+                    upper = bam.evidence_upper_bound(model, X, S, rng_key=key, num_chains=args.runs,
+                                                     num_temperatures=args.temperatures, reference=reference)
+                    bound = (f"| {upper.value:.2f} ± {upper.stderr:.2f} | {upper.details['num_temperatures']} | "
+                             f"{time.perf_counter() - start:.0f} | {upper.value - forward.value:.2f} |")
+                print(f"| {total} | {seed} | {key} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} "
+                      f"{bound}", flush=True)
 
 
 if __name__ == "__main__":
