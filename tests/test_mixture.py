@@ -69,7 +69,7 @@ def test_a_reference_covers_its_chains_region_and_its_relabellings_not_another_b
     model = bam.models.nmf(2, a=1.0)
     X = np.kron(np.eye(2, dtype=np.int64), np.full((2, 2), 20))  # two blocks: one basin, two relabelled copies
     problem, _ = mixture.mixture_problem(model, X, 10**6)
-    problem = problem._replace(cells=None)  # collapsed chains, which covering applies to
+    problem = problem._replace(augmented=False)  # collapsed chains, which covering applies to
     tp = problem.tp
     config = np.random.default_rng(0).integers(0, tp.num_configs, tp.token_cell.size)
     chain = references.start_chain(tp, None, config, np.array([1, 2], np.uint32))
@@ -89,9 +89,9 @@ def test_a_start_stops_where_a_reference_covers_it_and_a_mode_is_not_covered():
     # reference's chain visited (a mode) is not covered, and with nothing found a start builds a reference.
     problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), np.kron(np.eye(2, dtype=np.int64),
                                                                           np.full((2, 2), 20)), 10**6)
-    collapsed = problem._replace(cells=None)
+    collapsed = problem._replace(augmented=False)
     np.testing.assert_array_equal(mixture.check_marks(collapsed, 200), [0, 1, 2, 4, 8, 16, 32, 64, 100])
-    assert mixture.check_marks(collapsed._replace(cells=object()), 200).tolist() == [100]
+    assert mixture.check_marks(collapsed._replace(augmented=True), 200).tolist() == [100]
     options = mixture.effort_sizes(1.0)._replace(reference_sweeps=40, sweeps_per_token=0.0)
     seeds = np.array([[1, 2], [3, 4]], np.uint32)
     config = np.random.default_rng(0).integers(0, collapsed.tp.num_configs, collapsed.tp.token_cell.size)
@@ -142,7 +142,7 @@ def test_a_chain_still_climbing_over_its_average_averages_once_more(values, clim
     # finish() then averages the chain's next half afresh and counts its sweeps.
     problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), np.kron(np.eye(2, dtype=np.int64),
                                                                           np.full((2, 2), 20)), 10**6)
-    problem = problem._replace(cells=None)
+    problem = problem._replace(augmented=False)
     sequence = iter(values)
     monkeypatch.setattr(mixture, "mean_table_log_likelihood", lambda *_: next(sequence))
     assert mixture.still_climbing(problem, np.zeros((16, problem.tp.token_cell.size), np.int64)) is climbing

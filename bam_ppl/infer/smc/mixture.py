@@ -130,14 +130,19 @@ class Scouted(NamedTuple):
 class MixtureProblem(NamedTuple):
     """What every run of one call shares, prepared once: the problem with the latent urn as its
     start (the scouts'), the same with the references' structure, the label symmetries, the cells'
-    arrays ``host`` (:func:`still_climbing`) and ``cells``, the same where the references' chains are
-    data-augmentation chains (None: collapsed ones, :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`)."""
+    arrays ``host`` (:func:`still_climbing`), and whether the references' chains are data-augmentation
+    chains (:func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`)."""
 
     tp: TemperedProblem
     scout_tp: TemperedProblem
     symmetry: LabelSymmetry
     host: HostProblem
-    cells: HostProblem | None = None
+    augmented: bool = False
+
+    @property
+    def cells(self) -> HostProblem | None:
+        """The cells' arrays that data-augmentation chains and cell moves need; None for collapsed chains."""
+        return self.host if self.augmented else None
 
 
 class MixtureOptions(NamedTuple):
@@ -547,7 +552,7 @@ def mixture_problem(model, data, max_configs: int) -> tuple[MixtureProblem, tupl
         cells = host_problem(vb.build_problem(bound, data, layout))
     return (MixtureProblem(tp, build_tempered_problem(bound, data, layout, max(1.0, 1.0 / bound.a)),
                            label_symmetries_of(bound, data, layout), cells,
-                           cells if augmented_chain_is_cheaper(cells, ENGINE.augmented_sweeps) else None),
+                           augmented_chain_is_cheaper(cells, ENGINE.augmented_sweeps)),
             (bound, data, layout))
 
 

@@ -389,12 +389,9 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
         ``"search"``, the mixture of the references of a default call's searches (numba;
         :func:`searched_start`), whose components and labels the runs move among
         (:func:`component_move`): tight wherever ``allocation`` lies if a search reached its basin. Or one
-        product reference q, which covers one basin, from an allocation found *without* ``allocation`` (e.g.
-        a forward estimate's ``details["best_cells"], details["best_counts"]``) or given as a ``Reference``;
-        :func:`relabel_move` carries the runs to its labels (none beyond 8! symmetries: the bound can be loose).
-        A q built from ``allocation`` itself gives no bound: E[1/Ẑ_up] = 1/p(X) needs a start that does not
-        depend on S, and one around S's own basin bounds that basin's mass (NMF(6), a = 50, 1000 tokens: 6 nats
-        below two forward estimators).
+        product reference q, covering one basin, from an allocation found *without* ``allocation`` (a forward
+        estimate's ``details["best_cells"], details["best_counts"]``; one built from S bounds only S's basin)
+        or a ``Reference``; :func:`relabel_move` carries the runs to its labels (up to 8! symmetries).
 
     Returns
     -------
