@@ -4,6 +4,7 @@ and the estimator matches exact values on tiny data."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -302,6 +303,37 @@ def test_every_run_has_a_search_of_its_own_with_its_share_of_the_vb_fits():
     plain = bam.log_evidence(model, X, method="mixture", rng_key=2, num_chains=2, num_scouts=3, num_particles=16,
                              vb_restarts=0)
     assert [len(own) for own in plain.info.chain_sweeps] == [4, 4] and plain.details["vb_bound"] == -np.inf
+
+
+def test_runs_anneal_as_their_searches_end_and_a_failed_search_ends_the_call(monkeypatch):
+    # A run anneals as soon as its own search ends and waits for the call's start only at its last reweighting:
+    # the value does not depend on which search ends first; a search that raises ends the call with its error.
+    model, X = CASES["nmf"]
+    options = dict(method="mixture", rng_key=3, num_chains=3, num_scouts=3, num_particles=16, vb_restarts=4)
+    first = bam.log_evidence(model, X, **options)
+    searched_group = mixture.searched_group
+
+    def first_search_last(problem, plan, prepared, group):
+        if 0 in group:
+            time.sleep(1.0)
+        return searched_group(problem, plan, prepared, group)
+
+    monkeypatch.setattr(mixture, "searched_group", first_search_last)
+    assert bam.log_evidence(model, X, **options).run_values == first.run_values
+
+    def failing(problem, plan, prepared, group):
+        if 1 in group:
+            raise ArithmeticError("search 1 failed")
+        return searched_group(problem, plan, prepared, group)
+
+    monkeypatch.setattr(mixture, "searched_group", failing)
+    with pytest.raises(ArithmeticError, match="search 1 failed"):
+        bam.log_evidence(model, X, **options)
+    calls = mixture_start.PendingCallStarts(2, 16)
+    calls.add(0, _start(_problem(model, X)[0], [1], [1.0]))
+    calls.fail()
+    with pytest.raises(RuntimeError, match="search failed"):
+        calls.waiter(0)()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -69,7 +70,7 @@ from .mixture_start import (
     CallStart,
     MixtureParticles,
     MixtureStart,
-    call_starts,
+    PendingCallStarts,
     mixture_log_weights,
 )
 from .references import (
@@ -418,10 +419,10 @@ def search_kinds(vb_configs: list, options: MixtureOptions) -> list:
 
 
 def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, pool,
-                start: MixtureStart, num_particles: int, call: CallStart | None = None) -> MixtureRun:
+                start: MixtureStart, num_particles: int, call: Callable[[], CallStart] | None = None) -> MixtureRun:
     """One run (``seeds`` (NUM_BLOCKS + 1, 2)): the tempered SMC of ``num_particles`` particles from the
-    mixture ``start`` of its search's references, reweighted at the end by its own start or the ``call``'s
-    (module docstring)."""
+    mixture ``start`` of its search's references, reweighted at the end by its own start or by the call's,
+    which ``call()`` returns once every run's search has ended (module docstring)."""
     tp = problem.tp
     particles = MixtureParticles(tp, num_particles, seeds[:NUM_BLOCKS], pool, start, problem.cells)
     changes = []
@@ -430,7 +431,9 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         config = np.asarray(ps.config)
         if call is None:
             return mixture_log_weights(tp, ps.start, problem.symmetry, config, ps.component)
-        weights = mixture_log_weights(tp, call.start, problem.symmetry, config, call.first + ps.component, call.run_of)
+        whole = call()
+        weights = mixture_log_weights(tp, whole.start, problem.symmetry, config, whole.first + ps.component,
+                                      whole.run_of)
         if weights is None:
             return None
         changes.append(weights[1])
@@ -673,25 +676,36 @@ def run_search_of(problem: MixtureProblem, plan: CallPlan, prepared, r: int):
 def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
                   ) -> tuple[list[MixtureRun], list[list[Scouted]], float]:
     """The call's runs: every run's search (:func:`searched_group`: one or, with twice as many runs as cores, two to
-    a thread, their chains swept together), then each run's annealing from its own start, reweighted by the call's
-    (:func:`~bam_ppl.infer.smc.mixture_start.call_starts`, :func:`run_mixture`), its particle blocks in its thread
-    (over a pool where there are fewer runs than cores; their streams make the result the same on any number of
-    cores); the runs, what each search found and the best ELBO."""
+    a thread, their chains swept together), then each run's annealing from its own start as soon as its search ends,
+    reweighted by the call's start once every search has (:class:`~bam_ppl.infer.smc.mixture_start.PendingCallStarts`,
+    :func:`run_mixture`), its particle blocks in its thread (over a pool where there are fewer runs than cores; their
+    streams make the result the same on any number of cores and in any order); the runs, what each search found and
+    the best ELBO."""
     cores = usable_cores()
     num_runs = plan.seeds.runs.shape[0]
     size = 2 if num_runs >= 2 * cores else 1
     groups = [list(range(num_runs))[first:first + size] for first in range(0, num_runs, size)]
-    with ThreadPoolExecutor(max_workers=cores) as pool, ThreadPoolExecutor(max_workers=cores) as blocks:
-        found, elbos = zip(*(run for searched in pool.map(lambda group: searched_group(problem, plan, prepared, group),
-                                                           groups) for run in searched))
-        starts = [defended_start(own, problem.tp) for own in found]
+    found, elbos, runs = [None] * num_runs, [None] * num_runs, [None] * num_runs
+    calls = PendingCallStarts(num_runs, plan.num_particles)
+    # A thread for each run's annealing beside the searches' threads: one that waits for the call's start holds
+    # no core, and the cores stay busy until the last search ends.
+    with ThreadPoolExecutor(max_workers=cores) as pool, ThreadPoolExecutor(max_workers=num_runs) as annealing, \
+            ThreadPoolExecutor(max_workers=cores) as blocks:
         block_pool = _Inline() if num_runs >= cores else blocks
-        calls = call_starts(starts, plan.num_particles) if num_runs > 1 else [None]
-        futures = [pool.submit(run_mixture, problem, plan.share, plan.seeds.runs[r], block_pool, start,
-                               plan.num_particles, call) for r, (start, call) in enumerate(zip(starts, calls))]
-        for _ in as_completed(futures):
+        searches = {pool.submit(searched_group, problem, plan, prepared, group): group for group in groups}
+        try:
+            for done in as_completed(searches):
+                for r, (own, elbo) in zip(searches[done], done.result()):
+                    found[r], elbos[r] = own, elbo
+                    start = defended_start(own, problem.tp)
+                    calls.add(r, start)
+                    runs[r] = annealing.submit(run_mixture, problem, plan.share, plan.seeds.runs[r], block_pool, start,
+                                          plan.num_particles, calls.waiter(r) if num_runs > 1 else None)
+        finally:
+            calls.fail()  # releases the annealings' waits should a search have raised
+        for _ in as_completed([run for run in runs if run is not None]):
             bar.update(1)
-    return [future.result() for future in futures], list(found), max(elbos)
+    return [run.result() for run in runs], found, max(elbos)
 
 
 def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: MixtureProblem, options: MixtureOptions, prepared,

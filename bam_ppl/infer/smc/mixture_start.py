@@ -4,6 +4,7 @@ reweighting f(b, z) that counts every basin and relabelled copy once (the deriva
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -83,6 +84,35 @@ def call_starts(starts: list[MixtureStart], num_particles: int) -> list[CallStar
                          np.concatenate([start.log_weights for start in drawn]) - np.log(len(drawn)))
     run_of = np.repeat(np.arange(len(drawn)), sizes)
     return [CallStart(start, run_of, r) for r in range(len(drawn))]
+
+
+class PendingCallStarts:
+    """The runs' :class:`CallStart` (:func:`call_starts`), known once every run's start is (:meth:`add`): a run
+    can anneal as soon as its own search ends and wait for the others' only at its last reweighting
+    (:meth:`waiter`). :meth:`fail` releases the waiters with an error where a search raised."""
+
+    def __init__(self, num_runs: int, num_particles: int):
+        self._starts, self._num_particles = [None] * num_runs, num_particles
+        self._calls, self._lock, self._ready = None, threading.Lock(), threading.Event()
+
+    def add(self, run: int, start: MixtureStart) -> None:
+        with self._lock:
+            self._starts[run] = start
+            if all(start is not None for start in self._starts):
+                self._calls = call_starts(self._starts, self._num_particles)
+                self._ready.set()
+
+    def fail(self) -> None:
+        self._ready.set()
+
+    def waiter(self, run: int):
+        """A function that waits for run ``run``'s :class:`CallStart` and returns it."""
+        def wait() -> CallStart:
+            self._ready.wait()
+            if self._calls is None:
+                raise RuntimeError("tempered SMC from a mixture: another run's search failed")
+            return self._calls[run]
+        return wait
 
 
 class MixtureParticles(NumbaParticles):
