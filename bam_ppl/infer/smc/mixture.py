@@ -687,9 +687,9 @@ def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
     groups = [list(range(num_runs))[first:first + size] for first in range(0, num_runs, size)]
     found, elbos, runs = [None] * num_runs, [None] * num_runs, [None] * num_runs
     calls = PendingCallStarts(num_runs, plan.num_particles)
-    # A thread for each run's annealing beside the searches' threads: one that waits for the call's start holds
-    # no core, and the cores stay busy until the last search ends.
-    with ThreadPoolExecutor(max_workers=cores) as pool, ThreadPoolExecutor(max_workers=num_runs) as annealing, \
+    # The annealings' threads beside the searches': one that waits for the call's start holds no core, the cores
+    # stay busy until the last search ends, and at most as many runs hold their particles at once as there are cores.
+    with ThreadPoolExecutor(max_workers=cores) as pool, ThreadPoolExecutor(max_workers=cores) as annealing, \
             ThreadPoolExecutor(max_workers=cores) as blocks:
         block_pool = _Inline() if num_runs >= cores else blocks
         searches = {pool.submit(searched_group, problem, plan, prepared, group): group for group in groups}
@@ -699,8 +699,8 @@ def searched_runs(problem: MixtureProblem, plan: CallPlan, prepared, bar
                     found[r], elbos[r] = own, elbo
                     start = defended_start(own, problem.tp)
                     calls.add(r, start)
-                    runs[r] = annealing.submit(run_mixture, problem, plan.share, plan.seeds.runs[r], block_pool, start,
-                                          plan.num_particles, calls.waiter(r) if num_runs > 1 else None)
+                    runs[r] = annealing.submit(run_mixture, problem, plan.share, plan.seeds.runs[r], block_pool,
+                                               start, plan.num_particles, calls.waiter(r) if num_runs > 1 else None)
         finally:
             calls.fail()  # releases the annealings' waits should a search have raised
         for _ in as_completed([run for run in runs if run is not None]):
