@@ -15,7 +15,7 @@ and the seconds of each.
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 16000 --seed 0 1 2 --back search
     .venv/bin/python benchmarks/sandwich.py --model "cp(3, a=20.0)" --shape 12 10 8 --totals 3000 --back search
     .venv/bin/python benchmarks/sandwich.py --model "tucker((3, 2, 2), a=20.0)" --shape 10 8 6 --totals 3000 \
-        --seed 1 --key 1 2 --options rho=0.99 --no-bound
+        --seed 1 --key 1 2 --options rho=0.99 --no-bound --details
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def main(argv=None):
     parser.add_argument("--options", nargs="*", default=[], metavar="NAME=VALUE",
                         help="options of the forward calls (bam.log_evidence), e.g. effort=4 rho=0.99")
     parser.add_argument("--no-bound", action="store_true", help="the forward calls alone")
+    parser.add_argument("--details", action="store_true",
+                        help="after each forward call, its searches: the share of the value on basins one search "
+                             "alone found, each run's value and its search's alone, and each search's references")
     parser.add_argument("--runs", type=int, default=16, help="reverse runs")
     parser.add_argument("--temperatures", type=int, default=None, help="reverse temperatures (default: T)")
     parser.add_argument("--back", choices=("best", "search", "urn"), default="best",
@@ -75,6 +78,19 @@ def main(argv=None):
                              f"{time.perf_counter() - start:.0f} | {upper.value - forward.value:.2f} |")
                 print(f"| {total} | {seed} | {key} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} "
                       f"{bound}", flush=True)
+                if args.details:
+                    print_searches(forward)
+
+
+def print_searches(forward) -> None:
+    """What the default call's searches found (``details`` and ``info`` of the mixture estimate)."""
+    info = getattr(forward.info, "kept_info", forward.info)
+    details = forward.details
+    runs = ", ".join(f"{run:.2f}" for run in details.get("run_log_evidence", []))
+    alone = ", ".join(f"{run:.2f}" for run in details.get("search_log_evidence", []))
+    print(f"  found once {details.get('single_search_share', float('nan')):.2f}; runs {runs}; alone {alone}; "
+          f"references per search {getattr(info, 'num_references', None)} of "
+          f"{[len(sweeps) for sweeps in getattr(info, 'chain_sweeps', [])]} starts", flush=True)
 
 
 if __name__ == "__main__":
