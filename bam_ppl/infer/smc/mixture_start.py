@@ -96,6 +96,7 @@ class PendingCallStarts:
         self._calls, self._lock, self._ready = None, threading.Lock(), threading.Event()
 
     def add(self, run: int, start: MixtureStart) -> None:
+        """Run ``run``'s start; with the last of them, every run's :class:`CallStart`."""
         with self._lock:
             self._starts[run] = start
             if all(start is not None for start in self._starts):
@@ -103,6 +104,7 @@ class PendingCallStarts:
                 self._ready.set()
 
     def fail(self) -> None:
+        """Releases the waiters: with an error unless every start was added."""
         self._ready.set()
 
     def waiter(self, run: int):
