@@ -89,19 +89,18 @@ def call_starts(starts: list[MixtureStart], num_particles: int) -> list[CallStar
 class PendingCallStarts:
     """The runs' :class:`CallStart` (:func:`call_starts`), known once every run's start is (:meth:`add`): a run
     can anneal as soon as its own search ends and wait for the others' only at its last reweighting
-    (:meth:`waiter`). :meth:`fail` releases the waiters with an error where a search raised."""
+    (:meth:`waiter`). :meth:`fail` releases the waiters with an error where a search raised. One thread adds."""
 
     def __init__(self, num_runs: int, num_particles: int):
         self._starts, self._num_particles = [None] * num_runs, num_particles
-        self._calls, self._lock, self._ready = None, threading.Lock(), threading.Event()
+        self._calls, self._ready = None, threading.Event()
 
     def add(self, run: int, start: MixtureStart) -> None:
         """Run ``run``'s start; with the last of them, every run's :class:`CallStart`."""
-        with self._lock:
-            self._starts[run] = start
-            if all(start is not None for start in self._starts):
-                self._calls = call_starts(self._starts, self._num_particles)
-                self._ready.set()
+        self._starts[run] = start
+        if all(start is not None for start in self._starts):
+            self._calls = call_starts(self._starts, self._num_particles)
+            self._ready.set()
 
     def fail(self) -> None:
         """Releases the waiters: with an error unless every start was added."""
