@@ -23,6 +23,7 @@ takes many hours on a 2-core machine.
 Usage::
 
     python benchmarks/real_data_evidence.py abalone --a 1
+    python benchmarks/real_data_evidence.py abalone --a 1 --binning quantile   # equal-frequency bins
     python benchmarks/real_data_evidence.py letters --ranks 1 2 3 4 5 6 8 10
     python benchmarks/real_data_evidence.py icews
     python benchmarks/real_data_evidence.py abalone --summary       # markdown tables of the rows
@@ -64,12 +65,13 @@ def cpu_seconds() -> float:
 
 # ---------------------------------------------------------------------------- data and models
 
-def abalone_data(small: bool):
-    """The 7 discretised measurements (CountTensor) and the 8-axis tensor with age, for p(age | r)."""
+def abalone_data(small: bool, binning: str = "kmeans"):
+    """The 7 discretised measurements (CountTensor) and the 8-axis tensor with age, for p(age | r);
+    ``binning`` as ``load_abalone``'s ("quantile": a cut of the same records no default was chosen on)."""
     from bam_ppl.data import CountTensor
     from bam_ppl.datasets import load_abalone
 
-    X8 = load_abalone(bins=5, include_age=True, num_records=300 if small else None, rng_key=0)
+    X8 = load_abalone(bins=5, binning=binning, include_age=True, num_records=300 if small else None, rng_key=0)
     X = CountTensor(X8.indices[:, :7], X8.counts, X8.shape[:7], dims=X8.dims[:7],
                     coords={d: X8.coords[d] for d in X8.dims[:7]})
     return X, X8
@@ -94,11 +96,11 @@ def icews_models(a: float, ranks, small: bool):
         yield f"Tucker{shape}", bam.models.tucker(shape, a=a)
 
 
-def experiment_data(name: str, small: bool):
+def experiment_data(name: str, small: bool, binning: str = "kmeans"):
     from bam_ppl.datasets import load_icews, load_letter_bigrams
 
     if name == "abalone":
-        return abalone_data(small)[0]
+        return abalone_data(small, binning)[0]
     if name == "letters":
         return load_letter_bigrams(total=400 if small else 2000, rng_key=0)
     return load_icews(threshold=0.99 if small else 0.9)
@@ -146,9 +148,14 @@ def estimate_row(model, X, key: int, options: dict, with_vb: bool) -> dict:
     return row
 
 
+def output_name(name: str, args) -> str:
+    """The name of an experiment's CSV: the data's variant (Abalone's binning, the small settings) included."""
+    return name + ("_quantile" if args.binning == "quantile" else "") + ("_small" if args.small else "")
+
+
 def measure(name: str, args) -> None:
-    X = experiment_data(name, args.small)
-    output = args.output / f"{name}{'_small' if args.small else ''}.csv"
+    X = experiment_data(name, args.small, args.binning)
+    output = args.output / f"{output_name(name, args)}.csv"
     output.parent.mkdir(parents=True, exist_ok=True)
     done = set(map(tuple, pd.read_csv(output)[["a", "model"]].astype(str).to_numpy().tolist())) \
         if output.exists() else set()
@@ -180,7 +187,7 @@ def age_profile(args) -> pd.DataFrame:
     """
     from bam_ppl.infer.smc.tempered import run_tempered
 
-    X, X8 = abalone_data(args.small)
+    X, X8 = abalone_data(args.small, args.binning)
     model = bam.models.cp(PROFILE_RANK, order=7, a=1.0)
     result = run_tempered(model, X, rng_key=7, **tempered_options(args))
     nodes = model.bind(X).nodes
@@ -218,7 +225,7 @@ def _fmt(value) -> str:
 
 
 def summary(name: str, args) -> str:
-    rows = pd.read_csv(args.output / f"{name}{'_small' if args.small else ''}.csv")
+    rows = pd.read_csv(args.output / f"{output_name(name, args)}.csv")
     parts = []
     for a, group in rows.groupby("a", sort=False):
         group = group.assign(
@@ -243,6 +250,8 @@ def parse(argv=None):
     parser.add_argument("--num-sweeps", type=int)
     parser.add_argument("--no-vb", action="store_true", help="skip the VB bound of each model")
     parser.add_argument("--small", action="store_true", help="tiny data and ranks: checks the script")
+    parser.add_argument("--binning", choices=("kmeans", "quantile"), default="kmeans",
+                        help="abalone: the measurements cut by the paper's k-means or at their quantiles")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--summary", action="store_true", help="only print the tables of the rows so far")
     args = parser.parse_args(argv)

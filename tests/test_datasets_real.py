@@ -107,6 +107,22 @@ def test_abalone_bins_and_age_axis():
 
 
 @needs_data
+def test_abalone_quantile_binning():
+    X = load_abalone(binning="quantile")
+    assert X.shape == (5,) * 7 and X.total == 4177
+    for n, dim in enumerate(X.dims):
+        marginal = np.bincount(X.indices[:, n], weights=X.counts, minlength=5)
+        assert marginal.min() >= 0.15 * 4177  # about a fifth each: equal frequencies up to tied values
+        lows = [float(label.split("–")[0]) for label in X.coords[dim]]
+        assert lows == sorted(lows)
+    assert not np.array_equal(X.indices, load_abalone().indices)  # another cut than the k-means one
+    with pytest.raises(ValueError, match="binning"):
+        load_abalone(binning="uniform")
+    with pytest.raises(ValueError, match="distinct quantiles"):
+        load_abalone(bins=400, binning="quantile")
+
+
+@needs_data
 def test_abalone_subsample_deterministic():
     A = load_abalone(num_records=300, rng_key=1)
     B = load_abalone(num_records=300, rng_key=1)

@@ -275,6 +275,18 @@ def kmeans_1d(values, k: int, weights=None) -> tuple[np.ndarray, np.ndarray]:
     return cluster_of_unique[inverse.reshape(-1)], edges
 
 
+def _quantile_bins(values: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Equal-frequency bins: codes 0..bins-1 cut at the values' quantiles (``pandas.qcut``), and the edges."""
+    import pandas as pd
+
+    try:
+        codes, edges = pd.qcut(values, bins, labels=False, retbins=True)
+    except ValueError:  # tied quantiles: fewer distinct cuts than bins
+        raise ValueError(f"bins={bins} equal-frequency bins need {bins + 1} distinct quantiles; a measurement has "
+                         f"fewer: use fewer bins or binning='kmeans'") from None
+    return np.asarray(codes, dtype=np.int64), edges
+
+
 ABALONE_MEASUREMENTS = ("length", "diameter", "height", "whole_weight", "shucked_weight",
                         "viscera_weight", "shell_weight")
 _ABALONE_FILE = DataFile("abalone/abalone.data",
@@ -291,7 +303,7 @@ def _bin_labels(values, labels, edges, digits=4) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _abalone_codes(path: str, mtime_ns: int, bins: int):
+def _abalone_codes(path: str, mtime_ns: int, bins: int, binning: str = "kmeans"):
     """Bin codes (records × 7), rings and bin labels of abalone.data; cached (the 1-D k-means
     takes a second or two)."""
     import pandas as pd
@@ -301,7 +313,7 @@ def _abalone_codes(path: str, mtime_ns: int, bins: int):
     codes = np.empty(values.shape, dtype=np.int64)
     labels = []
     for n in range(len(ABALONE_MEASUREMENTS)):
-        codes[:, n], edges = kmeans_1d(values[:, n], bins)
+        codes[:, n], edges = kmeans_1d(values[:, n], bins) if binning == "kmeans" else _quantile_bins(values[:, n], bins)
         labels.append(tuple(_bin_labels(values[:, n], codes[:, n], edges)))
     codes.setflags(write=False)
     rings = table["rings"].to_numpy(dtype=np.int64)
@@ -309,7 +321,7 @@ def _abalone_codes(path: str, mtime_ns: int, bins: int):
     return codes, rings, tuple(labels)
 
 
-def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int | None = None,
+def load_abalone(bins: int = 5, *, binning: str = "kmeans", include_age: bool = False, num_records: int | None = None,
                  rng_key=0, data_home: str | os.PathLike | None = None) -> CountTensor:
     """UCI Abalone as a count tensor over its 7 discretised physical measurements.
 
@@ -328,6 +340,10 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
     ----------
     bins : int
         Categories per measurement (≥ 1).
+    binning : {"kmeans", "quantile"}
+        How each measurement is cut: "kmeans", the optimal one-dimensional k-means of the paper (above);
+        "quantile", equal-frequency bins at the measurement's quantiles (``pandas.qcut``), a binning of
+        the same data with flatter margins.
     include_age : bool
         Add an 8th axis ``rings`` (the number of growth rings, age ≈ rings + 1.5 years; one level
         per ring count 1..29, labels are the ring counts as strings). Contract it away (sum over
@@ -361,8 +377,10 @@ def load_abalone(bins: int = 5, *, include_age: bool = False, num_records: int |
     """
     if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
+    if binning not in ("kmeans", "quantile"):
+        raise ValueError(f"binning must be 'kmeans' or 'quantile', got {binning!r}")
     path = locate(_ABALONE_FILE, data_home, bundled="abalone.data")
-    codes, rings, labels = _abalone_codes(str(path), path.stat().st_mtime_ns, int(bins))
+    codes, rings, labels = _abalone_codes(str(path), path.stat().st_mtime_ns, int(bins), binning)
     codes, coords = codes.copy(), {name: list(lab) for name, lab in zip(ABALONE_MEASUREMENTS, labels)}
     dims = list(ABALONE_MEASUREMENTS)
     shape = [int(bins)] * len(dims)
