@@ -247,10 +247,11 @@ def test_factorised_sweeps_follow_the_general_kernel(model, referenced):
 
 
 @pytest.mark.parametrize("referenced", [False, True])
-@pytest.mark.parametrize("case", ["tucker", "missing_entries"])
+@pytest.mark.parametrize("case", ["tucker", "missing_entries", "symmetric_nmf_tied"])
 def test_tabulated_rows_follow_the_general_kernel(case, referenced):
     # Where the weights do not factorise (Tucker's rows of one latent node, cells that restrict the
-    # configurations), the factors read from tables over the counts draw as the computed ones do.
+    # configurations, tied members: a token's two visible rows read one table, the second one more at
+    # the first one's entry), the factors read from tables over the counts draw as the computed ones do.
     model, X = (bam.models.tucker((2, 3, 2)), RNG.integers(0, 3, (3, 4, 3))) if case == "tucker" else CASES[case]
     data, bound, layout, _ = prepare(model, X, algorithm="test")
     tp = tempered_problem.build_tempered_problem(bound, data, layout)

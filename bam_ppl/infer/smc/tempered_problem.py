@@ -60,14 +60,20 @@ class TemperedProblem(NamedTuple):
 
 def entries_of_rows(first: np.ndarray, offsets: np.ndarray, bases: np.ndarray) -> tuple:
     """(entries, entry_base, entry_row): every entry that rows whose configuration c reads ``first[r, u] +
-    offsets[r, c]`` at cell u read, once, the value ``bases[r]`` it starts from and its row r; empty
-    arrays where a base is not finite or two rows read one entry (one count could not serve two bases)."""
+    offsets[r, c]`` at cell u read, once, the value ``bases[r]`` it starts from and the first row r that
+    reads it; empty arrays where a base is not finite or two rows with different bases read one entry (one
+    count could not serve two bases). Rows that share entries read one table (tied members: symmetric NMF's
+    two visible rows and their two column rows), so they share its log Γ terms too."""
     read = [np.unique(first[r][:, None] + offsets[r][None, :]) for r in range(first.shape[0])]
     entries = np.concatenate(read + [np.zeros(0, np.int64)]).astype(np.int64)
     entry_row = np.repeat(np.arange(len(read)), [e.size for e in read]).astype(np.int64)
-    if not np.isfinite(bases).all() or np.unique(entries).size != entries.size:
+    bases = np.asarray(bases, np.float64)
+    unique, first_read = np.unique(entries, return_index=True)
+    kept = np.sort(first_read)  # each entry at its first read, in the rows' order
+    if not np.isfinite(bases).all() or np.unique(np.column_stack([entries, bases[entry_row]]), axis=0).shape[0] \
+            != unique.size:
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-    return entries, np.asarray(bases, np.float64)[entry_row], entry_row
+    return entries[kept], bases[entry_row[kept]], entry_row[kept]
 
 
 def _row_tables(bound: BoundModel, row_base, row_offset, F: int) -> np.ndarray:

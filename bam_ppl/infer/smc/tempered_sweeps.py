@@ -278,17 +278,23 @@ def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
     _set_counts(counts, n, before, f)
 
 
+def _largest_count(st, num_tokens):
+    """The most tokens' increments an entry can hold: one per token, and one more for each tie (a tied member
+    of the token can add its increment at the same entry)."""
+    return num_tokens * (1 + st.tie_rows.shape[0])
+
+
 def _rows_tables_pay(layout, st, num_sweeps):
-    """Whether :func:`_sweeps_rows_tabulated` applies (no tied rows, linear weights, every row from one
-    value, no entry read by two rows) and its tables cost fewer logs and exps than ``num_sweeps``
-    sweeps would compute."""
+    """Whether :func:`_sweeps_rows_tabulated` applies (linear weights, every row from one value, an entry
+    read by two rows only where they start from the same value) and its tables cost fewer logs and exps than
+    ``num_sweeps`` sweeps would compute."""
     num_tokens, num_configs = layout.token_cell.shape[0], st.row_offset.shape[1]
-    if st.tie_rows.shape[0] > 0 or st.log_space or st.entries.shape[0] == 0:
+    if st.log_space or st.entries.shape[0] == 0:
         return False
     for r in range(st.row_value.shape[0]):
         if np.isnan(st.row_value[r]):
             return False
-    table_size = st.row_value.shape[0] * (num_tokens + 1) + st.log_reference.size
+    table_size = st.row_value.shape[0] * (_largest_count(st, num_tokens) + 1) + st.log_reference.size
     return table_size <= num_sweeps * num_tokens * num_configs
 
 
@@ -298,7 +304,8 @@ def _rows_tables(beta, st, num_tokens, wanted):
     ``latent[r]`` whether row r is a latent table's; the start's powers left out (:func:`_start_powers`).
     Empty unless ``wanted``."""
     num_rows = st.row_value.shape[0] if wanted else 0
-    power = np.ones((num_rows, num_tokens + 1))
+    largest = _largest_count(st, num_tokens)
+    power = np.ones((num_rows, largest + 1))
     log_gamma = np.zeros_like(power)
     latent = np.zeros(num_rows, np.bool_)
     groups = (st.latent_numerators, st.latent_denominators, st.visible_numerators, st.visible_denominators)
@@ -307,10 +314,10 @@ def _rows_tables(beta, st, num_tokens, wanted):
         exponent = beta if st.referenced or group >= 2 else 1.0
         for r in groups[group]:
             latent[r] = group < 2
-            for n in range(num_tokens + 1):
+            for n in range(largest + 1):
                 log = sign * math.log(st.row_value[r] + n)
                 power[r, n] = math.exp(exponent * log)
-                if n < num_tokens:
+                if n < largest:
                     log_gamma[r, n + 1] = log_gamma[r, n] + log
     return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
@@ -320,10 +327,12 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
     shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) at the
     row's entry at the token's cell and configuration, counted in integers as in :func:`_sweeps_tabulated`;
-    cells may restrict the configurations."""
+    cells may restrict the configurations. A tied row reads one more where an earlier member of the token
+    has its increment at the same entry (:func:`~bam_ppl.infer.smc.tempered_numba._row_value`)."""
     counts, conf, logs = particle
     row_base, row_offset, moved = st.row_base, st.row_offset, st.moved
     has_valid, valid, referenced, log_reference = st.has_valid, st.valid, st.referenced, st.log_reference
+    tied, tie_rows, tie_earlier = st.tied, st.tie_rows, st.tie_earlier
     power, start = tables.power, tables.start
     base, _, _, _, weight = scratch
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
@@ -346,7 +355,14 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
                 if not has_valid or valid[cell, c]:
                     w = start[cell if referenced else 0, c]
                     for r in range(num_rows):
-                        w *= power[r, n[base[r] + row_offset[r, c]]]
+                        entry = base[r] + row_offset[r, c]
+                        count = n[entry]
+                        if tied[r]:
+                            for tie in range(tie_rows.shape[0]):
+                                earlier = tie_earlier[tie]
+                                if tie_rows[tie] == r and base[earlier] + row_offset[earlier, c] == entry:
+                                    count += 1
+                        w *= power[r, count]
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
@@ -361,7 +377,7 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
 
 if numba is not None:
     # The small helpers are inlined into the sweeps; the sweeps release the GIL (particle blocks run in threads).
-    compile_numba(globals(), inline=("_linear_weight", "_draw", "_constant_product", "_set_constant", "_shift_factorised",
+    compile_numba(globals(), inline=("_linear_weight", "_draw", "_largest_count", "_constant_product", "_set_constant", "_shift_factorised",
                                      "_factorised_factors", "_constant_power", "_log_gamma_change", "_token_counts",
                                      "_set_counts"),
                   nogil=("_sweeps_factorised", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
