@@ -382,12 +382,13 @@ def test_search_sizes_follow_the_tokens_within_the_budgets():
     assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 10  # effort widens the search
 
 
-@pytest.mark.parametrize("model", [bam.models.nmf(2, a=2.0), bam.models.cp(3, a=0.5)], ids=["nmf", "cp"])
+@pytest.mark.parametrize("model", [bam.models.nmf(2, a=2.0), bam.models.cp(3, a=0.5), bam.models.symmetric_nmf(2, a=0.5)],
+                         ids=["nmf", "cp", "symmetric_nmf"])
 def test_the_chains_factorised_sweep_draws_as_the_general_kernel(model):
     # A token that stays writes nothing: its own configuration reads its counts less one. The draws are
     # those of the general kernel, which takes every token out and puts it back. Under nmf(2, a=2) the
     # column totals' concentration is 1: "one fewer" is zero at a configuration that holds no token.
-    X = np.array([[5, 0, 1], [0, 4, 0], [2, 0, 3]]) if model.latent == {"k": 2} else \
+    X = np.array([[5, 0, 1], [0, 4, 0], [2, 0, 3]]) if len(model.observed) == 2 else \
         np.random.default_rng(1).integers(0, 3, (3, 4, 2))
     tp, _ = _problem(model, X)
     chains = [references._Chain.start(tp, np.zeros(tp.token_cell.shape[0], np.int64), np.array([7, 1], np.uint32))

@@ -235,6 +235,57 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             tokens[token, 0] = new
 
 
+def _tied_constant_factor(shifted, starts, rank, run, first, stop, c, removed):
+    """Product of the constant rows ``first..stop`` at configuration c where tied members read one entry: the
+    k-th of a run of m rows at one start reads x + k, less the token's m increments where ``removed``."""
+    product = 1.0
+    for j in range(first, stop):
+        product *= shifted[starts[j] + c] + rank[j] - removed * run[j]
+    return product
+
+
+def _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
+    """:func:`_sweep_factorised`'s fused case where the token's two varying rows read one table (symmetric
+    NMF: tied members, Cemgil et al. 2019 eq. 4.4 with the second member's increment after the first's): at a
+    cell whose two entries coincide they read x (x + 1), and the constant rows read one more for each earlier
+    member at their entry (:func:`_tied_constant_factor`). The same draws as :func:`_place_tokens`."""
+    num_configs, ends = rows.num_configs, rows.constant_ends
+    starts, rank, run = rows.constant_starts, rows.constant_rank, rows.constant_run
+    factor = np.empty(num_configs)
+    for c in range(num_configs):
+        factor[c] = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, c, 0.0)
+                     / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], c, 0.0))
+    weight = np.empty(num_configs)
+    for _ in range(num_sweeps):
+        if shuffle:
+            _shuffle(rng, order)
+        for position in range(order.shape[0]):
+            token = order[position]
+            old, first, second = tokens[token, 0], tokens[token, 1], tokens[token, 2]
+            left = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, old, 1.0)
+                    / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], old, 1.0))
+            both = 1.0 if first == second else 0.0  # the second member reads the first's increment
+            for c in range(num_configs):
+                weight[c] = factor[c] * shifted[first + c] * (shifted[second + c] + both)
+            weight[old] = left * (shifted[first + old] - 1.0 - both) * (shifted[second + old] - 1.0)
+            total = 0.0
+            for c in range(num_configs):
+                total += weight[c]
+            new = _inverse_cdf(weight, rng.random() * total)
+            if new == old:
+                continue
+            for v in (first, second):
+                shifted[v + old] -= 1.0
+                shifted[v + new] += 1.0
+            for j in range(starts.shape[0]):
+                shifted[starts[j] + old] -= 1.0
+                shifted[starts[j] + new] += 1.0
+            factor[old] = left
+            factor[new] = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, new, 0.0)
+                           / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], new, 0.0))
+            tokens[token, 0] = new
+
+
 def _sweep_fused_pair(rngs, num_sweeps, shifted, tokens, order, rows):
     """:func:`_sweep_factorised`'s fused case (two varying numerator rows: NMF, LDA) for two chains at once
     (``rngs``, ``shifted``, ``tokens``: pairs), in a fixed ``order``: each chain's draws are those it makes
@@ -305,6 +356,13 @@ class FactorisedRows(NamedTuple):
     num_varying_numerators: int
     numerator_starts: tuple | np.ndarray  # starts of the numerator rows every token reads at one place
     denominator_starts: tuple | np.ndarray  # (kernels.unrolled)
+    # Tied members (:func:`_sweep_tied`): the constant rows' starts (numerators, then denominators from
+    # ``constant_ends``), each row's rank among the rows at its start and their number.
+    tied: bool = False
+    constant_starts: np.ndarray = np.zeros(0, np.int64)
+    constant_ends: int = 0
+    constant_rank: np.ndarray = np.zeros(0)
+    constant_run: np.ndarray = np.zeros(0)
 
 
 def token_entries(row_base, row_offset, rows, token_cell, dtype=np.int64) -> np.ndarray:
@@ -318,17 +376,16 @@ def token_entries(row_base, row_offset, rows, token_cell, dtype=np.int64) -> np.
 def factorised_rows(rows: UrnRows, concentration, num_tokens):
     """:class:`FactorisedRows` of a problem, or None when :func:`_sweep_factorised` does not apply.
 
-    It applies when no members are tied, no cell restricts the configurations, every row reads
-    consecutive entries (after :func:`contiguous_relabelling`) and no partial product of the
-    weights can leave the float64 range.
+    It applies when no cell restricts the configurations, every row reads consecutive entries (after
+    :func:`contiguous_relabelling`), no partial product of the weights can leave the float64 range and
+    no members are tied, or the ties are symmetric NMF's (:func:`_tied_rows`).
     """
     token_cell, row_base, row_offset = rows.token_cell, rows.row_base, rows.row_offset
     num_configs = row_offset.shape[1]
     consecutive = np.all(row_offset == row_offset[:, :1] + np.arange(num_configs))
     numerator_rows, denominator_rows = list(rows.numerator_rows), list(rows.denominator_rows)
     every = numerator_rows + denominator_rows
-    if (not every or rows.tie_rows.size or rows.has_valid or not consecutive
-            or sorted(rows.moved) != sorted(every)):
+    if (not every or rows.has_valid or not consecutive or sorted(rows.moved) != sorted(every)):
         return None  # no rows: nothing is free (a latent-free model), the general sweep is a no-op
     # Every factor lies in [α_min, α_max + T]; a partial product of all of them stays within
     # 10**±300 when each does within 10**±(300 / number of factors).
@@ -342,6 +399,8 @@ def factorised_rows(rows: UrnRows, concentration, num_tokens):
     varying_numerators = [r for r in numerator_rows if not constant[r]]
     varying = varying_numerators + [r for r in denominator_rows if not constant[r]]
     constant_starts = lambda group: _unrolled([starts[r, 0] for r in group if constant[r]])  # noqa: E731
+    if rows.tie_rows.size:
+        return _tied_rows(rows, starts, constant, varying, numerator_rows, denominator_rows, token_cell, num_configs)
     return FactorisedRows(
         token_starts=np.ascontiguousarray(starts[varying][:, token_cell].T, dtype=np.int32),
         num_configs=num_configs,
@@ -349,6 +408,29 @@ def factorised_rows(rows: UrnRows, concentration, num_tokens):
         numerator_starts=constant_starts(numerator_rows),
         denominator_starts=constant_starts(denominator_rows),
     )
+
+
+def _tied_rows(rows: UrnRows, starts, constant, varying, numerator_rows, denominator_rows, token_cell,
+               num_configs) -> FactorisedRows | None:
+    """:class:`FactorisedRows` for :func:`_sweep_tied` where the ties are symmetric NMF's: two varying numerator
+    rows that may read one table, and constant rows tied only to constant rows of their group at their start;
+    else None."""
+    groups = {r: g for g, group in enumerate((numerator_rows, denominator_rows)) for r in group}
+    fixed = [r for r in numerator_rows if constant[r]] + [r for r in denominator_rows if constant[r]]
+    pairs = list(zip(rows.tie_rows.tolist(), rows.tie_earlier.tolist()))
+    varying_pair = len(varying) == 2 and all(r in numerator_rows for r in varying)
+    allowed = all(sorted((r, e)) == sorted(varying) or (constant[r] and constant[e] and groups[r] == groups[e]
+                                                          and starts[r, 0] == starts[e, 0]) for r, e in pairs)
+    if not (varying_pair and allowed and all(r in groups for r in rows.moved)):
+        return None
+    at = [int(starts[r, 0]) for r in fixed]
+    key = [(groups[r], a) for r, a in zip(fixed, at)]
+    rank = [key[:j].count(key[j]) for j in range(len(key))]
+    return FactorisedRows(
+        token_starts=np.ascontiguousarray(starts[varying][:, token_cell].T, dtype=np.int32),
+        num_configs=num_configs, num_varying_numerators=2, numerator_starts=(), denominator_starts=(), tied=True,
+        constant_starts=np.array(at, np.int64), constant_ends=sum(constant[r] for r in numerator_rows),
+        constant_rank=np.array(rank, np.float64), constant_run=np.array([key.count(k) for k in key], np.float64))
 
 
 def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, rows: UrnRows,
@@ -361,14 +443,18 @@ def gibbs_sweeps(rng, num_sweeps: int, shuffle: bool, shifted, config, order, ro
         return
     tokens = np.empty((factorised.token_starts.shape[0], 1 + factorised.token_starts.shape[1]), np.int32)
     tokens[:, 0], tokens[:, 1:] = config, factorised.token_starts
-    _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, factorised)
+    if factorised.tied:
+        _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, factorised)
+    else:
+        _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, factorised)
     config[:] = tokens[:, 0]
 
 
 
 def is_fused(factorised: FactorisedRows | None) -> bool:
     """Whether :func:`gibbs_sweeps_pair` sweeps two chains of rows ``factorised`` in one kernel (NMF, LDA)."""
-    return factorised is not None and factorised.token_starts.shape[1] == 2 and factorised.num_varying_numerators == 2
+    return (factorised is not None and not factorised.tied and factorised.token_starts.shape[1] == 2
+            and factorised.num_varying_numerators == 2)
 
 
 def gibbs_sweeps_pair(rngs, num_sweeps: int, shifted, configs, order, factorised: FactorisedRows) -> None:
@@ -391,6 +477,8 @@ if HAVE_NUMBA:
     _move_constant = numba.njit(inline="always", cache=True)(_move_constant)
     _move = numba.njit(inline="always", cache=True)(_move)
     _sweep_fused_pair = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_fused_pair)
+    _tied_constant_factor = numba.njit(inline="always", cache=True)(_tied_constant_factor)
+    _sweep_tied = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_sweep_tied)
 
 
 def contiguous_relabelling(row_base, row_offset, size):
