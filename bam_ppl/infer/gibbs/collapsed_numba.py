@@ -349,7 +349,7 @@ def _move_constant(counts, numerator_starts, denominator_starts, old, new):
 
 
 class FactorisedRows(NamedTuple):
-    """The rows of the urn weights in the form :func:`_sweep_factorised` reads."""
+    """The rows of the urn weights in the form :func:`_sweep_factorised` (or, tied, :func:`_sweep_tied`) reads."""
 
     token_starts: np.ndarray  # (T, V) int32: start of each varying row at each token's cell
     num_configs: int
