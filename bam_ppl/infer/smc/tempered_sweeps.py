@@ -322,6 +322,22 @@ def _rows_tables(beta, st, num_tokens, wanted):
     return RowTables(power, np.ones((1, 1)), latent, log_gamma)
 
 
+def _tied_rows_factor(power, n, base, row_offset, st, c):
+    """The product of the rows' factors at configuration c read from ``power`` where members are tied: a tied
+    row reads one more where an earlier member of the token has its increment at the same entry."""
+    w = 1.0
+    for r in range(row_offset.shape[0]):
+        entry = base[r] + row_offset[r, c]
+        count = n[entry]
+        if st.tied[r]:
+            for tie in range(st.tie_rows.shape[0]):
+                earlier = st.tie_earlier[tie]
+                if st.tie_rows[tie] == r and base[earlier] + row_offset[earlier, c] == entry:
+                    count += 1
+        w *= power[r, count]
+    return w
+
+
 def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, scratch):
     """``moves.num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
@@ -332,7 +348,7 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
     counts, conf, logs = particle
     row_base, row_offset, moved = st.row_base, st.row_offset, st.moved
     has_valid, valid, referenced, log_reference = st.has_valid, st.valid, st.referenced, st.log_reference
-    tied, tie_rows, tie_earlier = st.tied, st.tie_rows, st.tie_earlier
+    num_ties = st.tie_rows.shape[0]
     power, start = tables.power, tables.start
     base, _, _, _, weight = scratch
     num_rows, num_configs = row_base.shape[0], weight.shape[0]
@@ -354,15 +370,11 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
                 w = 0.0
                 if not has_valid or valid[cell, c]:
                     w = start[cell if referenced else 0, c]
-                    for r in range(num_rows):
-                        entry = base[r] + row_offset[r, c]
-                        count = n[entry]
-                        if tied[r]:
-                            for tie in range(tie_rows.shape[0]):
-                                earlier = tie_earlier[tie]
-                                if tie_rows[tie] == r and base[earlier] + row_offset[earlier, c] == entry:
-                                    count += 1
-                        w *= power[r, count]
+                    if num_ties == 0:
+                        for r in range(num_rows):
+                            w *= power[r, n[base[r] + row_offset[r, c]]]
+                    else:  # apart, not inlined: a check per row made Tucker's sweep 4–10 % slower
+                        w *= _tied_rows_factor(power, n, base, row_offset, st, c)
                 weight[c] = w
                 total += w
             new = inverse_cdf(weight, rng.random() * total)
@@ -380,7 +392,7 @@ if numba is not None:
     compile_numba(globals(), inline=("_linear_weight", "_draw", "_largest_count", "_constant_product", "_set_constant", "_shift_factorised",
                                      "_factorised_factors", "_constant_power", "_log_gamma_change", "_token_counts",
                                      "_set_counts"),
-                  nogil=("_sweeps_factorised", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
+                  nogil=("_sweeps_factorised", "_tied_rows_factor", "_start_powers", "_row_tables", "_tables_pay", "_rows_tables_pay", "_rows_tables"))
     # Tables leave no NaN or infinity to guard, and the order of a product of positive factors does not matter.
     _sweeps_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_tabulated)
     _sweeps_rows_tabulated = numba.njit(nogil=True, cache=True, fastmath=FASTMATH)(_sweeps_rows_tabulated)
