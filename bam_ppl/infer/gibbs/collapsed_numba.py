@@ -235,13 +235,17 @@ def _sweep_factorised(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
             tokens[token, 0] = new
 
 
-def _tied_constant_factor(shifted, starts, rank, run, first, stop, c, removed):
-    """Product of the constant rows ``first..stop`` at configuration c where tied members read one entry: the
-    k-th of a run of m rows at one start reads x + k, less the token's m increments where ``removed``."""
-    product = 1.0
-    for j in range(first, stop):
-        product *= shifted[starts[j] + c] + rank[j] - removed * run[j]
-    return product
+def _tied_constant_factor(shifted, rows, c, removed):
+    """The constant rows' factor at configuration c (numerators over denominators) where tied members read one
+    entry: the k-th of a run of m rows at one start reads x + k, less the token's m increments where ``removed``."""
+    top, bottom = 1.0, 1.0
+    for j in range(rows.constant_starts.shape[0]):
+        value = shifted[rows.constant_starts[j] + c] + rows.constant_rank[j] - removed * rows.constant_run[j]
+        if j < rows.constant_ends:
+            top *= value
+        else:
+            bottom *= value
+    return top / bottom
 
 
 def _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
@@ -249,12 +253,10 @@ def _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
     NMF: tied members, Cemgil et al. 2019 eq. 4.4 with the second member's increment after the first's): at a
     cell whose two entries coincide they read x (x + 1), and the constant rows read one more for each earlier
     member at their entry (:func:`_tied_constant_factor`). The same draws as :func:`_place_tokens`."""
-    num_configs, ends = rows.num_configs, rows.constant_ends
-    starts, rank, run = rows.constant_starts, rows.constant_rank, rows.constant_run
+    num_configs, starts = rows.num_configs, rows.constant_starts
     factor = np.empty(num_configs)
     for c in range(num_configs):
-        factor[c] = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, c, 0.0)
-                     / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], c, 0.0))
+        factor[c] = _tied_constant_factor(shifted, rows, c, 0.0)
     weight = np.empty(num_configs)
     for _ in range(num_sweeps):
         if shuffle:
@@ -262,8 +264,7 @@ def _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
         for position in range(order.shape[0]):
             token = order[position]
             old, first, second = tokens[token, 0], tokens[token, 1], tokens[token, 2]
-            left = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, old, 1.0)
-                    / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], old, 1.0))
+            left = _tied_constant_factor(shifted, rows, old, 1.0)
             both = 1.0 if first == second else 0.0  # the second member reads the first's increment
             for c in range(num_configs):
                 weight[c] = factor[c] * shifted[first + c] * (shifted[second + c] + both)
@@ -281,8 +282,7 @@ def _sweep_tied(rng, num_sweeps, shuffle, shifted, tokens, order, rows):
                 shifted[starts[j] + old] -= 1.0
                 shifted[starts[j] + new] += 1.0
             factor[old] = left
-            factor[new] = (_tied_constant_factor(shifted, starts, rank, run, 0, ends, new, 0.0)
-                           / _tied_constant_factor(shifted, starts, rank, run, ends, starts.shape[0], new, 0.0))
+            factor[new] = _tied_constant_factor(shifted, rows, new, 0.0)
             tokens[token, 0] = new
 
 
@@ -421,7 +421,7 @@ def _tied_rows(rows: UrnRows, starts, constant, varying, numerator_rows, denomin
     varying_pair = len(varying) == 2 and all(r in numerator_rows for r in varying)
     allowed = all(sorted((r, e)) == sorted(varying) or (constant[r] and constant[e] and groups[r] == groups[e]
                                                           and starts[r, 0] == starts[e, 0]) for r, e in pairs)
-    if not (varying_pair and allowed and all(r in groups for r in rows.moved)):
+    if not (varying_pair and allowed):
         return None
     at = [int(starts[r, 0]) for r in fixed]
     key = [(groups[r], a) for r, a in zip(fixed, at)]
