@@ -1,82 +1,10 @@
-"""Chib-style estimate of the evidence from collapsed Gibbs sweeps over token labels.
+"""Chib-style estimate of the evidence from collapsed Gibbs sweeps over token labels (``method="chib"``).
 
-Let z = (z_1, …, z_T) be the free configuration (latent nodes, and visible nodes missing for the
-token) of every observed token; the visible indices of each token are fixed by X. For any z*,
-
-    p(X) = p(X, z*) / p(z* | X)                                    (Chib 1995)
-
-where, for token-labelled z, log p(X, z) = C + Σ_tables [log B(α + S_fa(z)) − log B(α)] with
-C the data-only constant (total-count term, conditioned-cell and multinomial coefficients), so
-that log π(S) of the allocation tensor S(z) is log p(X, z) + Σ_u ln X_u! − Σ_(u,l) ln S(u, l)!
-(Cemgil et al. 2019, arXiv:1903.04478, eq. 3.11; equation numbers below refer to that paper).
-
-p(z* | X) is estimated as in Murray & Salakhutdinov (2009, "Evaluating probabilities under
-high-dimensional latent variable models", NIPS) and Wallach, Murray, Salakhutdinov & Mimno
-(2009, "Evaluation methods for topic models", ICML, the "Chib-style" estimator). T is the
-systematic-scan collapsed Gibbs sweep (tokens in a fixed order, each redrawn from its urn
-conditional) and T̃ the same sweep in reversed order, its reversal with respect to p(z | X).
-Draw s uniformly from 1..S, z^(s) ~ T̃(z* → ·), run T forward from z^(s) for S − s sweeps and
-T̃ backward for s − 1 sweeps, and take
-
-    p̂(z* | X) = (1/S) Σ_s T(z^(s) → z*),
-
-where T(z → z*) is the exact probability that one sweep from z lands on z*: the product, over
-the tokens in sweep order, of each token's conditional probability of its value in z*, given
-the tokens before it already set to their values in z* and the tokens after it still at z.
-
-Bias. Let P be the law of a stationary chain and Q that of the chain above. Then
-dP/dQ = p(z* | X) / p̂, hence E_Q[1 / p̂] = 1 / p(z* | X) exactly, and p(X, z*) / p̂ is an
-*unbiased* estimate of p(X) for every S and every z* chosen independently of the chain; Murray
-& Salakhutdinov state it as "estimates based on short runs are formally unbiased" while "in
-expectation, the log probability ... will be underestimated". Its logarithm is a stochastic
-lower bound: E[log p̂(X)] ≤ log p(X) (Jensen), and Pr(log p̂(X) > log p(X) + b) ≤ e^(−b)
-(Markov). Independent runs pooled by log-mean-exp stay unbiased for p(X); the standard error
-from the spread of their logs does not see a heavy right tail, so on small problems the pooled
-value tends to sit a few hundredths of a nat low.
-
-Label symmetries. When relabelling the values of a latent node leaves p(X, z) unchanged (the
-usual symmetric priors), the posterior has one copy of every mode per relabelling and a Gibbs
-chain started at z* rarely visits the others: T(z → z*) averaged along it then estimates the
-mass of z*'s copy alone and log p(X) comes out low by up to the log of the number of copies
-(log 2 on a two-block matrix at K = 2). The estimator therefore uses the kernel T' = T ∘ R,
-with R a uniformly random relabelling from the symmetry group G, which also leaves p(z | X)
-invariant and has reversal R ∘ T̃; as T commutes with relabellings,
-T'(z → z*) = (1/|G|) Σ_g T(z → g(z*)), and the chain itself need not be relabelled. G is
-found by checking that relabellings permute the count entries while preserving their
-concentrations (the whole symmetric group of a latent node when its transposition and cycle
-pass); terms more than ABANDON_NATS below the largest so far are dropped, which changes the
-log estimate by less than S·|G|·e^(−ABANDON_NATS); the sweeps into the relabelled z*'s resume
-from the longest prefix of tokens that the one before moved alike (``_transition_into_star`` in
-``bam_ppl.infer.gibbs.chib_numba``);
-the cost of the average is in benchmarks/README.md ("Cost of Chib's average over the label
-symmetries"). Tokens are scanned in their own order: a scan grouped by class in z* would share
-longer prefixes but widens the spread of p̂(z* | X), which lowers the log estimate. Groups
-larger than ``symmetry.MAX_RELABELLINGS`` are not averaged over (with a warning).
-
-z*. Every run has its own z*, so that the runs are independent and their spread shows how much
-the estimate depends on where the search ended. The ``num_searches`` search chains are split
-into one group per run (min(num_chains, num_searches) groups, shared round-robin when there are
-fewer); each group is a population searching for a state of high p(X, z): each chain starts
-from a Pólya-urn allocation and makes ``num_search_sweeps`` randomly ordered sweeps of the annealed
-target p(X, z)^β (β rising geometrically from 0.1 to 1 over the first 80 % of them, then 1);
-at ten evenly spaced points the worse half of the chains restart from copies of the better
-half (go-with-the-winners, Aldous & Vazirani 1994, "Go with the winners" algorithms); each
-chain's best visited state is refined by iterated conditional modes, and a run's z* is the best
-of its group's states and of its ``start`` allocation when given (run r takes start r modulo
-their number, e.g. the best allocation of tempered SMC run r). Each run, z* included, is then
-an independent unbiased estimate of p(X); pooled by log-mean-exp, the runs whose z* lies in a
-poorer mode weigh little in the value but widen the standard error (a z* shared by all runs
-would hide the choice of z* from the stated error). Every
-searched state S also gives a sure lower
-bound log π(S) ≤ log p(X) (eq. 3.11 with its multinomial coefficient), reported in the
-details. Single-token Gibbs moves get trapped easily: the search needs of the order of a sweep
-or two per token, hence the default of two sweeps per token; a z* from a poor mode makes the
-estimate too low, with runs that agree.
-
-The sweeps and the transition probabilities are computed by numba CPU kernels
-(``bam_ppl.infer.gibbs.chib_numba``) on the problem
-arrays of the collapsed Gibbs sampler (same urn conditional, ties and missing entries), in
-float64 (in log space when products of the conditional's factors could leave its range).
+p(X) = p(X, z*) / p(z* | X) (Chib 1995), p(z* | X) from the probabilities that systematic-scan sweeps land on z*
+(Murray & Salakhutdinov 2009), averaged over the label symmetries; every run its own z*, found by a
+go-with-the-winners search. An unbiased estimate of p(X), a stochastic lower bound on log p(X). The derivation,
+the symmetries and the search: docs/api_internals.rst, "Chib-style estimate"; the kernels:
+:mod:`bam_ppl.infer.gibbs.chib_numba`.
 """
 
 from __future__ import annotations

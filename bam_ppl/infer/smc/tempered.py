@@ -1,65 +1,15 @@
-"""Tempered sequential Monte Carlo over token allocations: an evidence estimator for real data sizes.
+"""Tempered sequential Monte Carlo over token allocations (``method="tempered"``, and the annealing of the default).
 
-Every token τ of the data has a fixed observed cell and a free configuration z_τ (its latent
-indices, and its visible indices that are missing). Summing the joint over token-level labels,
+Particles move from a start distribution (the Pólya-urn prior π₀, a flatter urn, or a product reference q around an
+allocation) to the posterior π_β ∝ q^(1−β) (π₀ L)^β through adaptive temperatures (conditional ESS, Zhou, Johansen &
+Aston 2016), with systematic resampling and collapsed-Gibbs sweeps that leave each π_β invariant (Del Moral, Doucet &
+Jasra 2006); every visited allocation gives log π(S) (Cemgil et al. 2020, eq. 3.11), a sure lower bound. The
+derivation, the starts and the label symmetries: docs/api_internals.rst, "Tempered SMC and reverse annealing".
 
-    p(X) = exp(C) · Σ_z π₀(z) L(z),
-
-where C is the data-only constant of the Pólya-urn SMC (total-count term, multinomial
-coefficients; :meth:`bam_ppl.models.allocation.BoundModel.log_data_constant`), π₀(z) the product over the
-tables of the *latent* nodes of their Dirichlet-multinomial sequence probabilities
-B(α + S)/B(α) — a proper distribution, drawn exactly token by token from the urn — and L(z) the
-same product over the tables of the *visible* nodes. A visible index that is missing in a token
-is drawn uniformly among the values its cell allows, and log Z₀ = Σ_τ log(number of allowed
-values) makes π₀ a normalised distribution.
-
-The sampler moves P particles through the tempered targets π_β ∝ π₀ L^β, 0 = β₀ < … < β_n = 1:
-an SMC sampler (Del Moral, Doucet & Jasra 2006, "Sequential Monte Carlo samplers", JRSS B),
-annealed importance sampling when it never resamples (Neal 2001, "Annealed importance
-sampling", Statistics and Computing). Each step
-
-1. chooses β_{t+1} by bisection so that the conditional ESS of the incremental weights
-   L(z)^{β_{t+1} − β_t} stays at ``rho`` · P (Zhou, Johansen & Aston 2016, "Toward automatic
-   model comparison: an adaptive sequential Monte Carlo approach", JCGS), or takes it from a
-   fixed ``schedule`` (then the estimate is unbiased);
-2. adds log Σ_p W_p L(z_p)^{Δβ} (normalised previous weights W) to log Z;
-3. resamples (systematic) when the ESS falls below P / 2;
-4. moves every particle with ``num_sweeps`` collapsed-Gibbs sweeps that leave π_β invariant: a
-   token is removed and redrawn with probability ∝ [latent-table urn factors] ×
-   [visible-table urn factors]^β (the rows of :func:`bam_ppl.infer.gibbs.collapsed.build_problem`).
-
-With small concentrations (a < 1) π₀ puts nearly every token in one configuration and the
-posterior's allocations are rare under it. The sampler then starts instead from the latent urn q
-with larger concentrations (option ``start_a``) on the geometric path π_β ∝ q^(1−β) (π₀ L)^β;
-the incremental weights become (π₀ L / q)^{Δβ} and the moves use q's factors to the power 1 − β.
-
-From an allocation S* (option ``reference``) the start is instead a product over tokens,
-q(z) = Π_τ q(cell of τ, z_τ), each cell's urn conditional averaged over posterior Gibbs sweeps
-from S* (an estimate of the posterior's marginals, whose product is the product distribution
-closest to the posterior), on the path q^(1−β) (π₀ L)^β: q lies near one relabelled copy of the posterior's bulk,
-so the path stays short however many tokens there are, and a last reweighting by
-|G| q(z) / Σ_g q(g(z)) over the label symmetries G counts the copies it never visits
-(:func:`~bam_ppl.infer.smc.symmetry.symmetric_log_weights`).
-
-log π₀(z) and log L(z) of every particle are carried along (each move changes them by the log
-ratio of the token's factors), so that every visited allocation gives log π(S) (eq. 3.11 of
-Cemgil et al. 2020, "Bayesian allocation model: marginal likelihood-based model selection for
-count tensors", IEEE JSTSP) for free: the largest of them is a *sure lower bound* on log p(X), since
-p(X) = Σ_S π(S) ≥ π(S) for every S.
-
-This module holds the SMC loop (temperatures, weights, resampling) and :func:`run_tempered`; the
-rest lives in modules of its own:
-
-- :mod:`~bam_ppl.infer.smc.tempered_problem`: :class:`~bam_ppl.infer.smc.tempered_problem.TemperedProblem`,
-  the sampler's arrays, and the closed-form log terms of an allocation;
-- :mod:`~bam_ppl.infer.smc.tempered_numba`: the numba CPU kernel (particles are independent Gibbs
-  states, run in threads) and its general Gibbs sweeps;
-- :mod:`~bam_ppl.infer.smc.tempered_sweeps`: its sweeps where a token's weights factorise, their
-  factors read from tables over the counts where every entry of a row starts from one value;
-- :mod:`~bam_ppl.infer.smc.tempered_jax`: the JAX kernel (``vmap`` over particles, ``lax.scan``
-  over tokens, jitted once with β as an argument) for accelerators;
-- :mod:`~bam_ppl.infer.smc.references`: the references q and how they are built from chains;
-- :mod:`~bam_ppl.infer.smc.symmetry`: the label symmetries and the sums over them.
+This module holds the SMC loop (temperatures, weights, resampling) and :func:`run_tempered`; the problem's arrays
+live in :mod:`~bam_ppl.infer.smc.tempered_problem`, the numba kernel in :mod:`~bam_ppl.infer.smc.tempered_numba`
+and :mod:`~bam_ppl.infer.smc.tempered_sweeps`, the JAX kernel in :mod:`~bam_ppl.infer.smc.tempered_jax`, the
+references in :mod:`~bam_ppl.infer.smc.references` and the symmetries in :mod:`~bam_ppl.infer.smc.symmetry`.
 """
 
 from __future__ import annotations
@@ -424,7 +374,7 @@ def run_tempered(model, data, rng_key=0, *, num_particles: int = 256, num_chains
                  max_configs: int = DEFAULT_MAX_CONFIGS, start_a: float | None = 1.0, reference=None,
                  reference_sweeps: int | None = None) -> TemperedResult:
     """Run ``num_chains`` independent tempered SMC samplers over the token allocations (the sampler,
-    its schedules and starts: the module's docstring).
+    its schedules and starts: the docs/api_internals.rst).
 
     Parameters
     ----------
