@@ -342,9 +342,34 @@ class CountTensor:
         return f"CountTensor(shape={self.shape}, nnz={self.nnz}, total={self.total}{dims})"
 
 
+def _from_pandas(data, name: str) -> CountTensor:
+    """A Series of counts indexed by named levels (what ``df.value_counts()`` and
+    ``df.groupby(dims).size()`` return): its level names the dims, its labels the coords."""
+    import pandas as pd
+
+    dims = list(data.index.names) if isinstance(data, pd.Series) else [None]
+    if None in dims or len(set(dims)) < len(dims) or data.name in dims:
+        raise TypeError(
+            f"{name}: a pandas object is ambiguous here; pass a Series of counts indexed by named levels "
+            "(df.value_counts()), CountTensor.from_dataframe(df, dims=..., count=...) for a long count table, "
+            "or CountTensor.from_samples for samples"
+        )
+    count = "count" if data.name is None else data.name
+    return CountTensor.from_dataframe(data.rename(count).reset_index(), dims, count=count)
+
+
+def _crosstab_as_long(df):
+    """A two-way table with a named index and named columns (what ``pd.crosstab`` returns) as a long
+    table: a column for each name and one of counts."""
+    rows, columns = str(df.index.name), str(df.columns.name)
+    count = next(c for c in ("count", "counts", "n") if c not in (rows, columns))
+    return df.rename_axis(index=rows, columns=None).reset_index().melt(rows, var_name=columns, value_name=count)
+
+
 def as_count_tensor(data, name: str = "X") -> CountTensor:
-    """Accept a :class:`CountTensor`, an ``xarray.DataArray`` (its dims and coords kept), a dense
-    array-like of counts, or a scipy sparse matrix."""
+    """Accept a :class:`CountTensor`, an ``xarray.DataArray`` (its dims and coords kept), a pandas
+    Series of counts indexed by named levels (their names the dims, their labels the coords), a
+    dense array-like of counts, or a scipy sparse matrix."""
     if isinstance(data, CountTensor):
         return data
     if data is None:
@@ -364,10 +389,7 @@ def as_count_tensor(data, name: str = "X") -> CountTensor:
         import pandas as pd
 
         if isinstance(data, (pd.DataFrame, pd.Series)):
-            raise TypeError(
-                f"{name}: a pandas object is ambiguous; use CountTensor.from_dataframe(df, dims=..., "
-                "count=...) for a long count table or CountTensor.from_samples for samples"
-            )
+            return _from_pandas(data, name)
     except ImportError:  # pragma: no cover
         pass
     if isinstance(data, (Mapping, str, bytes)):
@@ -488,8 +510,12 @@ def match_dims(data: CountTensor, nodes: Sequence[str], name: str = "X") -> Coun
 
 def long_table(df, nodes: Sequence[str], name: str = "X") -> CountTensor:
     """A long-format DataFrame with one column per visible node (any order) and, optionally, one
-    count column (any other single numeric column); without it each row is one token."""
+    count column (any other single numeric column); without it each row is one token. A two-way
+    table whose index and columns are named by the two nodes (``pd.crosstab``) reads as its cells."""
     nodes = list(nodes)
+    if (len(nodes) == 2 and df.index.nlevels == 1 and df.columns.nlevels == 1
+            and {df.index.name, df.columns.name} == set(nodes) and not set(nodes) & set(df.columns)):
+        df = _crosstab_as_long(df)
     missing = [n for n in nodes if n not in df.columns]
     if missing:
         from pandas.api.types import is_numeric_dtype

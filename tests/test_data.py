@@ -3,8 +3,9 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+import bam_ppl as bam
 from bam_ppl import CountTensor
-from bam_ppl.data import as_count_tensor
+from bam_ppl.data import as_count_tensor, match_dims
 
 
 def test_dense_roundtrip_and_views():
@@ -52,12 +53,32 @@ def test_samples_with_missing():
         ({"a": 1}, TypeError, "array of counts"),
         (None, TypeError, "None"),
         (pd.DataFrame({"a": [1]}), TypeError, "ambiguous"),
+        (pd.Series([1, 2]), TypeError, "named levels"),
         (np.array(3), ValueError, "at least one axis"),
     ],
 )
 def test_bad_counts(bad, err, match):
     with pytest.raises(err, match=match):
         as_count_tensor(bad)
+
+
+def test_pandas_counts_by_named_levels_and_crosstabs_read_as_their_cells():
+    """What pandas users tabulate with: df.value_counts() and groupby(...).size() (a Series indexed by
+    named levels), and pd.crosstab (a table whose index and columns name two nodes); any order."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"hair": rng.choice(["black", "red", "brown"], 60), "eye": rng.choice(["blue", "green"], 60),
+                       "sex": rng.choice(["f", "m"], 60)})
+    expected = CountTensor.from_dataframe(df, ["hair", "eye", "sex"], count=None)
+    for counts in (df[["sex", "hair", "eye"]].value_counts(), df.groupby(["eye", "sex", "hair"]).size()):
+        X = match_dims(as_count_tensor(counts), ("hair", "eye", "sex"))
+        np.testing.assert_array_equal(X.to_dense(), expected.to_dense())
+        assert X.coords == expected.coords
+    model = bam.AllocationModel("r -> hair, eye", latent={"r": 2}, observed=("hair", "eye"))
+    two_way = CountTensor.from_dataframe(df, ["hair", "eye"], count=None)
+    for table in (pd.crosstab(df.hair, df.eye), pd.crosstab(df.eye, df.hair)):
+        np.testing.assert_array_equal(model.as_data(table).to_dense(), two_way.to_dense())
+    with pytest.raises(ValueError, match="no column for node"):
+        model.as_data(pd.crosstab(df.hair, df.sex))
 
 
 def test_bad_indices():
