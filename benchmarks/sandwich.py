@@ -40,7 +40,8 @@ def main(argv=None):
     parser.add_argument("--no-bound", action="store_true", help="the forward calls alone")
     parser.add_argument("--details", action="store_true",
                         help="after each forward call, its searches: the share of the value on basins one search "
-                             "alone found, each run's value and its search's alone, and each search's references")
+                             "alone found, each run's value and its search's alone, each search's references and "
+                             "each run's effective particles after its last reweighting")
     parser.add_argument("--runs", type=int, default=16, help="reverse runs")
     parser.add_argument("--temperatures", type=int, default=None, help="reverse temperatures (default: T)")
     parser.add_argument("--back", choices=("best", "search", "urn"), default="best",
@@ -90,7 +91,9 @@ def print_searches(forward) -> None:
     alone = ", ".join(f"{run:.2f}" for run in details.get("search_log_evidence", []))
     print(f"  found once {details.get('single_search_share', float('nan')):.2f}; runs {runs}; alone {alone}; "
           f"references per search {getattr(info, 'num_references', None)} of "
-          f"{[len(sweeps) for sweeps in getattr(info, 'chain_sweeps', [])]} starts", flush=True)
+          f"{[len(sweeps) for sweeps in getattr(info, 'chain_sweeps', [])]} starts; effective particles after the "
+          f"last reweighting {[round(ess, 1) for ess in getattr(info, 'final_ess', [])]} of "
+          f"{getattr(info, 'num_particles', None)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,7 @@ def test_auto_passes_effort_and_the_engines_options_on():
     # Each run's estimate shared out among its references and the defensive component at the end.
     for shares, built in zip(engine.component_shares, engine.num_references):
         assert len(shares) == built + 1 and min(shares) >= 0.0 and abs(sum(shares) - 1.0) < 1e-5
+    assert len(engine.final_ess) == 3 and all(1.0 - 1e-9 <= ess <= engine.num_particles + 1e-9 for ess in engine.final_ess)
     with pytest.raises(TypeError, match=r"unknown option.*\['start'\]"):
         bam.log_evidence(model, MEDIUM, start=None)
 

@@ -158,6 +158,9 @@ class MixtureInfo(NamedTuple):
     #: nan for one run): near 0 where each basin the value rests on was found more than once, near 1 where every
     #: search ended in basins of its own and more lie beyond them (noisy: −0.8 to 0.6 where the searches agree).
     single_search_share: float = float("nan")
+    #: For each run, the effective sample size of its particles' weights after the last reweighting (1 / Σ w², nan
+    #: where it could not be summed): near 1, the run's value rests on one particle.
+    final_ess: list = ()
 
 
 class UpperBoundInfo(NamedTuple):

@@ -742,7 +742,13 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
                          num_references=[sum(f.log_q is not None for f in own) for own in found],
                          component_shares=[np.round(run.component_shares, 6).tolist() for run in runs],
+                         final_ess=[_ess(run.run.final_log_w) for run in runs],
                          single_search_share=single))
+
+
+def _ess(log_shares) -> float:
+    """The effective sample size 1 / Σ w² of normalised log weights (nan where there are none)."""
+    return float("nan") if log_shares is None else float(1.0 / np.sum(np.exp(2.0 * np.asarray(log_shares))))
 
 
 def _acceptance(moves: np.ndarray) -> tuple:
