@@ -442,7 +442,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
     # The run's problem carries the reference of particle 0's component (the first that kept particles): the
     # closed-form log start that _one_run checks particle 0 against is that component's.
     run = _one_run(particles, with_reference(tp, particles.start.log_q[0]), np.random.default_rng(seeds[NUM_BLOCKS]),
-                   PathOptions(options.rho), initial_log_w=particles.initial_log_weights(),
+                   PathOptions(options.rho, follow_moves=True), initial_log_w=particles.initial_log_weights(),
                    final_log_weights=last_weights)
     shares = np.full(start.log_weights.size, np.nan)
     if run.final_log_w is not None:
@@ -490,7 +490,8 @@ class EngineConfig:
     # Runs, each with a search of its own: the searches' spread is the stated error (estimate.pool_searches).
     num_chains: int = 4
     # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016): steps
-    # fine enough that the moves carry the particles of each component between temperatures.
+    # fine enough that the moves carry the particles of each component between temperatures, finer where a
+    # move leaves them correlated with where the last reweighting put them (tempered.following_moves).
     rho: float = 0.97
 
 

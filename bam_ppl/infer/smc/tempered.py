@@ -63,6 +63,9 @@ BISECTION_STEPS = 60
 MAX_TEMPERATURES = 5_000
 # Warn when more than this share of the draws from π₀ have one and the same likelihood.
 DEGENERATE_SHARE = 0.5
+# The most of the last push that following_moves counts as kept: steps at most 4 times finer in χ², 2 times as many
+# temperatures; where the moves keep more, finer steps buy little (without moves the path is importance sampling).
+MAX_KEPT = 0.75
 
 
 # -- the SMC sampler -------------------------------------------------------------------------------
@@ -240,11 +243,45 @@ class TemperedResult(NamedTuple):
 
 class PathOptions(NamedTuple):
     """How a run travels from β = 0 to 1 (:func:`run_tempered`): the adaptive schedule's ``rho``
-    or a fixed ``schedule``, and ``num_sweeps`` Gibbs sweeps per temperature."""
+    or a fixed ``schedule``, and ``num_sweeps`` Gibbs sweeps per temperature; with ``follow_moves``
+    the adaptive steps shrink where the moves keep the particles where the last reweighting put them
+    (:func:`following_moves`)."""
 
     rho: float = 0.9
     num_sweeps: int = 1
     schedule: np.ndarray | None = None
+    follow_moves: bool = False
+
+
+def _centred(values: np.ndarray, groups) -> np.ndarray:
+    """``values`` less the mean of their group (``groups`` (P,) integer labels, or None: one group)."""
+    if groups is None:
+        return values - values.mean()
+    groups = np.asarray(groups)
+    return values - (np.bincount(groups, values) / np.maximum(np.bincount(groups), 1))[groups]
+
+
+def following_moves(path: PathOptions, log_ratio):
+    """The temperature solver and the move of a path whose steps shrink where the moves keep the particles
+    correlated with where the last reweighting put them: after each move, c, the correlation across particles
+    (within a start's component) of the log weight per unit of β before and after it; the next step keeps the
+    conditional χ² of its weights at (1/rho − 1)(1 − c): moves that leave a share c of each push leave the
+    particles behind π_β by Σ_k c^k = 1 / (1 − c) pushes, so the pushes shrink by as much. c is taken at most
+    :data:`MAX_KEPT`; without moves that keep anything (c = 0) the steps are those of ``rho``."""
+    kept = [0.0]
+
+    def solve(state, ratio):
+        return next_temperature(state.beta, state.log_w, ratio, 1.0 / (1.0 + (1.0 / path.rho - 1.0) * (1.0 - kept[0])))
+
+    def move(particles, beta):
+        groups = getattr(particles, "component", None)
+        before = _centred(log_ratio(particles), groups)
+        particles.move(beta, path.num_sweeps)
+        after = _centred(log_ratio(particles), groups)
+        spread = float(np.std(before) * np.std(after))
+        kept[0] = float(np.clip(np.mean(before * after) / spread, 0.0, MAX_KEPT)) if spread > 0.0 else 0.0
+
+    return solve, move
 
 
 def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: PathOptions, symmetry=None,
@@ -283,9 +320,12 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
     state = TemperedState(log_w, 0.0, tp.constant + tp.log_z0)
     solve = adaptive_temperature(path.rho) if path.schedule is None else scheduled_temperature(path.schedule)
     betas, resamplings, min_ess = [], 0, float(num)
+    ratio = lambda ps: log_target_ratio(ps, tp)  # noqa: E731
+    move = lambda ps, beta: ps.move(beta, path.num_sweeps)  # noqa: E731
+    if path.follow_moves:
+        solve, move = following_moves(path, ratio)
     while state.beta < 1.0:
-        state, info = step(rng, state, particles, lambda ps: log_target_ratio(ps, tp), solve,
-                           lambda ps, beta: ps.move(beta, path.num_sweeps))
+        state, info = step(rng, state, particles, ratio, solve, move)
         betas.append(info.beta)
         min_ess = min(min_ess, info.ess)
         resamplings += info.resampled
