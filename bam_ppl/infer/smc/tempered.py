@@ -267,7 +267,7 @@ def following_moves(path: PathOptions, log_ratio):
     (within a start's component) of the log weight per unit of β before and after it; the next step keeps the
     conditional χ² of its weights at (1/rho − 1)(1 − c): moves that leave a share c of each push leave the
     particles behind π_β by Σ_k c^k = 1 / (1 − c) pushes, so the pushes shrink by as much. c is taken at most
-    :data:`MAX_KEPT`; without moves that keep anything (c = 0) the steps are those of ``rho``."""
+    ``MAX_KEPT``; without moves that keep anything (c = 0) the steps are those of ``rho``."""
     kept = [0.0]
 
     def solve(state, ratio):
