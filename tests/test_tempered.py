@@ -665,3 +665,35 @@ def test_step_reweights_resamples_and_moves_as_a_tempered_smc_step():
     adaptive = tempered.adaptive_temperature(0.9)(tempered.TemperedState(np.full(4, -np.log(4)), 0.0, 0.0), log_like)
     assert 0.0 < adaptive < 1.0
     assert tempered.conditional_ess(np.full(4, -np.log(4)), log_like, adaptive) == pytest.approx(0.9, abs=1e-6)
+
+
+
+class _KeptParticles(_FixedParticles):
+    """Particles that a move leaves where they are (it keeps all of the last push)."""
+
+    def move(self, beta, num_sweeps=1):
+        self.moved_at.append(beta)
+
+
+class _RedrawnParticles(_FixedParticles):
+    """Particles whose log-likelihoods a move deals out afresh (it keeps little of the last push)."""
+
+    def move(self, beta, num_sweeps=1):
+        self.moved_at.append(beta)
+        self.log_like = np.random.default_rng(len(self.moved_at)).permutation(self.log_like)
+
+
+def test_following_moves_shrink_the_steps_by_what_a_move_keeps():
+    """After a move that keeps the particles where they were (c = 1, taken as MAX_KEPT) the next step's conditional
+    χ² is (1/rho − 1)(1 − MAX_KEPT); after one that deals them out afresh (c near 0) nearly rho's own."""
+    log_like = -np.arange(64, dtype=np.float64) ** 1.5
+    state = tempered.TemperedState(np.full(64, -np.log(64)), 0.0, 0.0)
+    ratio = lambda ps: ps.log_like  # noqa: E731
+    for particles, kept, tolerance in ((_KeptParticles(log_like), tempered.MAX_KEPT, 1e-6),
+                                       (_RedrawnParticles(log_like), 0.0, 0.3)):
+        solve, move = tempered.following_moves(tempered.PathOptions(0.9, follow_moves=True), ratio)
+        for share in (1.0, 1.0 - kept):  # before any move the steps are rho's own
+            beta = solve(state, ratio(particles))
+            chi2 = 1.0 / tempered.conditional_ess(state.log_w, particles.log_like, beta) - 1.0
+            assert chi2 == pytest.approx((1 / 0.9 - 1) * share, rel=tolerance)
+            move(particles, beta)
