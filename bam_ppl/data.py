@@ -347,8 +347,8 @@ def _from_pandas(data, name: str) -> CountTensor:
     ``df.groupby(dims).size()`` return): its level names the dims, its labels the coords."""
     import pandas as pd
 
-    dims = list(data.index.names) if isinstance(data, pd.Series) else [None]
-    if None in dims or len(set(dims)) < len(dims) or data.name in dims:
+    dims = list(data.index.names) if isinstance(data, pd.Series) else []
+    if not dims or None in dims or len(set(dims)) < len(dims) or data.name in dims:
         raise TypeError(
             f"{name}: a pandas object is ambiguous here; pass a Series of counts indexed by named levels "
             "(df.value_counts()), CountTensor.from_dataframe(df, dims=..., count=...) for a long count table, "

@@ -86,6 +86,7 @@ from .references import (
     uniform_reference,
     with_reference,
 )
+from .resampling import effective_sample_size
 from .symmetry import LabelSymmetry, _log_sum_exp, label_symmetries_of, orbit_log_sums
 from .tempered import NUM_BLOCKS, PathOptions, TemperedRun, _one_run, pooled, usable_cores
 from .tempered_numba import NumbaParticles, numba
@@ -743,13 +744,9 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
                          num_references=[sum(f.log_q is not None for f in own) for own in found],
                          component_shares=[np.round(run.component_shares, 6).tolist() for run in runs],
-                         final_ess=[_ess(run.run.final_log_w) for run in runs],
+                         final_ess=[float("nan") if run.run.final_log_w is None
+                                    else float(effective_sample_size(run.run.final_log_w)) for run in runs],
                          single_search_share=single))
-
-
-def _ess(log_shares) -> float:
-    """The effective sample size 1 / Σ w² of normalised log weights (nan where there are none)."""
-    return float("nan") if log_shares is None else float(1.0 / np.sum(np.exp(2.0 * np.asarray(log_shares))))
 
 
 def _acceptance(moves: np.ndarray) -> tuple:
