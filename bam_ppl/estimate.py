@@ -32,8 +32,9 @@ ADVICE = {
                 "distinct cells and many tokens per cell, where single-token moves mix slowly).",
     "mixture": "Its runs found basins of different mass: raise effort= (more scouts, particles and longer "
                "chains) until the estimate stops rising, and cross-check with method='chib'.",
-    "chib": "The search for a high-probability allocation may have stopped in a poorer mode: raise "
-            "num_warmup or num_searches, and cross-check with method='tempered'.",
+    "chib": "The search for a high-probability allocation may have stopped in a poorer mode (raise "
+            "num_search_sweeps or num_searches), or, on cells of many tokens each, the chains around one labelling "
+            "see a vanishing share of an allocation's many labellings: cross-check with method='auto'.",
     "default": "Use more particles, runs or sweeps, target_stderr= to add runs, and cross-check with an "
                "estimator of another kind (method='tempered', 'chib').",
     # Several calls pooled (min_calls, target_stderr) whose values differ: they found different basins.

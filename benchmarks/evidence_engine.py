@@ -19,7 +19,8 @@ Data: ``nmf1000``, ``nmf4000`` (NMF(4), a = 1, on the 50 × 70 counts of
 ``titanic`` (R's Titanic table, class × sex × age × survival of 2201 people in 24 nonzero cells,
 four latent classes, a = 1) and ``ucb`` (R's UCBAdmissions, admission × sex × department of 4526
 applicants in 24 cells, two latent classes, a = 1); ``occupational_status_nmf<R>`` (R's occupationalStatus,
-8 × 8 counts of 3498 father–son pairs, under NMF(R), a = 1) and ``letters_snmf<K>`` (symmetric NMF(K), a = 1, on
+8 × 8 counts of 3498 father–son pairs, under NMF(R), a = 1; likewise ``caith_nmf<R>``, MASS's caith, 4 × 5 counts of 5387
+people, and ``midtown_nmf<R>``, the Midtown Manhattan 4 × 6 table of 1660) and ``letters_snmf<K>`` (symmetric NMF(K), a = 1, on
 2000 letter bigrams, ``load_letter_bigrams(total=2000, rng_key=0)``: tied members), not in the default list.
 """
 
@@ -49,7 +50,13 @@ OCCUPATIONAL_STATUS = [[50, 19, 26, 8, 7, 11, 6, 2], [16, 40, 34, 18, 11, 20, 8,
                        [11, 20, 58, 110, 40, 183, 64, 32], [2, 8, 12, 23, 25, 46, 28, 12],
                        [12, 28, 102, 162, 90, 554, 230, 177], [0, 6, 19, 40, 21, 158, 143, 71],
                        [0, 3, 14, 32, 15, 126, 91, 106]]
-TABLES = {"titanic": TITANIC, "ucb": UCB, "occupational_status": OCCUPATIONAL_STATUS}
+# MASS::caith: eye (blue, light, medium, dark) against hair colour (fair, red, medium, dark, black) in Caithness.
+CAITH = [[326, 38, 241, 110, 3], [688, 116, 584, 188, 4], [343, 84, 909, 412, 26], [98, 48, 403, 681, 85]]
+# Midtown Manhattan study (Srole et al. 1978): mental health (well, mild, moderate, impaired) against parents'
+# socioeconomic status (A–F).
+MIDTOWN = [[64, 57, 57, 72, 36, 21], [94, 94, 105, 141, 97, 71], [58, 54, 65, 77, 54, 54], [46, 40, 60, 94, 78, 71]]
+TABLES = {"titanic": TITANIC, "ucb": UCB, "occupational_status": OCCUPATIONAL_STATUS, "caith": CAITH,
+          "midtown": MIDTOWN}
 
 # Runs in this process and, with the baseline on its path, in the subprocess: the same code on both sides.
 CASE_CODE = r'''
@@ -69,8 +76,9 @@ def case(name, tables):
     if name.startswith("letters_snmf"):  # e.g. letters_snmf4: symmetric NMF(4), a = 1, on 2000 letter bigrams
         from bam_ppl.datasets import load_letter_bigrams
         return bam.models.symmetric_nmf(int(name[len("letters_snmf"):])), load_letter_bigrams(total=2000, rng_key=0)
-    if name.startswith("occupational_status_nmf"):  # e.g. occupational_status_nmf3: NMF(3), a = 1
-        return bam.models.nmf(int(name[len("occupational_status_nmf"):])), np.array(tables["occupational_status"])
+    for table in ("occupational_status", "caith", "midtown"):  # e.g. caith_nmf3: NMF(3), a = 1
+        if name.startswith(table + "_nmf"):
+            return bam.models.nmf(int(name[len(table) + 4:])), np.array(tables[table])
     if name == "ucb":
         X = np.moveaxis(np.array(tables["ucb"]), 0, -1)  # admit × gender × department
         return bam.AllocationModel("r -> admit, gender, dept", latent={"r": 2}, observed=("admit", "gender", "dept"),
