@@ -21,7 +21,8 @@ four latent classes, a = 1) and ``ucb`` (R's UCBAdmissions, admission × sex × 
 applicants in 24 cells, two latent classes, a = 1); ``occupational_status_nmf<R>`` (R's occupationalStatus,
 8 × 8 counts of 3498 father–son pairs, under NMF(R), a = 1; likewise ``caith_nmf<R>``, MASS's caith, 4 × 5 counts of 5387
 people, and ``midtown_nmf<R>``, the Midtown Manhattan 4 × 6 table of 1660) and ``letters_snmf<K>`` (symmetric NMF(K), a = 1, on
-2000 letter bigrams, ``load_letter_bigrams(total=2000, rng_key=0)``: tied members), not in the default list.
+2000 letter bigrams, ``load_letter_bigrams(total=2000, rng_key=0)``: tied members) and ``trigrams_cp<R>`` (CP(R), a = 1,
+on 3000 letter trigrams, ``load_letter_trigrams(total=3000, rng_key=0)``: 26 × 26 × 26, sparse), not in the default list.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def case(name, tables):
     if name.startswith("letters_snmf"):  # e.g. letters_snmf4: symmetric NMF(4), a = 1, on 2000 letter bigrams
         from bam_ppl.datasets import load_letter_bigrams
         return bam.models.symmetric_nmf(int(name[len("letters_snmf"):])), load_letter_bigrams(total=2000, rng_key=0)
+    if name.startswith("trigrams_cp"):  # e.g. trigrams_cp8: CP(8), a = 1, on 3000 letter trigrams
+        from bam_ppl.datasets import load_letter_trigrams
+        return bam.models.cp(int(name[len("trigrams_cp"):])), load_letter_trigrams(total=3000, rng_key=0)
     for table in ("occupational_status", "caith", "midtown"):  # e.g. caith_nmf3: NMF(3), a = 1
         if name.startswith(table + "_nmf"):
             return bam.models.nmf(int(name[len(table) + 4:])), np.array(tables[table])
