@@ -598,7 +598,8 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their chains would
         draw more than 3.3 billion · effort random numbers), each
         chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
-        and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`).
+        and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`): the particles grow
+        as effort², a call's time between effort and effort² times the default's (benchmarks/README.md).
     num_particles : int, optional
         Particles of each run.
     num_scouts : int, optional
