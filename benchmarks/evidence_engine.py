@@ -22,7 +22,9 @@ applicants in 24 cells, two latent classes, a = 1); ``occupational_status_nmf<R>
 8 × 8 counts of 3498 father–son pairs, under NMF(R), a = 1; likewise ``caith_nmf<R>``, MASS's caith, 4 × 5 counts of 5387
 people, and ``midtown_nmf<R>``, the Midtown Manhattan 4 × 6 table of 1660) and ``letters_snmf<K>`` (symmetric NMF(K), a = 1, on
 2000 letter bigrams, ``load_letter_bigrams(total=2000, rng_key=0)``: tied members) and ``trigrams_cp<R>`` (CP(R), a = 1,
-on 3000 letter trigrams, ``load_letter_trigrams(total=3000, rng_key=0)``: 26 × 26 × 26, sparse), not in the default list.
+on 3000 letter trigrams, ``load_letter_trigrams(total=3000, rng_key=0)``: 26 × 26 × 26, sparse) and ``zipf_nmf<R>``
+(NMF(R), a = 1, on 200 × 1000 counts: each row 10 words drawn from one Zipf(1.1) law, 2000 tokens in 1725 cells, no
+structure for the factors to find), not in the default list.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def case(name, tables):
     if name.startswith("letters_snmf"):  # e.g. letters_snmf4: symmetric NMF(4), a = 1, on 2000 letter bigrams
         from bam_ppl.datasets import load_letter_bigrams
         return bam.models.symmetric_nmf(int(name[len("letters_snmf"):])), load_letter_bigrams(total=2000, rng_key=0)
+    if name.startswith("zipf_nmf"):  # e.g. zipf_nmf4: NMF(4), a = 1, on 200 documents of 10 Zipf(1.1) words of 1000
+        rng = np.random.default_rng(0)
+        p = 1.0 / np.arange(1, 1001) ** 1.1
+        X = np.stack([rng.multinomial(10, p / p.sum()) for _ in range(200)])
+        return bam.models.nmf(int(name[len("zipf_nmf"):])), X
     if name.startswith("trigrams_cp"):  # e.g. trigrams_cp8: CP(8), a = 1, on 3000 letter trigrams
         from bam_ppl.datasets import load_letter_trigrams
         return bam.models.cp(int(name[len("trigrams_cp"):])), load_letter_trigrams(total=3000, rng_key=0)
