@@ -154,6 +154,7 @@ EVIDENCE_EXAMPLES = """examples:
   bam-ppl evidence votes.csv --structure "r -> i, j, k" --latent r=1..6 --out table.csv --plot ranks.png
   bam-ppl evidence votes.csv --structure "r -> i, j, k" --latent r=1..6 --jobs 4 --target-stderr 0.5
   bam-ppl evidence counts.csv --wide --structure "k -> i; k -> j" --latent k=1..4
+  bam-ppl evidence counts.csv --wide --structure "k -> i; k -> j" --latent k=3..5 --effort 2
 
 A long table has one column per visible node (named as in --structure, any order) and one count
 column (--count; default: the one remaining column, or one token per row without it). A wide
@@ -333,6 +334,10 @@ def evidence(args, out=None) -> None:
     models = _models(args)
     data = _read_table(args, next(iter(models.values())))
     options = _options(args.option)
+    if args.effort is not None:
+        if "effort" in options:
+            raise UsageError("give the effort once: --effort or --option effort=..., not both")
+        options["effort"] = args.effort
     for model in models.values():
         _check_method("evidence", args.method, model, options)
     print(f"{args.table}: {data}", file=note)
@@ -460,6 +465,9 @@ def parser() -> argparse.ArgumentParser:
                                           "evidence, in the columns of arviz.compare."),
                         epilog=EVIDENCE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _table_arguments(ev, "auto", "evidence estimator (see bam-ppl methods; default auto)", several=True)
+    ev.add_argument("--effort", type=_positive(float), metavar="E",
+                    help="the cost knob of the default estimator (default 1): more particles, searches and chains; "
+                         "a call takes between E and E² times as long")
     ev.add_argument("--min-calls", type=_positive(int), metavar="N",
                     help="make at least N independent calls per model and pool their runs")
     ev.add_argument("--target-stderr", type=_positive(float), metavar="NATS",
