@@ -268,12 +268,12 @@ def _read_table(args, model):
         raise UsageError(f"{args.table}: {err}") from None
 
 
-def _check_method(kind: str, method: str, model, options: dict) -> None:
-    """UsageError unless ``method`` is registered for ``model`` and takes every option given."""
+def _check_method(kind: str, method: str, model, options: dict, flag: str = "--method/--option") -> None:
+    """UsageError (prefixed by ``flag``, the arguments that gave them) unless ``method`` is registered for
+    ``model`` and takes every option given."""
     from bam_ppl.infer.auto import check_auto_options
     from bam_ppl.infer.registry import check_options, find, find_evidence
 
-    flag = "--method/--option"
     try:
         if kind == "evidence":
             fn = find_evidence(method, model)
@@ -339,7 +339,8 @@ def evidence(args, out=None) -> None:
             raise UsageError("give the effort once: --effort or --option effort=..., not both")
         options["effort"] = args.effort
     for model in models.values():
-        _check_method("evidence", args.method, model, options)
+        _check_method("evidence", args.method, model, options,
+                      "--method/--option" + ("/--effort" if args.effort is not None else ""))
     print(f"{args.table}: {data}", file=note)
     with _executor(args) as executor:
         if args.target_stderr is None and args.max_time is None:

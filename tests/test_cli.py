@@ -246,16 +246,26 @@ def test_the_clis_dask_clients_leave_nothing_behind(survey_csv, tmp_path):
     xr.Dataset({"a": ("x", [1, 2])}).to_netcdf(tmp_path / "a.nc")
 
 
-def test_effort_is_the_default_estimators_cost_knob(survey_csv, capsys):
+def test_effort_is_the_default_estimators_cost_knob(survey_csv, monkeypatch, capsys):
     import json
 
-    argv = ["evidence", str(survey_csv), "--count", "Freq", "--structure", "r -> age, vote, region", "--latent", "r=2"]
+    import bam_ppl
+
+    compare, given = bam_ppl.compare, {}
+
+    def spy(*args, **kwargs):
+        given.update(kwargs)
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(bam_ppl, "compare", spy)
+    argv = ["evidence", str(survey_csv), "--count", "Freq", "--structure", "age -> vote; region"]
     assert main([*argv, "--effort", "0.25", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)["models"]
-    assert row["method"] == "auto" and row["log_evidence"] < 0
+    assert given["effort"] == 0.25 and row["method"] == "auto"
     for extra, message in [(["--effort", "0"], "positive float"),
                            (["--effort", "2", "--option", "effort=2"], "give the effort once"),
-                           (["--effort", "2", "--method", "smc"], "effort")]:
+                           (["--effort", "2", "--method", "smc"], "--method/--option/--effort: evidence --method smc: "
+                                                                  "unknown option(s) ['effort']")]:
         with pytest.raises(SystemExit) as exit_info:
             main([*argv, *extra])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
