@@ -11,7 +11,7 @@ call's searches, weighted by their shares of the mass, ``reference="search"``; `
 latent urn), the width of the sandwich (upper − forward; the error of either is at most about this),
 and the seconds of each.
 
-    nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 1000 4000
+    nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 1000 4000 --back best search
     nice -n 5 .venv/bin/python benchmarks/sandwich.py --totals 16000 --seed 0 1 2 --back search
     .venv/bin/python benchmarks/sandwich.py --model "cp(3, a=20.0)" --shape 12 10 8 --totals 3000 --back search
     .venv/bin/python benchmarks/sandwich.py --model "tucker((3, 2, 2), a=20.0)" --shape 10 8 6 --totals 3000 \
@@ -44,9 +44,9 @@ def main(argv=None):
                              "each run's effective particles after its last reweighting")
     parser.add_argument("--runs", type=int, default=16, help="reverse runs")
     parser.add_argument("--temperatures", type=int, default=None, help="reverse temperatures (default: T)")
-    parser.add_argument("--back", choices=("best", "search", "urn"), default="best",
+    parser.add_argument("--back", choices=("best", "search", "urn"), nargs="+", default=["best"],
                         help="anneal back to the reference from the forward's best allocation, to the mixture "
-                             "of a default call's searches, or to the latent urn")
+                             "of a default call's searches, or to the latent urn (several: a bound each, one forward)")
     parser.add_argument("--model", default="nmf(4, a=200.0)",
                         help="a call of a constructor of bam.models, e.g. \"cp(3, a=0.5)\" or \"tucker((3, 2, 2))\"")
     parser.add_argument("--shape", type=int, nargs="+", default=[50, 70], help="the shape of the simulated table")
@@ -54,31 +54,31 @@ def main(argv=None):
     options = {name: ast.literal_eval(value) for name, value in (option.split("=", 1) for option in args.options)}
     # Only bam.models' names resolve in the expression: a call of one of its constructors.
     model = eval(args.model, {"__builtins__": {}}, vars(bam.models))
-    path = {"best": "reference from the forward estimate's best allocation", "urn": "latent urn",
-            "search": "mixture of a default call's searches"}[args.back]
+    paths = {"best": "the reference from the forward estimate's best allocation", "urn": "the latent urn",
+             "search": "the mixture of a default call's searches"}
     shape = " × ".join(map(str, args.shape))
-    print(f"{args.model} on {shape}, forward options {options}, {args.runs} reverse runs to the {path}")
-    print("| T | data key | rng_key | forward | s | upper bound (reverse) | temperatures | s | sandwich width |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"{args.model} on {shape}, forward options {options}, {args.runs} reverse runs back to "
+          + "; ".join(f"{paths[back]} ({back})" for back in args.back))
+    print("| T | data key | rng_key | forward | s | back | upper bound (reverse) | temperatures | s | sandwich width |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for total in args.totals:
         for seed in args.seed:
             S, X = model.sample(jax.random.key(seed), shape=tuple(args.shape), total=total)
-            upper = None
-            for key in args.key:
+            for number, key in enumerate(args.key):
                 start = time.perf_counter()
                 forward = bam.log_evidence(model, X, rng_key=key, **options)
                 forward_seconds = time.perf_counter() - start
-                bound = "| — | — | — | — |"
-                if not args.no_bound and upper is None:
+                row = f"| {total} | {seed} | {key} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} "
+                for back in ([] if args.no_bound or number else args.back):  # the bounds from the first key's forward
                     start = time.perf_counter()
                     reference = {"urn": None, "search": "search",
-                                 "best": (forward.details["best_cells"], forward.details["best_counts"])}[args.back]
+                                 "best": (forward.details["best_cells"], forward.details["best_counts"])}[back]
                     upper = bam.evidence_upper_bound(model, X, S, rng_key=key, num_chains=args.runs,
                                                      num_temperatures=args.temperatures, reference=reference)
-                    bound = (f"| {upper.value:.2f} ± {upper.stderr:.2f} | {upper.details['num_temperatures']} | "
-                             f"{time.perf_counter() - start:.0f} | {upper.value - forward.value:.2f} |")
-                print(f"| {total} | {seed} | {key} | {forward.value:.2f} ± {forward.stderr:.2f} | {forward_seconds:.0f} "
-                      f"{bound}", flush=True)
+                    print(f"{row}| {back} | {upper.value:.2f} ± {upper.stderr:.2f} | {upper.details['num_temperatures']} "
+                          f"| {time.perf_counter() - start:.0f} | {upper.value - forward.value:.2f} |", flush=True)
+                if args.no_bound or number:
+                    print(f"{row}| — | — | — | — | — |", flush=True)
                 if args.details:
                     print_searches(forward)
 
