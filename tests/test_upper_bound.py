@@ -212,8 +212,8 @@ def test_compare_and_plot_keep_an_upper_bound_apart():
 def test_the_sandwich_at_realistic_size():
     """NMF(4) on 50 × 70 counts of T = 1000 tokens simulated from the model itself: the reverse
     bound, annealed back to the mixture of a default call's searches (``reference="search"``), lies
-    above the default forward estimate within their combined error (3 of them); the width of the
-    sandwich is reported."""
+    above the default forward estimate within their combined error (3 of them), and at most 2 nats (the goal of
+    benchmarks/README.md) above it beyond that error; the width of the sandwich is reported."""
     model = bam.models.nmf(4, a=200.0)
     S, X = model.sample(jax.random.key(0), shape=(50, 70), total=1000)
     forward = bam.log_evidence(model, X, rng_key=0)
@@ -222,4 +222,4 @@ def test_the_sandwich_at_realistic_size():
     width = upper.value - forward.value
     print(f"forward {forward.value:.2f} ± {forward.stderr:.2f}, upper bound {upper.value:.2f} ± "
           f"{upper.stderr:.2f}: sandwich width {width:.2f} nats")
-    assert width >= -3 * combined, (forward, upper)
+    assert -3 * combined <= width <= 2.0 + 3 * combined, (forward, upper)
