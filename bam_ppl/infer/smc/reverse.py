@@ -393,8 +393,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
         (:func:`component_move`): tight wherever ``allocation`` lies if a search reached its basin. Or one
         product reference q, covering one basin, from an allocation found *without* ``allocation`` (a forward
         estimate's ``details["best_cells"], details["best_counts"]``; one built from S bounds only S's basin)
-        or a ``Reference``; :func:`relabel_move` carries the runs to its labels (up to 8! symmetries), wherever 1 − β
-        has grown by 5 % (``RELABEL_GROWTH``), so that no run lingers in labels the reference does not cover.
+        or a ``Reference``; :func:`relabel_move` carries the runs to its labels (up to 8! symmetries; ``RELABEL_GROWTH``).
 
     Returns
     -------
