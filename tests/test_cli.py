@@ -261,7 +261,7 @@ def test_effort_is_the_default_estimators_cost_knob(survey_csv, monkeypatch, cap
     argv = ["evidence", str(survey_csv), "--count", "Freq", "--structure", "age -> vote; region"]
     assert main([*argv, "--effort", "0.25", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)["models"]
-    assert given["effort"] == 0.25 and row["method"] == "auto"
+    assert given["effort"] == 0.25 and row["method"] == "auto" and row["log_evidence"] < 0
     for extra, message in [(["--effort", "0"], "positive float"),
                            (["--effort", "2", "--option", "effort=2"], "give the effort once"),
                            (["--effort", "2", "--method", "smc"], "--method/--option/--effort: evidence --method smc: "
