@@ -146,8 +146,8 @@ class MixtureInfo(NamedTuple):
     #: Accepted share of the moves of whole cells' splits in the annealing, the data-augmentation proposals and the
     #: reference's draws (nan, nan where none ran: with collapsed chains).
     split_move_acceptance: tuple = (float("nan"), float("nan"))
-    #: For each run, the references its search built (one per basin region its starts reached, and one from the
-    #: first start of each kind; the other starts stopped where one of them covers).
+    #: For each run, the references its search built (one per basin region its starts reached; the other starts
+    #: stopped where one of them covers).
     num_references: list = ()
     #: For each run, the share of its estimate that each component of its start carries at β = 1, its references
     #: in the order its search built them and the defensive component last (nan where the last reweighting could
