@@ -109,6 +109,21 @@ def test_a_start_stops_where_a_reference_covers_it_and_a_mode_is_not_covered():
     assert mixture.covered_by(collapsed, [above._replace(ceiling=score + 1.0)], chain.config()) == 0
 
 
+def test_a_search_keeps_one_reference_per_region_its_starts_reach(monkeypatch):
+    # Every start stops where an earlier reference of its search covers it, the first of each kind (VB fit, annealed
+    # scout, draw) too: a second reference of one basin would only spread the last reweighting.
+    problem, _ = mixture.mixture_problem(bam.models.nmf(2, a=1.0), np.kron(np.eye(2, dtype=np.int64),
+                                                                          np.full((2, 2), 5)), 10**6)
+    collapsed = problem._replace(augmented=False)
+    monkeypatch.setattr(mixture, "covered_by", lambda problem, found, config: 0 if found else -1)
+    options = mixture.effort_sizes(1.0)._replace(reference_sweeps=10, sweeps_per_token=0.0)
+    config = np.random.default_rng(0).integers(0, collapsed.tp.num_configs, collapsed.tp.token_cell.size)
+    seeds = np.arange(12, dtype=np.uint32).reshape(3, 2, 2)
+    found = references.drive(mixture.run_search(collapsed, options, seeds, [config, "annealed", "drawn"]))
+    assert found[0].log_q is not None and found[0].covered_by == -1
+    assert [(f.log_q, f.covered_by, f.sweeps) for f in found[1:]] == [(None, 0, 0), (None, 0, 0)]
+
+
 def test_the_climb_statistic_is_the_likelihood_at_the_tables_posterior_mean():
     # references.mean_table_log_likelihood: Σ_u X_u log Σ_l Π_m θ̄_m[f_m(u, l)], θ̄ = (α + n) / column sums, n the
     # allocation's table counts (posterior_concentration, the data-augmentation chain's), summed here cell by cell.
