@@ -356,8 +356,8 @@ def scout(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndarray, k
     (:func:`covered_by`, at :func:`check_marks`), adding its weight to that reference's; otherwise it
     finishes and builds a reference (:func:`finish`). A basin many starts reach is built once, and a
     start that lands in one costs the few sweeps that show it. Data-augmentation chains all finish: a
-    product over tokens fits a dense cell's split of its tokens poorly, and there the mixture of every
-    chain's reference anneals more surely than the few that cover the rest (benchmarks/README.md). As
+    product over tokens fits a dense cell's split of its tokens poorly, so its range of scores says
+    nothing of which states lie in one basin. As
     steps (:func:`~bam_ppl.infer.smc.references.drive`), a ``Scouted``."""
     started, done = start(problem, options, seeds, kind), 0
     for mark in check_marks(problem, started.sweeps):
