@@ -102,6 +102,31 @@ def test_tutorial_runs(path, tmp_path, monkeypatch, capsys):
         assert line in stdout, stdout[-3000:]
 
 
+def _readme_example() -> tuple[str, str]:
+    """The README's example: its Python block and the output block that follows it."""
+    section = (ROOT / "README.md").read_text().split("## Example", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    return code, shown
+
+
+# With the tutorials (about 20 s): the README's example as a user copies it prints what the README shows,
+# and the posterior it points to mixes as it says.
+@pytest.mark.tutorial
+def test_readme_example_prints_what_the_readme_shows(monkeypatch, capsys):
+    import arviz as az
+
+    import bam_ppl as bam
+
+    code, shown = _readme_example()
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})  # noqa: S102 — the README's own code
+    assert capsys.readouterr().out.strip() == shown.strip()
+    idata = bam.relabel(bam.infer(bam.models.cp(2), bam.datasets.load_hair_eye_color(), method="gibbs",
+                                  num_warmup=5000, num_samples=5000))
+    assert float(az.summary(idata, var_names=["theta_r"])["r_hat"].max()) <= 1.05
+
+
 def test_cli_methods_lists_backends():
     # A real subprocess: the `python -m bam_ppl.cli` entry point as a user starts it.
     result = subprocess.run([sys.executable, "-m", "bam_ppl.cli", "methods"], cwd=ROOT,
