@@ -68,6 +68,8 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     errorbars : float
         Half-width of the error bars in standard errors (0 hides them).
     xlabel : str, optional
+        Default: the name before "=" where every model is named "<name>=<number>" ("r=3" -> "r"), else
+        "model order" (or "model" for unrelated models).
     **plot_kwargs
         Passed to the line and markers (color, markersize, ...).
 
@@ -76,6 +78,7 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     matplotlib Axes
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     _check_table(table, errorbars)
     names = [str(n) for n in table.index]
@@ -154,7 +157,11 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         ax.set_xticklabels([names[i] for i in order], rotation=30 if max(map(len, names)) > 6 else 0,
                            ha="right" if max(map(len, names)) > 6 else "center")
         ax.set_xlim(pos.min() - 0.5, pos.max() + 0.5)
-    ax.set_xlabel(xlabel or ("model" if categorical else "model order"))
+    elif np.all(pos == np.round(pos)):  # ranks: ticks at whole numbers only
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    stems = {name.rsplit("=", 1)[0].strip() for name in names if "=" in name}
+    order_name = stems.pop() if len(stems) == 1 and all("=" in name for name in names) else "model order"
+    ax.set_xlabel(xlabel or ("model" if categorical else order_name))
     ax.set_ylabel("log evidence (nats)")
     ax.legend(fontsize="small")
     return ax

@@ -62,6 +62,9 @@ def test_lower_bound_is_an_open_one_sided_marker():
     # Names ending in a number: ordered by it and joined by one line.
     (joined,) = [line for line in ax.lines if line.get_linestyle() not in ("None", "none")]
     np.testing.assert_array_equal(joined.get_xdata(), [1, 2, 3, 4])
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 4]
+    assert ticks == [round(t) for t in ticks]  # ranks: whole-number ticks only
+    assert bam.plot_evidence(table).get_xlabel() == "R"  # what the names count
     points = {(x, y): (m, filled) for x, y, m, filled in _markers(ax)}
     assert points[(4.0, -139.0)] == ("^", False)  # the lower bound: open triangle
     assert all(filled for (x, _), (_, filled) in points.items() if x < 4)
