@@ -407,7 +407,29 @@ def fit(args, out=None) -> None:
                           "groups": [str(g).strip("/") for g in groups]}, indent=2), file=out)
     else:
         print(idata, file=out)
+        mixing = _mixing(idata, model)
+        if mixing:
+            print(mixing, file=out)
     print(f"wrote {path.resolve()}", file=note)
+
+
+def _mixing(idata, model) -> str | None:
+    """The largest r_hat of the latent nodes' tables across the chains, and what to do where the chains
+    disagree; None with one chain or no latent table in the posterior."""
+    import arviz as az
+
+    from bam_ppl.convert import group
+
+    posterior = group(idata, "posterior")
+    names = [f"theta_{node}" for node in getattr(model, "latent", {}) if f"theta_{node}" in posterior]
+    if not names or posterior.sizes.get("chain", 1) < 2:
+        return None
+    r_hat = float(az.summary(idata, var_names=names, kind="diagnostics")["r_hat"].max())
+    line = f"largest r_hat of {', '.join(names)}: {r_hat:.2f}"
+    if r_hat <= 1.05:
+        return line
+    return (f"{line}: the chains disagree. Their classes may be permuted (bam.relabel aligns them) or the "
+            "chains too short (--option num_warmup=5000 --option num_samples=5000)")
 
 
 def _positive(kind):

@@ -156,7 +156,10 @@ def test_fit_writes_a_default_file_and_says_where(survey_csv, tmp_path, monkeypa
             "--option", "num_samples=3", "--option", "num_warmup=2", "--option", "num_chains=1"]
     assert main(argv) == 0
     written = tmp_path / "survey.gibbs.nc"
-    assert written.stat().st_size > 0 and f"wrote {written}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert written.stat().st_size > 0 and f"wrote {written}" in printed and "r_hat" not in printed  # one chain
+    assert main([*argv[:-2], "--option", "num_chains=2"]) == 0
+    assert "largest r_hat of theta_r:" in capsys.readouterr().out
     assert main([*argv[:-6], "--method", "vb", "--json", "--option", "num_iters=5"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["out"] == str(tmp_path / "survey.vb.nc") and "posterior" in result["groups"]
