@@ -76,7 +76,6 @@ def _class_profiles(posterior, children, latent: str = "r") -> str:
 def demo(out=sys.stdout) -> None:
     """Which structure explains HairEyeColor: evidence of five models by the default estimator,
     then the classes of the best latent-class model by collapsed Gibbs."""
-    import arviz as az
     import pandas as pd
 
     import bam_ppl as bam
@@ -106,7 +105,7 @@ def demo(out=sys.stdout) -> None:
     start = time.perf_counter()
     idata = bam.relabel(bam.infer(models[latent], X, method="gibbs", rng_key=0, progress_bar=False, **DEMO_GIBBS))
     seconds = time.perf_counter() - start
-    r_hat = float(az.summary(idata, var_names=["theta_r"], kind="diagnostics")["r_hat"].max())
+    _, r_hat = _latent_r_hat(idata, models[latent])
     verdict = "the chains agree" if r_hat <= 1.05 else "the chains still disagree, so read the classes as a sketch"
     print(f"\nWhat the {latent} are (collapsed Gibbs, {DEMO_GIBBS['num_chains']} chains of "
           f"{DEMO_GIBBS['num_samples']} sweeps, {seconds:.0f} s; posterior means; largest r_hat of the class weights "
@@ -413,9 +412,9 @@ def fit(args, out=None) -> None:
     print(f"wrote {path.resolve()}", file=note)
 
 
-def _mixing(idata, model) -> str | None:
-    """The largest r_hat of the latent nodes' tables across the chains, and what to do where the chains
-    disagree; None with one chain or no latent table in the posterior."""
+def _latent_r_hat(idata, model) -> tuple[list, float] | None:
+    """The latent nodes' tables in the posterior and their largest r_hat across the chains; None with one
+    chain or no latent table."""
     import arviz as az
 
     from bam_ppl.convert import group
@@ -424,7 +423,15 @@ def _mixing(idata, model) -> str | None:
     names = [f"theta_{node}" for node in getattr(model, "latent", {}) if f"theta_{node}" in posterior]
     if not names or posterior.sizes.get("chain", 1) < 2:
         return None
-    r_hat = float(az.summary(idata, var_names=names, kind="diagnostics")["r_hat"].max())
+    return names, float(az.summary(idata, var_names=names, kind="diagnostics")["r_hat"].max())
+
+
+def _mixing(idata, model) -> str | None:
+    """:func:`_latent_r_hat` as a line, with what to do where the chains disagree; None where it is None."""
+    found = _latent_r_hat(idata, model)
+    if found is None:
+        return None
+    names, r_hat = found
     line = f"largest r_hat of {', '.join(names)}: {r_hat:.2f}"
     if r_hat <= 1.05:
         return line

@@ -20,6 +20,14 @@ def _orders(names) -> np.ndarray | None:
     return np.asarray(values)
 
 
+def _order_name(names) -> str:
+    """What a family's names count: the text before "=<number>" shared by all ("r=1", "r=2" -> "r"), else
+    "model order"."""
+    stems = {_TRAILING_NUMBER.sub("", str(name)).rstrip() for name in names}
+    stem = stems.pop() if len(stems) == 1 else ""
+    return stem[:-1].strip() if stem.endswith("=") and stem[:-1].strip() else "model order"
+
+
 def _check_table(table, errorbars) -> None:
     """TypeError/ValueError unless ``table`` is a non-empty :func:`bam_ppl.compare` table and ``errorbars`` >= 0."""
     import pandas as pd
@@ -159,9 +167,7 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         ax.set_xlim(pos.min() - 0.5, pos.max() + 0.5)
     elif np.all(pos == np.round(pos)):  # ranks: ticks at whole numbers only
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    stems = {name.rsplit("=", 1)[0].strip() for name in names if "=" in name}
-    order_name = stems.pop() if len(stems) == 1 and all("=" in name for name in names) else "model order"
-    ax.set_xlabel(xlabel or ("model" if categorical else order_name))
+    ax.set_xlabel(xlabel or ("model" if categorical else _order_name(names)))
     ax.set_ylabel("log evidence (nats)")
     ax.legend(fontsize="small")
     return ax

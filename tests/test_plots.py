@@ -65,6 +65,8 @@ def test_lower_bound_is_an_open_one_sided_marker():
     ticks = [t for t in ax.get_xticks() if 1 <= t <= 4]
     assert ticks == [round(t) for t in ticks]  # ranks: whole-number ticks only
     assert bam.plot_evidence(table).get_xlabel() == "R"  # what the names count
+    named = table.rename(index=lambda name: f"CP({name})")  # no trailing number: placed by x, not named
+    assert bam.plot_evidence(named, x=[1, 2, 3, 4]).get_xlabel() == "model order"
     points = {(x, y): (m, filled) for x, y, m, filled in _markers(ax)}
     assert points[(4.0, -139.0)] == ("^", False)  # the lower bound: open triangle
     assert all(filled for (x, _), (_, filled) in points.items() if x < 4)
