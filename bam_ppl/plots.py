@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -86,91 +87,126 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     matplotlib Axes
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     _check_table(table, errorbars)
     names = [str(n) for n in table.index]
-    categorical = False
-    if x is None:
-        positions = _orders(names)
-        if positions is None or len(set(positions)) != len(positions):
-            positions = np.arange(len(names), dtype=float)
-            categorical = True
-    elif isinstance(x, dict):
-        missing = [n for n in table.index if n not in x]
-        if missing:
-            raise ValueError(f"x has no position for model(s) {missing}")
-        positions = np.asarray([x[n] for n in table.index], dtype=float)
-    else:
-        positions = np.asarray(x, dtype=float)
-        if positions.shape != (len(names),):
-            raise ValueError(f"x must give one position per model ({len(names)}), got shape {positions.shape}")
+    positions, categorical = _positions(table, x, names)
     order = np.argsort(positions, kind="stable")
-    pos = positions[order]
-    values = table["log_evidence"].to_numpy(dtype=float)[order]
-    stderr = _standard_errors(table)[order]
-    kinds = (table["kind"].astype(str).to_numpy()[order] if "kind" in table.columns
-             else np.full(len(names), "estimate"))
+    kinds = table["kind"].astype(str).to_numpy() if "kind" in table.columns else np.full(len(names), "estimate")
+    points = _Points(positions[order], table["log_evidence"].to_numpy(dtype=float)[order],
+                     _standard_errors(table)[order], kinds[order])
     user_label = label is not None
     if label is None:
         methods = sorted(set(table["method"].astype(str))) if "method" in table.columns else ["evidence"]
         label = "/".join(methods)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(names)) if categorical else 5.0, 3.5))
-    color = plot_kwargs.pop("color", None) or plot_kwargs.pop("c", None)
-    if color is None:  # the next colour of the axes' cycle
-        (probe,) = ax.plot([], [])
-        color = probe.get_color()
-        probe.remove()
+    color = _line_color(ax, plot_kwargs)
     markersize = plot_kwargs.pop("markersize", plot_kwargs.pop("ms", 7))
     plot_kwargs.pop("marker", None)
     plot_kwargs.pop("capsize", None)
     if not categorical:
-        ax.plot(pos, values, color=color, label=label, **plot_kwargs)
-    finite = values[np.isfinite(values)]
-    span = float(np.ptp(finite)) if finite.size > 1 else 0.0
-    arrow = max(span * 0.08, 2.0 * float(stderr.max()) if stderr.size else 0.0, 1.0)
-    style = {
-        "estimate": dict(marker="o", fillstyle="full"),
-        "exact": dict(marker="s", fillstyle="full"),
-        "lower_bound": dict(marker="^", fillstyle="none"),
-        "upper_bound": dict(marker="v", fillstyle="none"),
-    }
-    legend_label = {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""),
-                    "exact": "exact", "lower_bound": "lower bound (value lies above)",
-                    "upper_bound": "upper bound (value lies below)"}
-    for kind in dict.fromkeys(kinds):
-        rows = kinds == kind
-        marker = style.get(kind, style["estimate"])
-        text = legend_label.get(kind, kind)
-        shown = categorical or len(set(kinds)) > 1 or kind != "estimate"
+        ax.plot(points.pos, points.values, color=color, label=label, **plot_kwargs)
+    legend = _legend_labels(errorbars)
+    for kind in dict.fromkeys(points.kinds):
+        text = legend.get(kind, kind)
+        shown = categorical or len(set(points.kinds)) > 1 or kind != "estimate"
         common = dict(color=color, linestyle="none", markersize=markersize,
-                      label=(f"{label}: {text}" if categorical and user_label else text) if shown else None, **marker)
-        if kind == "lower_bound":
-            ax.errorbar(pos[rows], values[rows], yerr=np.full(rows.sum(), arrow), lolims=True, capsize=0,
-                        **common)
-        elif kind == "upper_bound":
-            ax.errorbar(pos[rows], values[rows], yerr=np.full(rows.sum(), arrow), uplims=True, capsize=0,
-                        **common)
-        elif kind == "estimate" and errorbars and np.any(stderr[rows] > 0):
-            ax.errorbar(pos[rows], values[rows], yerr=errorbars * stderr[rows], capsize=3, **common)
-        else:
-            ax.plot(pos[rows], values[rows], **common)
-    if finite.size:
+                      label=(f"{label}: {text}" if categorical and user_label else text) if shown else None,
+                      **_STYLE.get(kind, _STYLE["estimate"]))
+        _draw_kind(ax, points, kind, errorbars, common)
+    _label_axes(ax, points, names, order, categorical, xlabel)
+    return ax
+
+
+class _Points(NamedTuple):
+    """The models in the order of their positions: position, log evidence, standard error and kind."""
+
+    pos: np.ndarray
+    values: np.ndarray
+    stderr: np.ndarray
+    kinds: np.ndarray
+
+
+# The marker of each kind of value: filled where the value is the point, open where it bounds it.
+_STYLE = {
+    "estimate": dict(marker="o", fillstyle="full"),
+    "exact": dict(marker="s", fillstyle="full"),
+    "lower_bound": dict(marker="^", fillstyle="none"),
+    "upper_bound": dict(marker="v", fillstyle="none"),
+}
+
+
+def _legend_labels(errorbars: float) -> dict:
+    return {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""), "exact": "exact",
+            "lower_bound": "lower bound (value lies above)", "upper_bound": "upper bound (value lies below)"}
+
+
+def _positions(table, x, names) -> tuple[np.ndarray, bool]:
+    """Each model's horizontal position (``plot_evidence``'s ``x``) and whether the axis is categorical."""
+    if x is None:
+        positions = _orders(names)
+        if positions is None or len(set(positions)) != len(positions):
+            return np.arange(len(names), dtype=float), True
+        return positions, False
+    if isinstance(x, dict):
+        missing = [n for n in table.index if n not in x]
+        if missing:
+            raise ValueError(f"x has no position for model(s) {missing}")
+        return np.asarray([x[n] for n in table.index], dtype=float), False
+    positions = np.asarray(x, dtype=float)
+    if positions.shape != (len(names),):
+        raise ValueError(f"x must give one position per model ({len(names)}), got shape {positions.shape}")
+    return positions, False
+
+
+def _line_color(ax, plot_kwargs: dict):
+    """The colour given (``color`` or ``c``, taken out of ``plot_kwargs``), else the next of the axes' cycle."""
+    color = plot_kwargs.pop("color", None) or plot_kwargs.pop("c", None)
+    if color is None:
+        (probe,) = ax.plot([], [])
+        color = probe.get_color()
+        probe.remove()
+    return color
+
+
+def _draw_kind(ax, points: _Points, kind: str, errorbars: float, common: dict) -> None:
+    """The models of one kind: a bound with an arrow towards the value (at least a nat long, and longer than
+    the error bars and a twelfth of the span, so that it reads as an arrow), an estimate with its error bars."""
+    rows = points.kinds == kind
+    pos, values, stderr = points.pos[rows], points.values[rows], points.stderr[rows]
+    finite = points.values[np.isfinite(points.values)]
+    span = float(np.ptp(finite)) if finite.size > 1 else 0.0
+    arrow = np.full(rows.sum(), max(span * 0.08, 2.0 * float(points.stderr.max()), 1.0))
+    if kind == "lower_bound":
+        ax.errorbar(pos, values, yerr=arrow, lolims=True, capsize=0, **common)
+    elif kind == "upper_bound":
+        ax.errorbar(pos, values, yerr=arrow, uplims=True, capsize=0, **common)
+    elif kind == "estimate" and errorbars and np.any(stderr > 0):
+        ax.errorbar(pos, values, yerr=errorbars * stderr, capsize=3, **common)
+    else:
+        ax.plot(pos, values, **common)
+
+
+def _label_axes(ax, points: _Points, names: list, order: np.ndarray, categorical: bool, xlabel) -> None:
+    """The star at the largest value, the ticks (the names, or whole numbers for ranks), labels and legend."""
+    from matplotlib.ticker import MaxNLocator
+
+    pos, values = points.pos, points.values
+    if np.isfinite(values).any():
         best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
-        ax.plot(pos[best], values[best], marker="*", markersize=12, color="k", linestyle="none",
-                label="largest")
+        ax.plot(pos[best], values[best], marker="*", markersize=12, color="k", linestyle="none", label="largest")
     if categorical:
+        long_names = max(map(len, names)) > 6
         ax.set_xticks(pos)
-        ax.set_xticklabels([names[i] for i in order], rotation=30 if max(map(len, names)) > 6 else 0,
-                           ha="right" if max(map(len, names)) > 6 else "center")
+        ax.set_xticklabels([names[i] for i in order], rotation=30 if long_names else 0,
+                           ha="right" if long_names else "center")
         ax.set_xlim(pos.min() - 0.5, pos.max() + 0.5)
-    elif np.all(pos == np.round(pos)):  # ranks: ticks at whole numbers only
+    elif np.all(pos == np.round(pos)):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel or ("model" if categorical else _order_name(names)))
     ax.set_ylabel("log evidence (nats)")
     ax.legend(fontsize="small")
-    return ax
 
 
 def plot_compare(table, ax=None, errorbars: float = 1.0):
