@@ -6,9 +6,12 @@ run, summed over the runs: the runs share out the cores, so the three add up to 
 times the threads that run them) and the CPU seconds of the searches' three
 parts (the annealed scouts, every start's chain until an earlier reference covers it or halfway, the second
 halves of the chains that build references), summed over the threads that run them. Data and model: ``benchmarks/evidence_engine.py``'s cases (``nmf<T>``, NMF(4) on 50 × 70 counts,
-and ``--data`` names such as ``titanic``); a warm-up call on other data first, outside the timings.
+and ``--data`` names such as ``titanic``), or with ``--model`` a constructor of ``bam.models`` on a table it simulates
+(``model.sample(key(0), shape=--shape, total=--total)``, as ``benchmarks/sandwich.py`` does); a warm-up call on other
+data first, outside the timings. The last column: each run's temperatures.
 
     .venv/bin/python benchmarks/engine_time_split.py --tokens 1000 4000 --data hair_eye titanic ucb
+    .venv/bin/python benchmarks/engine_time_split.py --tokens --model "tucker((3, 3), a=20.0)" --shape 15 15 --total 3000
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 import time
 import warnings
 
+import jax
 from evidence_engine import CASE_CODE, TABLES
 
 import bam_ppl as bam
@@ -89,22 +93,34 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int, nargs="*", default=[1000, 4000], help="NMF(4) at these T")
     parser.add_argument("--data", nargs="*", default=[], help="other cases of evidence_engine.py, e.g. titanic ucb")
     parser.add_argument("--key", type=int, default=0)
+    parser.add_argument("--model", nargs="*", default=[], help="constructors of bam.models, e.g. \"tucker((3, 3))\"")
+    parser.add_argument("--shape", type=int, nargs="+", default=[50, 70], help="the shape of --model's simulated table")
+    parser.add_argument("--total", type=int, default=3000, help="the tokens of --model's simulated table")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     bam.log_evidence(*case("nmf1200"), rng_key=99)  # warm-up: the kernels compiled or read from numba's cache
     instrument()
-    print("| data | value | wall s | " + " | ".join(COLUMNS) + " |")
-    print("|---|---|---|" + "---|" * len(COLUMNS))
-    for name in [f"nmf{total}" for total in args.tokens] + args.data:
+    print("| data | value | wall s | " + " | ".join(COLUMNS) + " | temperatures |")
+    print("|---|---|---|" + "---|" * (len(COLUMNS) + 1))
+    for name in [f"nmf{total}" for total in args.tokens] + args.data + args.model:
         SECONDS.clear()
+        if name in args.model:
+            # Only bam.models' names resolve in the expression: a call of one of its constructors.
+            model = eval(name, {"__builtins__": {}}, vars(bam.models))
+            _, X = model.sample(jax.random.key(0), shape=tuple(args.shape), total=args.total)
+            model_and_data = (model, X)
+        else:
+            model_and_data = case(name)
         start = time.perf_counter()
-        est = bam.log_evidence(*case(name), rng_key=args.key)
+        est = bam.log_evidence(*model_and_data, rng_key=args.key)
         wall = time.perf_counter() - start
         SECONDS["chains until covered or halfway (CPU s)"] = (SECONDS["starts (CPU s)"] - SECONDS["annealed scouts (CPU s)"]
                                                             - SECONDS["chains' second halves (CPU s)"])
         parts = [SECONDS[column] for column in COLUMNS]
+        temperatures = "–".join(map(str, sorted({min(est.info.kept_info.num_temperatures),
+                                                  max(est.info.kept_info.num_temperatures)})))
         print(f"| {name} | {est.value:.2f} ± {est.stderr:.2f} | {wall:.1f} | " + " | ".join(f"{p:.1f}" for p in parts)
-              + " |", flush=True)
+              + f" | {temperatures} |", flush=True)
 
 
 if __name__ == "__main__":
