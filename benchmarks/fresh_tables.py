@@ -5,7 +5,7 @@ bins (``pandas.qcut``), give a records table with named columns; latent-class mo
 ``AllocationModel("r -> <columns>", latent={"r": R})`` are fitted as a user would write them, the
 DataFrame's columns in another order than the structure names them. For each model: the default
 (``bam.log_evidence(model, df, rng_key=key)``) over ``--keys`` keys (mean, sd across keys, root-mean-square
-stated stderr, whether sd ≤ 2 × stated + 0.5, the range, mean wall seconds), then two checks of
+stated stderr, mean wall seconds; at the end, how many have sd ≤ 2 × stated + 0.5), then two checks of
 another cost or kind: the default at ``--check-effort`` (two keys: what more effort says) and Chib's
 estimator (two keys), and, with ``--smc-particles``, the Pólya-urn SMC of 8 runs of that many particles.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -56,22 +57,34 @@ def estimate(model, df, key, **options):
     return est, time.perf_counter() - start
 
 
-def row(name: str, rank: int, df: pd.DataFrame, args) -> str:
+class Cells(NamedTuple):
+    """One model's figures, as the row of its data set shows them, and whether its spread is honest."""
+
+    default: str
+    effort: str
+    chib: str
+    smc: str
+    honest: bool
+
+
+def cells(rank: int, df: pd.DataFrame, args) -> Cells:
     model = model_of(df, rank)
     calls = [estimate(model, df, key) for key in range(args.keys)]
     values = np.array([est.value for est, _ in calls])
     stated = float(np.sqrt(np.mean([est.stderr ** 2 for est, _ in calls])))
     sd = float(values.std(ddof=1))
+    seconds = np.mean([s for _, s in calls])
     checks = [estimate(model, df, 1000 + key, effort=args.check_effort)[0] for key in range(2)]
     chib = [estimate(model, df, 2000 + key, method="chib")[0] for key in range(2)]
     smc = ""
     if args.smc_particles:
-        est, _ = estimate(model, df, 3000, method="smc", num_particles=args.smc_particles, num_chains=8)
-        smc = f" {est.value:.2f} ± {est.stderr:.2f} |"
-    return (f"| {name} | {rank} | {values.mean():.2f} | {sd:.2f} | {stated:.2f} | {'yes' if sd <= 2 * stated + 0.5 else 'no'} "
-            f"| {values.min():.2f} to {values.max():.2f} | {np.mean([s for _, s in calls]):.1f} "
-            f"| {', '.join(f'{c.value:.2f} ± {c.stderr:.2f}' for c in checks)} "
-            f"| {', '.join(f'{c.value:.2f} ± {c.stderr:.2f}' for c in chib)} |{smc}")
+        smc = _pair([estimate(model, df, 3000, method="smc", num_particles=args.smc_particles, num_chains=8)[0]])
+    return Cells(f"{rank}: {values.mean():.2f}, {sd:.2f}, {stated:.2f} ({seconds:.1f})", f"{rank}: {_pair(checks)}",
+                 f"{rank}: {_pair(chib)}", f"{rank}: {smc}", sd <= 2 * stated + 0.5)
+
+
+def _pair(estimates) -> str:
+    return ", ".join(f"{e.value:.2f} ± {e.stderr:.2f}" for e in estimates)
 
 
 def main() -> None:
@@ -82,14 +95,19 @@ def main() -> None:
     parser.add_argument("--check-effort", type=float, default=4.0, help="effort of the costlier default (two keys)")
     parser.add_argument("--smc-particles", type=int, default=0, help="particles of each Pólya-urn SMC run (0: none)")
     args = parser.parse_args()
-    smc = " Pólya-urn SMC |" if args.smc_particles else ""
-    print(f"| data | R | mean | sd across keys | stated (rms) | honest | range | mean s | effort {args.check_effort:g} "
-          f"| Chib |{smc}")
-    print("|---" * (10 + bool(smc)) + "|")
+    smc = " Pólya-urn SMC, by R |" if args.smc_particles else ""
+    print(f"| data | default by R: mean, sd across keys, rms stated (mean s) | effort {args.check_effort:g}, two calls, "
+          f"by R | Chib, two calls, by R |{smc}")
+    print("|---" * (4 + bool(smc)) + "|")
+    honest = []
     for name in args.data:
         df = records(name)
-        for rank in args.ranks:
-            print(row(f"{name} ({len(df)} records, {df.shape[1]} measurements)", rank, df, args), flush=True)
+        row = [cells(rank, df, args) for rank in args.ranks]
+        honest += [c.honest for c in row]
+        columns = list(zip(*(c[:4] for c in row)))[:4 if smc else 3]
+        print(f"| {name} ({len(df)} records, {df.shape[1]} measurements) | "
+              + " | ".join("; ".join(column) for column in columns) + " |", flush=True)
+    print(f"\nhonest (sd across keys ≤ 2 × rms stated + 0.5): {sum(honest)} of {len(honest)}")
 
 
 if __name__ == "__main__":
