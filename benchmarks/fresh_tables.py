@@ -2,7 +2,7 @@
 
 scikit-learn's bundled data sets (no download), each of a few measurements cut into equal-frequency
 bins (``pandas.qcut``), give a records table with named columns; latent-class models
-``AllocationModel("r -> <columns>", latent={"r": R})`` are fitted as a user would write them, the
+``AllocationModel("r -> <columns>", latent={"r": R}, a=--a)`` are fitted as a user would write them, the
 DataFrame's columns in another order than the structure names them. For each model: the default
 (``bam.log_evidence(model, df, rng_key=key)``) over ``--keys`` keys (mean, sd across keys, root-mean-square
 stated stderr, mean wall seconds; at the end, how many have sd ≤ 2 × stated + 0.5), then two checks of
@@ -11,6 +11,7 @@ estimator (two keys), and, with ``--smc-particles``, the Pólya-urn SMC of 8 run
 
     .venv/bin/python benchmarks/fresh_tables.py
     .venv/bin/python benchmarks/fresh_tables.py --data cancer --ranks 4 --keys 16 --smc-particles 1000000
+    .venv/bin/python benchmarks/fresh_tables.py --a 0.01 --data iris cancer --ranks 3 4 --keys 8
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ def records(name: str) -> pd.DataFrame:
                          for c in columns})
 
 
-def model_of(df: pd.DataFrame, rank: int) -> bam.AllocationModel:
-    """Latent classes r over ``df``'s columns, named in reverse order (the user's table need not follow)."""
-    return bam.AllocationModel(f"r -> {', '.join(reversed(df.columns))}", latent={"r": rank})
+def model_of(df: pd.DataFrame, rank: int, a: float = 1.0) -> bam.AllocationModel:
+    """Latent classes r over ``df``'s columns, named in reverse order (the user's table need not follow), every
+    Dirichlet of concentration ``a``."""
+    return bam.AllocationModel(f"r -> {', '.join(reversed(df.columns))}", latent={"r": rank}, a=a)
 
 
 def estimate(model, df, key, **options):
@@ -68,7 +70,7 @@ class Cells(NamedTuple):
 
 
 def cells(rank: int, df: pd.DataFrame, args) -> Cells:
-    model = model_of(df, rank)
+    model = model_of(df, rank, args.a)
     calls = [estimate(model, df, key) for key in range(args.keys)]
     values = np.array([est.value for est, _ in calls])
     stated = float(np.sqrt(np.mean([est.stderr ** 2 for est, _ in calls])))
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--data", nargs="+", default=list(TABLES), choices=list(TABLES))
     parser.add_argument("--ranks", nargs="+", type=int, default=[2, 3, 4, 5])
     parser.add_argument("--keys", type=int, default=16, help="keys of the default per model (≥ 2)")
+    parser.add_argument("--a", type=float, default=1.0, help="the models' Dirichlet concentration")
     parser.add_argument("--check-effort", type=float, default=4.0, help="effort of the costlier default (two keys)")
     parser.add_argument("--smc-particles", type=int, default=0, help="particles of each Pólya-urn SMC run (0: none)")
     args = parser.parse_args()
