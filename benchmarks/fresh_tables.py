@@ -1,6 +1,6 @@
 """The default evidence on tables no number of the engine was chosen on: is it honest there?
 
-scikit-learn's bundled data sets (no download), each of a few measurements cut into equal-frequency
+scikit-learn's bundled data sets (no download; ``make bench`` installs scikit-learn), each of a few measurements cut into equal-frequency
 bins (``pandas.qcut``), give a records table with named columns; latent-class models
 ``AllocationModel("r -> <columns>", latent={"r": R}, a=--a)`` are fitted as a user would write them, the
 DataFrame's columns in another order than the structure names them. For each model: the default
