@@ -1,7 +1,7 @@
 """The default evidence on tables no number of the engine was chosen on: is it honest there?
 
-scikit-learn's bundled data sets (no download; ``make bench`` installs scikit-learn), each of a few measurements cut into equal-frequency
-bins (``pandas.qcut``), give a records table with named columns; latent-class models
+scikit-learn's bundled data sets (no download; ``make bench`` installs scikit-learn), each of a few
+measurements cut into equal-frequency bins (``pandas.qcut``), give a records table with named columns; latent-class models
 ``AllocationModel("r -> <columns>", latent={"r": R}, a=--a)`` are fitted as a user would write them, the
 DataFrame's columns in another order than the structure names them. For each model: the default
 (``bam.log_evidence(model, df, rng_key=key)``) over ``--keys`` keys (mean, sd across keys, root-mean-square
