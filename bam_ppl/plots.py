@@ -114,7 +114,7 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
         common = dict(color=color, linestyle="none", markersize=markersize,
                       label=(f"{label}: {text}" if categorical and user_label else text) if shown else None,
                       **_STYLE.get(kind, _STYLE["estimate"]))
-        _draw_kind(ax, points, kind, errorbars, common)
+        _draw_kind(ax, points, kind, errorbars * points.stderr, _arrow_length(points), common)
     _label_axes(ax, points, names, order, categorical, xlabel)
     return ax
 
@@ -170,20 +170,25 @@ def _line_color(ax, plot_kwargs: dict):
     return color
 
 
-def _draw_kind(ax, points: _Points, kind: str, errorbars: float, common: dict) -> None:
-    """The models of one kind: a bound with an arrow towards the value (at least a nat long, and longer than
-    the error bars and a twelfth of the span, so that it reads as an arrow), an estimate with its error bars."""
-    rows = points.kinds == kind
-    pos, values, stderr = points.pos[rows], points.values[rows], points.stderr[rows]
+def _arrow_length(points: _Points) -> float:
+    """A bound's arrow: at least a nat, and longer than the error bars and a twelfth of the span, so that it reads
+    as an arrow."""
     finite = points.values[np.isfinite(points.values)]
     span = float(np.ptp(finite)) if finite.size > 1 else 0.0
-    arrow = np.full(rows.sum(), max(span * 0.08, 2.0 * float(points.stderr.max()), 1.0))
+    return max(span * 0.08, 2.0 * float(points.stderr.max()), 1.0)
+
+
+def _draw_kind(ax, points: _Points, kind: str, halfwidth: np.ndarray, arrow: float, common: dict) -> None:
+    """The models of one kind: a bound with an arrow towards the value, an estimate with error bars of
+    ``halfwidth``."""
+    rows = points.kinds == kind
+    pos, values = points.pos[rows], points.values[rows]
     if kind == "lower_bound":
-        ax.errorbar(pos, values, yerr=arrow, lolims=True, capsize=0, **common)
+        ax.errorbar(pos, values, yerr=np.full(rows.sum(), arrow), lolims=True, capsize=0, **common)
     elif kind == "upper_bound":
-        ax.errorbar(pos, values, yerr=arrow, uplims=True, capsize=0, **common)
-    elif kind == "estimate" and errorbars and np.any(stderr > 0):
-        ax.errorbar(pos, values, yerr=errorbars * stderr, capsize=3, **common)
+        ax.errorbar(pos, values, yerr=np.full(rows.sum(), arrow), uplims=True, capsize=0, **common)
+    elif kind == "estimate" and np.any(halfwidth[rows] > 0):
+        ax.errorbar(pos, values, yerr=halfwidth[rows], capsize=3, **common)
     else:
         ax.plot(pos, values, **common)
 
