@@ -30,15 +30,19 @@ CASES = {
 }
 
 
+def token_configs(tp) -> np.ndarray:
+    """Every allowed configuration of the tempered problem ``tp``'s tokens (Z, T), by enumeration."""
+    zs = np.array(list(itertools.product(range(tp.num_configs), repeat=tp.token_cell.size)), np.int32)
+    return zs[tp.valid[tp.token_cell[None, :], zs].all(1)] if tp.has_valid else zs
+
+
 def _posterior_splits(model, X):
     """The problem, the chain's arrays, every split S (n, U, L) of the tokens among the cells'
     configurations and its posterior probability, by enumeration of the token-level allocations."""
     data, bound, layout, _ = prepare(model, X)
     tp = tempered_problem.build_tempered_problem(bound, data, layout)
-    T, L = tp.token_cell.size, tp.num_configs
-    zs = np.array(list(itertools.product(range(L), repeat=T)))
-    if tp.has_valid:
-        zs = zs[tp.valid[tp.token_cell[None, :], zs].all(1)]
+    L = tp.num_configs
+    zs = token_configs(tp)
     log_p = np.array([sum(tempered_problem.exact_log_terms(tp, tempered_problem.counts_of_configs(tp, z))) for z in zs])
     U = tp.cell_start.size - 1
     splits = np.stack([np.bincount(tp.token_cell * L + z, minlength=U * L).reshape(U, L) for z in zs])

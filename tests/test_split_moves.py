@@ -4,14 +4,13 @@ the particles' counts and log terms stay those of their new allocations."""
 
 from __future__ import annotations
 
-import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from scipy.special import gammaln, logsumexp
 from scipy.stats import chi2
-from test_augmented import CASES, _posterior_splits
+from test_augmented import CASES, _posterior_splits, token_configs
 
 from bam_ppl.infer.smc import split_moves, tempered_problem
 from bam_ppl.infer.smc.mixture_start import MixtureParticles, uniform_start
@@ -85,9 +84,7 @@ def test_a_cell_move_then_a_sweep_leave_the_tempered_target_invariant(name):
     log_q = _reference(cells, 5)
     referenced = tp._replace(log_reference=log_q, referenced=True, tilted=True)
     beta, num = 0.5, 20_000
-    zs = np.array(list(itertools.product(range(tp.num_configs), repeat=tp.token_cell.size)), np.int32)
-    if tp.has_valid:
-        zs = zs[tp.valid[tp.token_cell[None, :], zs].all(1)]
+    zs = token_configs(tp)
     log_target = []
     for z in zs:
         counts = tempered_problem.counts_of_configs(referenced, z)
