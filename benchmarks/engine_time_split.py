@@ -24,6 +24,7 @@ import warnings
 
 import jax
 from evidence_engine import CASE_CODE, TABLES
+from sandwich import model_from_text
 
 import bam_ppl as bam
 from bam_ppl.infer.smc import mixture
@@ -105,8 +106,7 @@ def main(argv=None):
     for name in [f"nmf{total}" for total in args.tokens] + args.data + args.model:
         SECONDS.clear()
         if name in args.model:
-            # Only bam.models' names resolve in the expression: a call of one of its constructors.
-            model = eval(name, {"__builtins__": {}}, vars(bam.models))
+            model = model_from_text(name)
             _, X = model.sample(jax.random.key(0), shape=tuple(args.shape), total=args.total)
             model_and_data = (model, X)
         else:

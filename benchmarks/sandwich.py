@@ -52,8 +52,7 @@ def main(argv=None):
     parser.add_argument("--shape", type=int, nargs="+", default=[50, 70], help="the shape of the simulated table")
     args = parser.parse_args(argv)
     options = {name: ast.literal_eval(value) for name, value in (option.split("=", 1) for option in args.options)}
-    # Only bam.models' names resolve in the expression: a call of one of its constructors.
-    model = eval(args.model, {"__builtins__": {}}, vars(bam.models))
+    model = model_from_text(args.model)
     paths = {"best": "the reference from the forward estimate's best allocation", "urn": "the latent urn",
              "search": "the mixture of a default call's searches"}
     shape = " × ".join(map(str, args.shape))
@@ -81,6 +80,12 @@ def main(argv=None):
                     print(f"{row}| — | — | — | — | — |", flush=True)
                 if args.details:
                     print_searches(forward)
+
+
+def model_from_text(text: str):
+    """The model of a call of a constructor of ``bam.models`` written as text, e.g. ``"tucker((3, 2, 2), a=20.0)"``:
+    only bam.models' names resolve in the expression."""
+    return eval(text, {"__builtins__": {}}, vars(bam.models))
 
 
 def print_searches(forward) -> None:
