@@ -92,29 +92,22 @@ def plot_evidence(table, x=None, ax=None, label: str | None = None, errorbars: f
     names = [str(n) for n in table.index]
     positions, categorical = _positions(table, x, names)
     order = np.argsort(positions, kind="stable")
-    kinds = table["kind"].astype(str).to_numpy() if "kind" in table.columns else np.full(len(names), "estimate")
-    points = _Points(positions[order], table["log_evidence"].to_numpy(dtype=float)[order],
-                     _standard_errors(table)[order], kinds[order])
-    user_label = label is not None
-    if label is None:
-        methods = sorted(set(table["method"].astype(str))) if "method" in table.columns else ["evidence"]
-        label = "/".join(methods)
+    points = _points(table, positions, order)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(names)) if categorical else 5.0, 3.5))
-    color = _line_color(ax, plot_kwargs)
-    markersize = plot_kwargs.pop("markersize", plot_kwargs.pop("ms", 7))
-    plot_kwargs.pop("marker", None)
-    plot_kwargs.pop("capsize", None)
+    color, markersize = _line_style(ax, plot_kwargs)
     if not categorical:
-        ax.plot(points.pos, points.values, color=color, label=label, **plot_kwargs)
-    legend = _legend_labels(errorbars)
+        ax.plot(points.pos, points.values, color=color, label=_methods(table) if label is None else label,
+                **plot_kwargs)
+    arrow = _arrow_length(points)
     for kind in dict.fromkeys(points.kinds):
-        text = legend.get(kind, kind)
+        text = _kind_label(kind, errorbars)
+        if categorical and label is not None:
+            text = f"{label}: {text}"
         shown = categorical or len(set(points.kinds)) > 1 or kind != "estimate"
-        common = dict(color=color, linestyle="none", markersize=markersize,
-                      label=(f"{label}: {text}" if categorical and user_label else text) if shown else None,
-                      **_STYLE.get(kind, _STYLE["estimate"]))
-        _draw_kind(ax, points, kind, errorbars * points.stderr, _arrow_length(points), common)
+        _draw_kind(ax, points, kind, errorbars * points.stderr, arrow,
+                   dict(color=color, linestyle="none", markersize=markersize, label=text if shown else None,
+                        **_STYLE.get(kind, _STYLE["estimate"])))
     _label_axes(ax, points, names, order, categorical, xlabel)
     return ax
 
@@ -137,9 +130,23 @@ _STYLE = {
 }
 
 
-def _legend_labels(errorbars: float) -> dict:
-    return {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""), "exact": "exact",
-            "lower_bound": "lower bound (value lies above)", "upper_bound": "upper bound (value lies below)"}
+def _points(table, positions: np.ndarray, order: np.ndarray) -> _Points:
+    """The table's models at ``positions``, in the order ``order``; a table without ``kind`` holds estimates."""
+    kinds = table["kind"].astype(str).to_numpy() if "kind" in table.columns else np.full(len(table), "estimate")
+    return _Points(positions[order], table["log_evidence"].to_numpy(dtype=float)[order],
+                   _standard_errors(table)[order], kinds[order])
+
+
+def _methods(table) -> str:
+    """The line's default legend label: the estimators of the table ("auto", "smc/vb"), else "evidence"."""
+    return "/".join(sorted(set(table["method"].astype(str)))) if "method" in table.columns else "evidence"
+
+
+def _kind_label(kind: str, errorbars: float) -> str:
+    """The legend's name of a kind of value."""
+    labels = {"estimate": "estimate" + (f" ± {errorbars:g} se" if errorbars else ""), "exact": "exact",
+              "lower_bound": "lower bound (value lies above)", "upper_bound": "upper bound (value lies below)"}
+    return labels.get(kind, kind)
 
 
 def _positions(table, x, names) -> tuple[np.ndarray, bool]:
@@ -160,14 +167,18 @@ def _positions(table, x, names) -> tuple[np.ndarray, bool]:
     return positions, False
 
 
-def _line_color(ax, plot_kwargs: dict):
-    """The colour given (``color`` or ``c``, taken out of ``plot_kwargs``), else the next of the axes' cycle."""
+def _line_style(ax, plot_kwargs: dict) -> tuple:
+    """The colour given (``color`` or ``c``), else the next of the axes' cycle, and the marker size (``markersize``
+    or ``ms``, default 7), taken out of ``plot_kwargs`` with the marker and capsize that each kind sets itself."""
     color = plot_kwargs.pop("color", None) or plot_kwargs.pop("c", None)
     if color is None:
         (probe,) = ax.plot([], [])
         color = probe.get_color()
         probe.remove()
-    return color
+    markersize = plot_kwargs.pop("markersize", plot_kwargs.pop("ms", 7))
+    plot_kwargs.pop("marker", None)
+    plot_kwargs.pop("capsize", None)
+    return color, markersize
 
 
 def _arrow_length(points: _Points) -> float:
