@@ -133,9 +133,6 @@ class MixtureParticles(NumbaParticles):
         self.component = np.repeat(np.arange(self.sizes.size), self.sizes)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in self.start.log_q]
         self.split_problem = None if cells is None else split_problem(cells, tp)
-        # The cell moves place a cell's tokens in cell order; a sweep in a fixed order after them would leave
-        # γ_β over the splits (tests/test_split_moves.py), a sweep in a fresh random order does not.
-        self.random_order = cells is not None
         self.split_pairs = 0 if cells is None else max(1, tp.token_cell.shape[0] // split_move_draws(cells))
         self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
         self.num_moves = 0

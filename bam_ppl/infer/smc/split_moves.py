@@ -13,8 +13,8 @@ draw per table entry and per cell and configuration, whatever the number of toke
   accepted with probability min(1, [(p / q)(S') / (p / q)(S)]^β): always at β = 0.
 
 Both act on the cells' counts n_ul (q and p depend on the tokens through them alone; the multinomial
-coefficients of the counts cancel from both ratios) and give the moved tokens their new
-configurations in cell order, which the target, exchangeable within a cell, cannot tell apart.
+coefficients of the counts cancel from both ratios); a changed cell's tokens then take a uniformly random
+arrangement of its new split, as the target, exchangeable within a cell, has them.
 p(S, X) is the product of the tables' Dirichlet-multinomial terms (Cemgil et al. 2019 eq. 2.9), read
 from the VB kernel's arrays (``bam_ppl.infer.variational.vb_numba.HostProblem``).
 """
@@ -59,7 +59,8 @@ def split_problem(cells, tp) -> SplitProblem:
 
 class SplitMoveWork(NamedTuple):
     """Work arrays of one block of particles: the current and proposed splits (U, L), the tables' log θ,
-    their columns' totals, one cell's probabilities, and the accepted moves of each kind (2,)."""
+    their columns' totals, one cell's probabilities, the accepted moves of each kind (2,), and one cell's
+    configurations still to place (L,)."""
 
     split: np.ndarray
     proposed: np.ndarray
@@ -67,6 +68,7 @@ class SplitMoveWork(NamedTuple):
     column: np.ndarray
     probability: np.ndarray
     accepted: np.ndarray
+    left: np.ndarray
 
 
 def split_move_work(cells) -> SplitMoveWork:
@@ -74,7 +76,7 @@ def split_move_work(cells) -> SplitMoveWork:
     num_cells, num_configs = cells.valid.shape
     return SplitMoveWork(np.zeros((num_cells, num_configs), np.int64), np.zeros((num_cells, num_configs), np.int64),
                          np.empty(cells.alpha.shape[0]), np.empty(cells.num_columns), np.empty(num_configs),
-                         np.zeros(2, np.int64))
+                         np.zeros(2, np.int64), np.zeros(num_configs, np.int64))
 
 
 def split_move_draws(cells) -> int:
@@ -107,7 +109,21 @@ def _log_reference(split, log_q) -> float:
     return total
 
 
-def _propose(rng, kind, work, cells, log_q) -> None:
+def reference_probabilities(cells, log_q) -> np.ndarray:
+    """q (U, L) from its log ``log_q``, 0 where a cell does not allow a configuration, each cell's row summing to 1."""
+    q = np.zeros(log_q.shape)
+    for u in range(q.shape[0]):
+        norm = 0.0
+        for l in range(q.shape[1]):
+            if cells.valid[u, l]:
+                q[u, l] = math.exp(log_q[u, l])
+                norm += q[u, l]
+        for l in range(q.shape[1]):
+            q[u, l] /= norm
+    return q
+
+
+def _propose(rng, kind, work, cells, q) -> None:
     """Into ``work.proposed``: kind 0 the data-augmentation step from ``work.split``, kind 1 a draw from q."""
     U = work.split.shape[0]
     if kind == 0:
@@ -115,26 +131,21 @@ def _propose(rng, kind, work, cells, log_q) -> None:
     for u in range(U):
         if kind == 0:
             _cell_conditional(u, cells, work.log_theta, work.probability)
+            _draw_split(rng, int(cells.counts[u]), work.probability, work.proposed[u])
         else:
-            norm = 0.0
-            for l in range(work.probability.shape[0]):
-                work.probability[l] = math.exp(log_q[u, l]) if cells.valid[u, l] else 0.0
-                norm += work.probability[l]
-            for l in range(work.probability.shape[0]):
-                work.probability[l] /= norm
-        _draw_split(rng, int(cells.counts[u]), work.probability, work.proposed[u])
+            _draw_split(rng, int(cells.counts[u]), q[u], work.proposed[u])
 
 
-def split_moves(rng, beta, num_pairs, work, cells, log_q) -> tuple:
-    """``num_pairs`` pairs of moves (a data-augmentation proposal, then a draw from q) of the split
-    ``work.split`` under γ_β, in place; ``work.accepted`` counts the accepted ones of each kind.
-    Returns the changes of log p(S, X) and of log q(S)."""
+def split_moves(rng, beta, num_pairs, work, cells, log_q, q) -> tuple:
+    """``num_pairs`` pairs of moves (a data-augmentation proposal, then a draw from q, given also as
+    :func:`reference_probabilities`) of the split ``work.split`` under γ_β, in place; ``work.accepted`` counts
+    the accepted ones of each kind. Returns the changes of log p(S, X) and of log q(S)."""
     log_p = _log_joint(work.split, cells, work.log_theta, work.column)
     log_ref = _log_reference(work.split, log_q)
     start_p, start_ref = log_p, log_ref
     for _ in range(num_pairs):
         for kind in range(2):
-            _propose(rng, kind, work, cells, log_q)
+            _propose(rng, kind, work, cells, q)
             new_p = _log_joint(work.proposed, cells, work.log_theta, work.column)
             new_ref = _log_reference(work.proposed, log_q)
             if kind == 0:
@@ -156,35 +167,49 @@ def _split_of(config, token_cell, split) -> None:
         split[token_cell[t], config[t]] += 1
 
 
-def _place_split(split, config, counts, cell_start, row_base, row_offset, moved) -> None:
-    """Give the tokens of every cell the configurations of ``split`` in cell order, moving each changed
-    token's increments in ``counts`` (α + counts, kernel numbering). The move is invariant over the splits;
-    the Gibbs sweeps' fresh random order (``NumbaParticles.random_order``, set where these moves run) makes the
-    arrangement within a cell irrelevant to them. A sweep in a fixed order would need a cell's tokens placed in
-    random order here."""
+def _place_split(rng, split, config, counts, cell_start, row_base, row_offset, moved, left) -> None:
+    """Give the tokens of every cell whose split ``split`` changed a uniformly random arrangement of it, moving
+    each changed token's increments in ``counts`` (α + counts, kernel numbering); ``left`` (L,) is work space.
+    γ_β is exchangeable within a cell, so given a split its arrangement is uniform: the move keeps γ_β over the
+    tokens, not only over the splits, and the Gibbs sweeps may visit the tokens in a fixed order. A cell whose
+    split stayed keeps its arrangement, uniform given that split whatever the proposals did."""
     for u in range(split.shape[0]):
-        t = cell_start[u]
+        left[:] = 0
+        for t in range(cell_start[u], cell_start[u + 1]):
+            left[config[t]] += 1
+        changed = False
         for l in range(split.shape[1]):
-            for _ in range(split[u, l]):
-                old = config[t]
-                if old != l:
-                    for m in moved:
-                        counts[row_base[m, u] + row_offset[m, old]] -= 1.0
-                        counts[row_base[m, u] + row_offset[m, l]] += 1.0
-                    config[t] = l
-                t += 1
+            if left[l] != split[u, l]:
+                changed = True
+            left[l] = split[u, l]
+        if not changed:
+            continue
+        for t in range(cell_start[u], cell_start[u + 1]):  # each token from the configurations still to place
+            pick = int(rng.random() * (cell_start[u + 1] - t))
+            l = 0
+            while pick >= left[l]:
+                pick -= left[l]
+                l += 1
+            left[l] -= 1
+            old = config[t]
+            if old != l:
+                for m in moved:
+                    counts[row_base[m, u] + row_offset[m, old]] -= 1.0
+                    counts[row_base[m, u] + row_offset[m, l]] += 1.0
+                config[t] = l
 
 
 def split_moves_block(rng, block, beta, num_pairs, particles, problem, log_q, work) -> None:
     """:func:`split_moves` for particles ``block`` = (first, stop) of ``particles`` (the tempered kernel's
     ``ParticleArrays``), whose log L and log start take the changes of log p and log q; ``problem`` is a
     :class:`SplitProblem`."""
+    q = reference_probabilities(problem.cells, log_q)
     for p in range(block[0], block[1]):
         _split_of(particles.config[p], problem.token_cell, work.split)
-        change_p, change_ref = split_moves(rng, beta, num_pairs, work, problem.cells, log_q)
+        change_p, change_ref = split_moves(rng, beta, num_pairs, work, problem.cells, log_q, q)
         if change_p != 0.0 or change_ref != 0.0:
-            _place_split(work.split, particles.config[p], particles.shifted[p], problem.cell_start, problem.row_base,
-                         problem.row_offset, problem.moved)
+            _place_split(rng, work.split, particles.config[p], particles.shifted[p], problem.cell_start,
+                         problem.row_base, problem.row_offset, problem.moved, work.left)
             particles.log_like[p] += change_p
             particles.log_start[p] += change_ref
 
@@ -192,6 +217,7 @@ def split_moves_block(rng, block, beta, num_pairs, particles, problem, log_q, wo
 if numba is not None:
     _log_joint = numba.njit(nogil=True, cache=True)(_log_joint)
     _log_reference = numba.njit(nogil=True, cache=True)(_log_reference)
+    reference_probabilities = numba.njit(nogil=True, cache=True)(reference_probabilities)
     _propose = numba.njit(nogil=True, cache=True)(_propose)
     split_moves = numba.njit(nogil=True, cache=True)(split_moves)
     _split_of = numba.njit(nogil=True, cache=True)(_split_of)

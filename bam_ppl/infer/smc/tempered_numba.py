@@ -97,14 +97,13 @@ class Scratch(NamedTuple):
 
 
 class Moves(NamedTuple):
-    """What a pass does to each particle: ``mode`` _URN draws every token from the start at β = 0;
-    _SWEEP does Gibbs sweeps targeting π_β, the tokens in a fresh random order each sweep where
-    ``random_order`` (else in a fixed order, a systematic scan)."""
+    """What a pass does to each particle: ``mode`` _URN draws every token from the start at β = 0
+    (in a random order); _SWEEP does Gibbs sweeps targeting π_β, the tokens in a fixed order (a
+    systematic scan: each update leaves π_β invariant, so their composition does)."""
 
     mode: int
     beta: float
     num_sweeps: int
-    random_order: bool
 
 
 class ParticleArrays(NamedTuple):
@@ -297,15 +296,14 @@ def _factorised_block(rng, block, moves, particles, fast_layout, st, shared):
     :func:`_sweeps_factorised`, ``rng`` consumed as the general kernel would."""
     scratch = _weight_scratch(st.row_base.shape[0], st.row_offset.shape[1])
     logs = np.zeros(3)
-    order = np.arange(fast_layout.token_cell.shape[0])
     tables, _ = _segment_tables(moves.beta, st, shared)
     for p in range(block[0], block[1]):
         particle = OneParticle(particles.shifted[p], particles.config[p], logs)
         logs[:] = 0.0
         if tables.power.shape[0] > 0:
-            _sweeps_tabulated(rng, moves, particle, order, fast_layout, st, tables, scratch.weight)
+            _sweeps_tabulated(rng, moves, particle, fast_layout, st, tables, scratch.weight)
         else:
-            _sweeps_factorised(rng, moves, particle, order, fast_layout, st, scratch)
+            _sweeps_factorised(rng, moves, particle, fast_layout, st, scratch)
         _add_logs(particles, p, logs)
 
 
@@ -315,10 +313,9 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
     :func:`_factorised_block`).
 
     ``moves.mode`` _URN adds every token (random order) drawn from the start distribution's urn
-    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β (in a fresh random
-    order per sweep where ``moves.random_order``). The weights are those of :func:`_token_weights`;
-    the particle's log π₀, log L and log start change by the logs of the factors of its new
-    configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
+    conditional (β = 0); _SWEEP does ``moves.num_sweeps`` Gibbs sweeps targeting π_β in token order. The
+    weights are those of :func:`_token_weights`; the particle's log π₀, log L and log start change by the
+    logs of the factors of its new configuration minus those of the old one. ``shared``: the pass's :func:`sweep_tables`.
     """
     mode, beta, row_base, row_offset, moved, log_space = moves.mode, moves.beta, st.row_base, st.row_offset, st.moved, st.log_space
     token_cell, num_configs = layout.token_cell, row_offset.shape[1]
@@ -333,10 +330,10 @@ def _tempered_block(rng, block, moves, particles, layout, st, shared):
         counts, conf = particles.shifted[p], particles.config[p]
         logs[:] = 0.0
         if by_rows:
-            _sweeps_rows_tabulated(rng, moves, OneParticle(counts, conf, logs), order, token_cell, st,
+            _sweeps_rows_tabulated(rng, moves, OneParticle(counts, conf, logs), token_cell, st,
                                    row_tables, scratch)
         for _ in range(0 if by_rows else 1 if mode == _URN else moves.num_sweeps):
-            if mode == _URN or moves.random_order:
+            if mode == _URN:
                 shuffle(rng, order)
             for position in range(num_tokens):
                 token = order[position]
@@ -438,14 +435,7 @@ class NumbaParticles:
 
     Block b draws from a Generator seeded by ``keys[b]``; blocks run in threads (the kernel
     releases the GIL), so results do not depend on the number of cores.
-
-    The Gibbs sweeps visit the tokens in a fixed order (a systematic scan: each update leaves π_β
-    invariant, so their composition does, and it saves a random draw per token) unless
-    ``random_order``: a move that re-places a cell's tokens in cell order (the mixture start's cell
-    moves) leaves the arrangement within the cell to the next sweep's random order.
     """
-
-    random_order = False
 
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool: ThreadPoolExecutor):
         self.tp = tp
@@ -465,7 +455,7 @@ class NumbaParticles:
 
     def _run(self, mode, beta, num_sweeps):
         tp = self.tp
-        moves = Moves(mode, float(beta), num_sweeps, self.random_order)
+        moves = Moves(mode, float(beta), num_sweeps)
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
 
         passes = 1 if mode == _URN else num_sweeps

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import FASTMATH, compile_numba, inverse_cdf, shuffle
+from ..kernels import FASTMATH, compile_numba, inverse_cdf
 
 try:
     import numba
@@ -86,9 +86,9 @@ def _factorised_factors(counts, token_starts, varying_ends, token, constant_lat,
                 vis[c] /= counts[first + c]
 
 
-def _sweeps_factorised(rng, moves, particle, order, layout, st, scratch):
+def _sweeps_factorised(rng, moves, particle, layout, st, scratch):
     """``moves.num_sweeps`` Gibbs sweeps of one :class:`OneParticle` targeting π_β (``moves``: a
-    :class:`~bam_ppl.infer.smc.tempered_numba.Moves`; its ``random_order``), as the _SWEEP pass of
+    :class:`~bam_ppl.infer.smc.tempered_numba.Moves`), in token order, as the _SWEEP pass of
     :func:`_tempered_block` does them (the same weights, draws and log terms, ``rng`` consumed
     alike) where ``factorised`` (:class:`~bam_ppl.infer.smc.tempered_problem.FactorisedTempered`) is usable and the start is π₀ or a
     reference: the constant rows' products are cached per configuration and updated as a token
@@ -100,15 +100,12 @@ def _sweeps_factorised(rng, moves, particle, order, layout, st, scratch):
     token_cell, referenced, log_reference = layout.token_cell, st.referenced, st.log_reference
     _, lat, vis, start, weight = scratch
     num_configs = weight.shape[0]
-    num_tokens = order.shape[0]
+    num_tokens = token_cell.shape[0]
     constant_lat, constant_vis = np.empty(num_configs), np.empty(num_configs)
     for c in range(num_configs):
         _set_constant(counts, constant_starts, constant_ends, c, constant_lat, constant_vis)
     for _ in range(moves.num_sweeps):
-        if moves.random_order:
-            shuffle(rng, order)
-        for position in range(num_tokens):
-            token = order[position]
+        for token in range(num_tokens):
             old = conf[token]
             _shift_factorised(counts, token_starts, token, constant_starts, old, -1.0)
             _set_constant(counts, constant_starts, constant_ends, old, constant_lat, constant_vis)
@@ -229,7 +226,7 @@ def _set_counts(counts, n, before, f):
             counts[e] = f.entry_base[i] + n[e]
 
 
-def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
+def _sweeps_tabulated(rng, moves, particle, layout, st, tables, weight):
     """:func:`_sweeps_factorised` where every row is ``tabulated``: each factor of a token's weights,
     start^(1−β) (lat · vis)^β or lat · vis^β untilted, is read from ``tables`` (:func:`_row_tables`)
     at the entries' integer token counts instead of one log and one exp per configuration, and the
@@ -248,10 +245,7 @@ def _sweeps_tabulated(rng, moves, particle, order, layout, st, tables, weight):
     for c in range(num_configs):
         constant[c] = _constant_power(n, constant_starts, power, num_varying, c, 0)
     for _ in range(moves.num_sweeps):
-        if moves.random_order:
-            shuffle(rng, order)
-        for position in range(order.shape[0]):
-            token = order[position]
+        for token in range(token_cell.shape[0]):
             old = conf[token]
             cell = token_cell[token]
             # The token's own configuration reads its counts less one: a token that stays writes nothing.
@@ -339,7 +333,7 @@ def _tied_rows_factor(power, n, base, row_offset, st, c):
     return w
 
 
-def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, scratch):
+def _sweeps_rows_tabulated(rng, moves, particle, token_cell, st, tables, scratch):
     """``moves.num_sweeps`` Gibbs sweeps targeting π_β as the general kernel does them (``rng`` consumed alike,
     the same draws up to rounding) where the weights do not factorise (Tucker: rows of one latent node
     shared by many configurations), every factor read from ``tables`` (:func:`_rows_tables`) at the
@@ -356,10 +350,7 @@ def _sweeps_rows_tabulated(rng, moves, particle, order, token_cell, st, tables, 
     n = _token_counts(counts, st)
     before = n.copy()
     for _ in range(moves.num_sweeps):
-        if moves.random_order:
-            shuffle(rng, order)
-        for position in range(order.shape[0]):
-            token = order[position]
+        for token in range(token_cell.shape[0]):
             cell = token_cell[token]
             old = conf[token]
             for r in range(num_rows):
