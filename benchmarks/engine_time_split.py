@@ -5,7 +5,9 @@ Seconds of each run's three steps (its VB fits, its search, its annealing: the f
 run, summed over the runs: the runs share out the cores, so the three add up to about the call's wall seconds
 times the threads that run them) and the CPU seconds of the searches' three
 parts (the annealed scouts, every start's chain until an earlier reference covers it or halfway, the second
-halves of the chains that build references), summed over the threads that run them. Data and model: ``benchmarks/evidence_engine.py``'s cases (``nmf<T>``, NMF(4) on 50 × 70 counts,
+halves of the chains that build references), summed over the threads that run them; then the annealing's
+moves by kind (the wall seconds of each move of the particles, the Gibbs sweeps and the moves of whole cells'
+splits, summed over the runs). Data and model: ``benchmarks/evidence_engine.py``'s cases (``nmf<T>``, NMF(4) on 50 × 70 counts,
 and ``--data`` names such as ``titanic``), or with ``--model`` a constructor of ``bam.models`` on a table it simulates
 (``model.sample(key(0), shape=--shape, total=--total)``, as ``benchmarks/sandwich.py`` does); a warm-up call on other
 data first, outside the timings. The last column: each run's temperatures.
@@ -28,6 +30,7 @@ from sandwich import model_from_text
 
 import bam_ppl as bam
 from bam_ppl.infer.smc import mixture
+from bam_ppl.infer.smc.mixture_start import MixtureParticles
 
 SECONDS = collections.Counter()
 _LOCK = threading.Lock()
@@ -76,10 +79,20 @@ def instrument():
         return timed("annealed scouts (CPU s)", one_run, time.thread_time)(particles, *args, **kwargs)
 
     mixture._one_run = scout_or_run
+    move = MixtureParticles.move
+
+    def move_by_kind(particles, beta, num_sweeps):
+        if particles.num_particles <= mixture.ENGINE.scout_particles:  # a scout's, timed with the searches
+            return move(particles, beta, num_sweeps)
+        cells = particles.split_problem is not None and particles.num_moves % 2 == 0  # the next move's kind
+        column = "cell moves (s)" if cells else "sweeps (s)"
+        return timed(column, move, time.perf_counter)(particles, beta, num_sweeps)
+
+    MixtureParticles.move = move_by_kind
 
 
 COLUMNS = ("VB fits (s)", "searches (s)", "annealing (s)", "annealed scouts (CPU s)",
-           "chains until covered or halfway (CPU s)", "chains' second halves (CPU s)")
+           "chains until covered or halfway (CPU s)", "chains' second halves (CPU s)", "sweeps (s)", "cell moves (s)")
 
 
 def case(name: str):
