@@ -418,9 +418,10 @@ def fit(args, out=None) -> None:
 def _latent_r_hat(idata, model) -> tuple[list, float] | None:
     """The latent nodes' tables in the posterior and their largest r_hat across the chains; None with one
     chain or no latent table."""
-    import arviz as az
-
     from bam_ppl.convert import group
+    from bam_ppl.convert.build import import_arviz
+
+    az = import_arviz()
 
     posterior = group(idata, "posterior")
     names = [f"theta_{node}" for node in getattr(model, "latent", {}) if f"theta_{node}" in posterior]

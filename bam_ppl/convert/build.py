@@ -22,12 +22,19 @@ FLOAT64_GROUPS = ("posterior", "posterior_predictive", "log_likelihood")
 
 
 def import_arviz():
-    """Import ArviZ, silencing only its 0.23 'undergoing a major refactor' FutureWarning."""
+    """Import ArviZ, silencing only its 0.23 'undergoing a major refactor' FutureWarning.
+
+    ArviZ 0.23 writes a daily stamp file on import by renaming a temporary file of a fixed name; two processes
+    that import it at once on a new day race for that rename and one fails with FileNotFoundError. The stamp
+    exists by then, so a second import succeeds."""
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning
         )
-        import arviz as az
+        try:
+            import arviz as az
+        except FileNotFoundError:
+            import arviz as az
     return az
 
 
