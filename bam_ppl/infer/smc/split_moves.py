@@ -167,12 +167,15 @@ def _split_of(config, token_cell, split) -> None:
         split[token_cell[t], config[t]] += 1
 
 
-def _place_split(rng, split, config, counts, cell_start, row_base, row_offset, moved, left) -> None:
-    """Give the tokens of every cell whose split ``split`` changed a uniformly random arrangement of it, moving
-    each changed token's increments in ``counts`` (α + counts, kernel numbering); ``left`` (L,) is work space.
+def _place_split(rng, work, config, counts, problem) -> None:
+    """Give the tokens of every cell whose split ``work.split`` changed a uniformly random arrangement of it,
+    moving each changed token's increments in ``counts`` (α + counts, kernel numbering); ``problem`` is the
+    :class:`SplitProblem`.
     γ_β is exchangeable within a cell, so given a split its arrangement is uniform: the move keeps γ_β over the
     tokens, not only over the splits, and the Gibbs sweeps may visit the tokens in a fixed order. A cell whose
     split stayed keeps its arrangement, uniform given that split whatever the proposals did."""
+    split, left = work.split, work.left
+    cell_start, row_base, row_offset, moved = problem.cell_start, problem.row_base, problem.row_offset, problem.moved
     for u in range(split.shape[0]):
         left[:] = 0
         for t in range(cell_start[u], cell_start[u + 1]):
@@ -208,8 +211,7 @@ def split_moves_block(rng, block, beta, num_pairs, particles, problem, log_q, wo
         _split_of(particles.config[p], problem.token_cell, work.split)
         change_p, change_ref = split_moves(rng, beta, num_pairs, work, problem.cells, log_q, q)
         if change_p != 0.0 or change_ref != 0.0:
-            _place_split(rng, work.split, particles.config[p], particles.shifted[p], problem.cell_start,
-                         problem.row_base, problem.row_offset, problem.moved, work.left)
+            _place_split(rng, work, particles.config[p], particles.shifted[p], problem)
             particles.log_like[p] += change_p
             particles.log_start[p] += change_ref
 
