@@ -127,6 +127,59 @@ def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, d
             weight[c] -= math.log(values[c])
 
 
+def row_kinds(rows):
+    """Per row of ``rows`` (an ``UrnRows``): whether a tie reads it, and whether its offsets run
+    first, first + 1, first + 2, … (the common case after relabelling: a vector load)."""
+    num_rows, num_configs = rows.row_offset.shape
+    tied = np.zeros(num_rows, np.bool_)
+    for tie in range(rows.tie_rows.shape[0]):
+        tied[rows.tie_rows[tie]] = True
+    consecutive = np.ones(num_rows, np.bool_)
+    for r in range(num_rows):
+        for c in range(1, num_configs):
+            if rows.row_offset[r, c] != rows.row_offset[r, 0] + c:
+                consecutive[r] = False
+    return tied, consecutive
+
+
+def _multiply_rows(out, values, shifted, base, rows, kinds, which):
+    """out[c] *= Π over the rows ``which`` of (α + S) at configuration c (``kinds``: :func:`row_kinds`)."""
+    tied, consecutive = kinds
+    for r in which:
+        if tied[r]:
+            row_values(values, shifted, base, rows.row_offset, r, rows.tie_rows, rows.tie_earlier)
+            for c in range(out.shape[0]):
+                out[c] *= values[c]
+        elif consecutive[r]:
+            start = base[r] + rows.row_offset[r, 0]
+            for c in range(out.shape[0]):
+                out[c] *= shifted[start + c]
+        else:
+            for c in range(out.shape[0]):
+                out[c] *= shifted[base[r] + rows.row_offset[r, c]]
+
+
+def urn_weights(weight, denominator, values, shifted, base, rows, kinds):
+    """weight[c] = the unnormalised urn weight of configuration c (Cemgil et al. 2019 eq. 4.1) at the
+    rows' bases ``base``: the product of (α + S) over the numerator rows of ``rows`` (an ``UrnRows``)
+    over that over the denominator rows, or its log where ``rows.log_space`` (products that could
+    leave the float64 range). Returns the weights' sum in linear space, nan in log space."""
+    if rows.log_space:
+        log_urn_weights(weight, values, shifted, base, rows.row_offset, rows.numerator_rows, rows.denominator_rows,
+                        rows.tie_rows, rows.tie_earlier)
+        return np.nan
+    weight[:] = 1.0
+    denominator[:] = 1.0
+    _multiply_rows(weight, values, shifted, base, rows, kinds, rows.numerator_rows)
+    _multiply_rows(denominator, values, shifted, base, rows, kinds, rows.denominator_rows)
+    total = 0.0
+    for c in range(weight.shape[0]):
+        weight[c] /= denominator[c]
+        total += weight[c]
+    return total
+
+
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
-    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights"), nogil=("shuffle",))
+    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights", "_multiply_rows", "urn_weights"),
+                  nogil=("shuffle", "row_kinds"))

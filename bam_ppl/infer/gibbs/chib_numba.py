@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_values, shuffle
+from ..kernels import HAVE_NUMBA, compile_numba, row_kinds, shuffle, urn_weights
 
 MAX_ICM_PASSES = 100
 # What one pass of the kernel does with each token. NumPy integers, not Python ones: numba
@@ -36,6 +36,8 @@ class Scratch(NamedTuple):
     values: np.ndarray  # (L,) one row's values
     weight: np.ndarray  # (L,) the unnormalised conditional (its log in log space)
     prob: np.ndarray  # (L,) the normalised conditional, raised to the power β
+    denominator: np.ndarray  # (L,) the product of the denominator rows
+    kinds: tuple  # the rows' kinds (:func:`~bam_ppl.infer.kernels.row_kinds`)
 
 
 class ChainState(NamedTuple):
@@ -59,53 +61,32 @@ class OrderedRelabellings(NamedTuple):
 def _conditional(scratch, shifted, rows, cell, beta):
     """The urn conditional of one token at ``cell`` (eq. 4.1) over the free configurations, with
     ``scratch.base`` set to the cell's row bases; ``rows`` an
-    :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`.
-
-    ``scratch.weight`` gets the unnormalised conditional (its log when ``rows.log_space``, for
-    products that could leave the float64 range), ``scratch.prob`` the normalised conditional
-    raised to the power ``beta``.
-    """
-    base, values, weight, prob = scratch
-    row_offset, tie_rows, tie_earlier, valid, has_valid = (rows.row_offset, rows.tie_rows, rows.tie_earlier,
-                                                           rows.valid, rows.has_valid)
-    num_configs = weight.shape[0]
+    :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`. ``scratch.weight`` gets the unnormalised
+    conditional (:func:`~bam_ppl.infer.kernels.urn_weights`: its log when ``rows.log_space``),
+    ``scratch.prob`` the normalised conditional raised to the power ``beta``."""
+    weight, prob = scratch.weight, scratch.prob
+    urn_weights(weight, scratch.denominator, scratch.values, shifted, scratch.base, rows, scratch.kinds)
+    if rows.has_valid:
+        for c in range(weight.shape[0]):
+            if not rows.valid[cell, c]:
+                weight[c] = -np.inf if rows.log_space else 0.0
+    largest = weight.max()
     total = 0.0
-    if rows.log_space:
-        log_urn_weights(weight, values, shifted, base, row_offset, rows.numerator_rows, rows.denominator_rows,
-                        tie_rows, tie_earlier)
-        if has_valid:
-            for c in range(num_configs):
-                if not valid[cell, c]:
-                    weight[c] = -np.inf
-        largest = weight.max()
-        for c in range(num_configs):
+    for c in range(weight.shape[0]):
+        if rows.log_space:
             prob[c] = math.exp(beta * (weight[c] - largest))
-            total += prob[c]
-    else:
-        for c in range(num_configs):
-            weight[c] = 1.0
-        for r in rows.numerator_rows:
-            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] *= values[c]
-        for r in rows.denominator_rows:
-            row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-            for c in range(num_configs):
-                weight[c] /= values[c]
-        if has_valid:
-            for c in range(num_configs):
-                if not valid[cell, c]:
-                    weight[c] = 0.0
-        for c in range(num_configs):
+        else:
             prob[c] = weight[c] if beta == 1.0 else weight[c] ** beta
-            total += prob[c]
-    for c in range(num_configs):
+        total += prob[c]
+    for c in range(weight.shape[0]):
         prob[c] /= total
 
 
-def _scratch(num_rows, num_configs):
-    """:class:`Scratch` for ``num_rows`` rows and ``num_configs`` configurations."""
-    return Scratch(np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs))
+def _scratch(rows):
+    """:class:`Scratch` for the rows ``rows``."""
+    num_rows, num_configs = rows.row_offset.shape
+    return Scratch(np.empty(num_rows, np.int64), np.empty(num_configs), np.empty(num_configs), np.empty(num_configs),
+                   np.empty(num_configs), row_kinds(rows))
 
 
 def _log_ratio(weight, new, old, logs):
@@ -152,8 +133,8 @@ def _pass(rng, mode, beta, shifted, config, order, rows, fast):
     """
     token_cell, row_base, row_offset, moved, logs = rows.token_cell, rows.row_base, rows.row_offset, rows.moved, rows.log_space
     num_rows, num_configs = row_base.shape[0], row_offset.shape[1]
-    scratch = _scratch(num_rows, num_configs)
-    base, _, weight, prob = scratch
+    scratch = _scratch(rows)
+    base, weight, prob = scratch.base, scratch.weight, scratch.prob
     result = 0.0
     for position in range(order.shape[0]):
         token = order[position]
@@ -210,9 +191,9 @@ def _advance(state, star, relabel, partial, position, cutoff, rows, fast):
     returned position stay at their targets (:func:`_retreat` moves them back)."""
     shifted, config = state.shifted, state.config
     token_cell, row_base, row_offset, moved = rows.token_cell, rows.row_base, rows.row_offset, rows.moved
-    num_rows, num_configs, num_tokens = row_base.shape[0], row_offset.shape[1], config.shape[0]
-    scratch = _scratch(num_rows, num_configs)
-    base, _, weight, prob = scratch
+    num_rows, num_tokens = row_base.shape[0], config.shape[0]
+    scratch = _scratch(rows)
+    base, weight, prob = scratch.base, scratch.weight, scratch.prob
     for token in range(position, num_tokens):
         old = config[token]
         new = relabel[star[token]]

@@ -31,11 +31,11 @@ import numpy as np
 from ..kernels import FASTMATH as _FASTMATH
 from ..kernels import HAVE_NUMBA, numba
 from ..kernels import inverse_cdf as _inverse_cdf
-from ..kernels import log_urn_weights as _log_urn_weights
-from ..kernels import row_values as _row_values
+from ..kernels import row_kinds as _row_kinds
 from ..kernels import seeded_generator as _seeded
 from ..kernels import shuffle as _shuffle
 from ..kernels import unrolled as _unrolled
+from ..kernels import urn_weights as _urn_weights
 
 # What a call of the kernel does with each token.
 SWEEP = 0  # remove the token's increments, redraw its configuration, add them back
@@ -82,28 +82,20 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
     inverse CDF with one uniform from ``rng``. The weights are built one row at a time over all
     configurations, loops the compiler can vectorise.
     """
-    (token_cell, row_base, row_offset, valid, numerator_rows, denominator_rows, tie_rows, tie_earlier, moved,
-     log_space, has_valid) = rows
+    token_cell, row_base, row_offset, valid, moved = rows.token_cell, rows.row_base, rows.row_offset, rows.valid, rows.moved
     num_rows = row_base.shape[0]
     num_configs = row_offset.shape[1]
-    num_tokens = order.shape[0]
-    logs = log_space and mode != UNIFORM
+    logs = rows.log_space and mode != UNIFORM
     base = np.empty(num_rows, np.int64)
     values = np.empty(num_configs)
     denominator = np.empty(num_configs)
     weight = np.empty(num_configs)
-    tied = np.zeros(num_rows, np.bool_)
-    for tie in range(tie_rows.shape[0]):
-        tied[tie_rows[tie]] = True
-    consecutive = np.ones(num_rows, np.bool_)  # offsets first, first + 1, first + 2, ...
-    for r in range(num_rows):
-        for c in range(1, num_configs):
-            if row_offset[r, c] != row_offset[r, 0] + c:
-                consecutive[r] = False
+    kinds = _row_kinds(rows)
+    total = 0.0
     for _ in range(num_sweeps):
         if shuffle:
             _shuffle(rng, order)
-        for position in range(num_tokens):
+        for position in range(order.shape[0]):
             token = order[position]
             cell = token_cell[token]
             for r in range(num_rows):
@@ -111,47 +103,13 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
             if mode == SWEEP:
                 old = config[token]
                 for m in moved:
-                    i = base[m] + row_offset[m, old]
-                    shifted[i] -= 1.0
-            # Unnormalised weights of eq. 4.1 over the free configurations.
+                    shifted[base[m] + row_offset[m, old]] -= 1.0
             if mode == UNIFORM:
                 weight[:] = 1.0
-            elif logs:
-                _log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows,
-                                 denominator_rows, tie_rows, tie_earlier)
             else:
-                weight[:] = 1.0
-                denominator[:] = 1.0
-                for r in numerator_rows:
-                    if tied[r]:
-                        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-                        for c in range(num_configs):
-                            weight[c] *= values[c]
-                    elif consecutive[r]:  # the common case after relabelling: a vector load
-                        start = base[r] + row_offset[r, 0]
-                        for c in range(num_configs):
-                            weight[c] *= shifted[start + c]
-                    else:
-                        for c in range(num_configs):
-                            weight[c] *= shifted[base[r] + row_offset[r, c]]
-                for r in denominator_rows:
-                    if tied[r]:
-                        _row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
-                        for c in range(num_configs):
-                            denominator[c] *= values[c]
-                    elif consecutive[r]:
-                        start = base[r] + row_offset[r, 0]
-                        for c in range(num_configs):
-                            denominator[c] *= shifted[start + c]
-                    else:
-                        for c in range(num_configs):
-                            denominator[c] *= shifted[base[r] + row_offset[r, c]]
-                total = 0.0
-                for c in range(num_configs):
-                    weight[c] /= denominator[c]
-                    total += weight[c]
-            if has_valid or logs or mode == UNIFORM:
-                if has_valid:
+                total = _urn_weights(weight, denominator, values, shifted, base, rows, kinds)
+            if rows.has_valid or logs or mode == UNIFORM:
+                if rows.has_valid:
                     for c in range(num_configs):
                         if not valid[cell, c]:
                             weight[c] = -np.inf if logs else 0.0
@@ -162,8 +120,7 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
                 total = weight.sum()
             new = _inverse_cdf(weight, rng.random() * total)
             for m in moved:
-                i = base[m] + row_offset[m, new]
-                shifted[i] += 1.0
+                shifted[base[m] + row_offset[m, new]] += 1.0
             config[token] = new
 
 
