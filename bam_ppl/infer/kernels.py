@@ -111,18 +111,17 @@ def row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
                     values[c] += 1.0
 
 
-def log_urn_weights(weight, values, shifted, base, row_offset, numerator_rows, denominator_rows,
-                    tie_rows, tie_earlier):
-    """weight[c] = log of the unnormalised urn weight of configuration c (Cemgil et al. 2019
-    eq. 4.1): Σ log (α + S) over the numerator rows minus the same over the denominator rows, for
-    products that could leave the float64 range."""
+def log_urn_weights(weight, values, shifted, base, rows):
+    """weight[c] = log of the unnormalised urn weight of configuration c (:func:`urn_weights`): Σ log (α + S)
+    over the numerator rows of ``rows`` minus the same over its denominator rows, for products that could
+    leave the float64 range."""
     weight[:] = 0.0
-    for r in numerator_rows:
-        row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+    for r in rows.numerator_rows:
+        row_values(values, shifted, base, rows.row_offset, r, rows.tie_rows, rows.tie_earlier)
         for c in range(weight.shape[0]):
             weight[c] += math.log(values[c])
-    for r in denominator_rows:
-        row_values(values, shifted, base, row_offset, r, tie_rows, tie_earlier)
+    for r in rows.denominator_rows:
+        row_values(values, shifted, base, rows.row_offset, r, rows.tie_rows, rows.tie_earlier)
         for c in range(weight.shape[0]):
             weight[c] -= math.log(values[c])
 
@@ -165,8 +164,7 @@ def urn_weights(weight, denominator, values, shifted, base, rows, kinds):
     over that over the denominator rows, or its log where ``rows.log_space`` (products that could
     leave the float64 range). Returns the weights' sum in linear space, nan in log space."""
     if rows.log_space:
-        log_urn_weights(weight, values, shifted, base, rows.row_offset, rows.numerator_rows, rows.denominator_rows,
-                        rows.tie_rows, rows.tie_earlier)
+        log_urn_weights(weight, values, shifted, base, rows)
         return np.nan
     weight[:] = 1.0
     denominator[:] = 1.0

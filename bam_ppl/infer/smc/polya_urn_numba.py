@@ -180,144 +180,185 @@ class TokenTrace(NamedTuple):
     resampled: np.ndarray
 
 
+class TokenWork(NamedTuple):
+    """Work arrays of :func:`_run_tokens`: the token's entries and columns (M, L), its weights' numerators
+    (then its conditional) and denominators (L, P), and per-particle scratch."""
+
+    entry: np.ndarray
+    column: np.ndarray
+    numerator: np.ndarray
+    denominator: np.ndarray
+    log_scale: np.ndarray
+    total: np.ndarray
+    weights: np.ndarray
+    cdf: np.ndarray
+    ancestors: np.ndarray
+    chosen: np.ndarray
+    level: np.ndarray
+    cumulative: np.ndarray
+    int_scratch: np.ndarray
+    count_scratch: np.ndarray
+    float_scratch: np.ndarray
+
+
+def _token_work(num_members, num_configs, counts):
+    """:class:`TokenWork` for tokens of ``num_members`` members and ``num_configs`` configurations over the
+    particles of ``counts`` (entries, P)."""
+    num_particles = counts.shape[1]
+    return TokenWork(np.empty((num_members, num_configs), np.int64), np.empty((num_members, num_configs), np.int64),
+                     np.empty((num_configs, num_particles)), np.empty((num_configs, num_particles)),
+                     np.empty(num_particles), np.empty(num_particles), np.empty(num_particles),
+                     np.empty(num_particles), np.empty(num_particles, np.int64), np.empty(num_particles, np.int64),
+                     np.empty(num_particles), np.empty(num_particles), np.empty(num_particles, np.int64),
+                     np.empty_like(counts[0]), np.empty(num_particles))
+
+
+def _conditionals(u, g, run, urn, work):
+    """Every particle's conditional of a token at cell u (eq. 4.11's terms) into ``work.numerator`` (L, P), its
+    sum into ``work.total`` and the log of the rescalings of extreme products into ``work.log_scale``."""
+    counts, column_counts, lineage, live = run.counts, run.column_counts, run.lineage, run.live
+    numerator, denominator, log_scale, entry, column = (work.numerator, work.denominator, work.log_scale,
+                                                        work.entry, work.column)
+    num_members, num_configs = urn.config_flat.shape
+    num_particles = counts.shape[1]
+    log_scale[:] = 0.0
+    for m in range(num_members):
+        for l in range(num_configs):
+            e = urn.cell_flat[m, u] + urn.config_flat[m, l]
+            c = urn.cell_col[m, u] + urn.config_col[m, l]
+            entry[m, l] = e
+            column[m, l] = c
+            # Earlier members of the same (tied) table have already added this token.
+            prior = urn.alpha[e]
+            prior_column = urn.alpha_col[c]
+            for k in range(m):
+                if urn.tied_before[m, k]:
+                    prior += 1.0 if entry[k, l] == e else 0.0
+                    prior_column += 1.0 if column[k, l] == c else 0.0
+            _to_current(counts, e, run.count_generation, g, lineage, live, work.count_scratch)
+            _to_current(column_counts, c, run.column_generation, g, lineage, live, work.count_scratch)
+            _multiply(numerator[l], prior, counts[e], m == 0)
+            _multiply(denominator[l], prior_column, column_counts[c], m == 0)
+        if urn.has_valid and m == 0:
+            for l in range(num_configs):
+                if not urn.valid[u, l]:
+                    numerator[l, :] = 0.0
+        if (m + 1) % urn.rescale_every == 0 and m + 1 < num_members:
+            for p in range(num_particles):
+                peak = 0.0
+                for l in range(num_configs):
+                    ratio = numerator[l, p] / denominator[l, p]
+                    numerator[l, p] = ratio
+                    denominator[l, p] = 1.0
+                    peak = max(peak, ratio)
+                if peak > 0.0:
+                    for l in range(num_configs):
+                        numerator[l, p] /= peak
+                    log_scale[p] += np.log(peak)
+                else:
+                    log_scale[p] = -np.inf
+    work.total[:] = 0.0
+    for l in range(num_configs):
+        for p in range(num_particles):
+            probability = numerator[l, p] / denominator[l, p]
+            numerator[l, p] = probability
+            work.total[p] += probability
+
+
+def _reweigh(rng, t, g, run, urn, work, trace):
+    """Weigh the particles by the token's predictive (``work.total``) and resample them where the ESS falls
+    below the threshold, the token's conditionals and the particles' rows following; returns the generation."""
+    log_weights, weights, num_particles = run.log_weights, work.weights, run.counts.shape[1]
+    peak = -np.inf
+    for p in range(num_particles):
+        log_weights[p] += np.log(work.total[p]) + work.log_scale[p]
+        peak = max(peak, log_weights[p])
+    if not np.isfinite(peak):
+        peak = 0.0
+    weight_sum = 0.0
+    square_sum = 0.0
+    for p in range(num_particles):
+        shifted = log_weights[p] - peak
+        weights[p] = math.exp(shifted) if shifted > -700.0 else 0.0
+        weight_sum += weights[p]
+        square_sum += weights[p] * weights[p]
+    ess = weight_sum * weight_sum / square_sum if square_sum > 0.0 else np.nan
+    resample = ess < urn.threshold * num_particles
+    trace.ess[t] = ess
+    trace.resampled[t] = resample
+    if not resample:
+        return g
+    run.log_evidence[0] += peak + np.log(weight_sum / num_particles)
+    ancestors, float_scratch, lineage, live = work.ancestors, work.float_scratch, run.lineage, run.live
+    _resample(rng, urn.scheme, weights, ancestors, work.cdf)
+    _permute(work.numerator, ancestors, float_scratch)
+    for x in (work.total, work.log_scale, run.log_prob):
+        for p in range(num_particles):
+            float_scratch[p] = x[ancestors[p]]
+        x[:] = float_scratch
+    for k in range(g + 1):  # only generations that rows still refer to
+        if live[k] > 0:
+            _permute(lineage[k:k + 1], ancestors, work.int_scratch)
+    g += 1
+    if g == lineage.shape[0]:
+        live[:] = 0
+        live[0] = (_reindex(run.counts, run.count_generation, lineage, work.count_scratch)
+                   + _reindex(run.column_counts, run.column_generation, lineage, work.count_scratch))
+        g = 0
+    for p in range(num_particles):
+        lineage[g, p] = p
+    run.generation[0] = g
+    log_weights[:] = 0.0
+    return g
+
+
+def _draw_and_add(rng, g, run, work):
+    """Draw every particle's configuration of the token from its conditional and add the token's increments."""
+    numerator, level, cumulative, chosen, log_scale = work.numerator, work.level, work.cumulative, work.chosen, work.log_scale
+    num_members, num_configs = work.entry.shape
+    num_particles = run.counts.shape[1]
+    # Inverse CDF for all particles at once, configurations outer: the same left-to-right
+    # sums as a per-particle search, in loops over contiguous particles.
+    for p in range(num_particles):
+        level[p] = rng.random() * work.total[p]
+        cumulative[p] = 0.0
+        chosen[p] = -1
+    for l in range(num_configs):
+        row = numerator[l]
+        for p in range(num_particles):
+            cumulative[p] += row[p]
+            if chosen[p] < 0 and cumulative[p] > level[p]:
+                chosen[p] = l
+    for p in range(num_particles):
+        if chosen[p] < 0:  # rounding left the level at the total
+            chosen[p] = _inverse_cdf(numerator[:, p], level[p])
+        run.log_prob[p] += np.log(numerator[chosen[p], p]) + log_scale[p]
+    # After a resampling the token's rows are of the previous generation: into the new
+    # order before the increments.
+    for m in range(num_members):
+        for l in range(num_configs):
+            _to_current(run.counts, work.entry[m, l], run.count_generation, g, run.lineage, run.live, work.count_scratch)
+            _to_current(run.column_counts, work.column[m, l], run.column_generation, g, run.lineage, run.live,
+                        work.count_scratch)
+    for m in range(num_members):
+        for p in range(num_particles):
+            run.counts[work.entry[m, chosen[p]], p] += 1
+            run.column_counts[work.column[m, chosen[p]], p] += 1
+
+
 def _run_tokens(rng, cells, run, urn, trace):
     """Add the tokens ``cells`` to every particle of one run, in place (see :func:`smc.step`).
 
     ``run`` is the run's :class:`RunState`, ``urn`` a :class:`HostUrn`; ``trace`` (a
     :class:`TokenTrace`) receives the per-token diagnostics.
     """
-    (counts, column_counts, count_generation, column_generation, lineage, live, generation, log_weights,
-     log_prob, log_evidence) = run
-    (cell_flat, config_flat, cell_col, config_col, alpha, alpha_col, tied_before, valid, has_valid,
-     rescale_every, threshold, scheme) = urn
-    ess_out, resampled_out = trace
-    num_members, num_configs = config_flat.shape
-    num_particles = counts.shape[1]
-    depth = lineage.shape[0]
-    entry = np.empty((num_members, num_configs), np.int64)
-    column = np.empty((num_members, num_configs), np.int64)
-    numerator = np.empty((num_configs, num_particles))
-    denominator = np.empty((num_configs, num_particles))
-    log_scale = np.empty(num_particles)
-    total = np.empty(num_particles)
-    weights = np.empty(num_particles)
-    cdf = np.empty(num_particles)
-    ancestors = np.empty(num_particles, np.int64)
-    chosen = np.empty(num_particles, np.int64)
-    level = np.empty(num_particles)
-    cumulative = np.empty(num_particles)
-    int_scratch = np.empty(num_particles, np.int64)
-    count_scratch = np.empty(num_particles, counts.dtype)
-    float_scratch = np.empty(num_particles)
+    num_members, num_configs = urn.config_flat.shape
+    work = _token_work(num_members, num_configs, run.counts)
     for t in range(cells.shape[0]):
-        u = cells[t]
-        g = generation[0]
-        log_scale[:] = 0.0
-        for m in range(num_members):
-            for l in range(num_configs):
-                e = cell_flat[m, u] + config_flat[m, l]
-                c = cell_col[m, u] + config_col[m, l]
-                entry[m, l] = e
-                column[m, l] = c
-                # Earlier members of the same (tied) table have already added this token.
-                prior = alpha[e]
-                prior_column = alpha_col[c]
-                for k in range(m):
-                    if tied_before[m, k]:
-                        prior += 1.0 if entry[k, l] == e else 0.0
-                        prior_column += 1.0 if column[k, l] == c else 0.0
-                _to_current(counts, e, count_generation, g, lineage, live, count_scratch)
-                _to_current(column_counts, c, column_generation, g, lineage, live, count_scratch)
-                _multiply(numerator[l], prior, counts[e], m == 0)
-                _multiply(denominator[l], prior_column, column_counts[c], m == 0)
-            if has_valid and m == 0:
-                for l in range(num_configs):
-                    if not valid[u, l]:
-                        numerator[l, :] = 0.0
-            if (m + 1) % rescale_every == 0 and m + 1 < num_members:
-                for p in range(num_particles):
-                    peak = 0.0
-                    for l in range(num_configs):
-                        ratio = numerator[l, p] / denominator[l, p]
-                        numerator[l, p] = ratio
-                        denominator[l, p] = 1.0
-                        peak = max(peak, ratio)
-                    if peak > 0.0:
-                        for l in range(num_configs):
-                            numerator[l, p] /= peak
-                        log_scale[p] += np.log(peak)
-                    else:
-                        log_scale[p] = -np.inf
-        total[:] = 0.0
-        for l in range(num_configs):
-            for p in range(num_particles):
-                probability = numerator[l, p] / denominator[l, p]
-                numerator[l, p] = probability
-                total[p] += probability
-        peak = -np.inf
-        for p in range(num_particles):
-            log_weights[p] += np.log(total[p]) + log_scale[p]
-            peak = max(peak, log_weights[p])
-        if not np.isfinite(peak):
-            peak = 0.0
-        weight_sum = 0.0
-        square_sum = 0.0
-        for p in range(num_particles):
-            shifted = log_weights[p] - peak
-            weights[p] = math.exp(shifted) if shifted > -700.0 else 0.0
-            weight_sum += weights[p]
-            square_sum += weights[p] * weights[p]
-        ess = weight_sum * weight_sum / square_sum if square_sum > 0.0 else np.nan
-        resample = ess < threshold * num_particles
-        ess_out[t] = ess
-        resampled_out[t] = resample
-        if resample:
-            log_evidence[0] += peak + np.log(weight_sum / num_particles)
-            _resample(rng, scheme, weights, ancestors, cdf)
-            _permute(numerator, ancestors, float_scratch)
-            for x in (total, log_scale, log_prob):
-                for p in range(num_particles):
-                    float_scratch[p] = x[ancestors[p]]
-                x[:] = float_scratch
-            for k in range(g + 1):  # only generations that rows still refer to
-                if live[k] > 0:
-                    _permute(lineage[k:k + 1], ancestors, int_scratch)
-            g += 1
-            if g == depth:
-                live[:] = 0
-                live[0] = (_reindex(counts, count_generation, lineage, count_scratch)
-                           + _reindex(column_counts, column_generation, lineage, count_scratch))
-                g = 0
-            for p in range(num_particles):
-                lineage[g, p] = p
-            generation[0] = g
-            log_weights[:] = 0.0
-        # Inverse CDF for all particles at once, configurations outer: the same left-to-right
-        # sums as a per-particle search, in loops over contiguous particles.
-        for p in range(num_particles):
-            level[p] = rng.random() * total[p]
-            cumulative[p] = 0.0
-            chosen[p] = -1
-        for l in range(num_configs):
-            row = numerator[l]
-            for p in range(num_particles):
-                cumulative[p] += row[p]
-                if chosen[p] < 0 and cumulative[p] > level[p]:
-                    chosen[p] = l
-        for p in range(num_particles):
-            if chosen[p] < 0:  # rounding left the level at the total
-                chosen[p] = _inverse_cdf(numerator[:, p], level[p])
-            log_prob[p] += np.log(numerator[chosen[p], p]) + log_scale[p]
-        # After a resampling the token's rows are of the previous generation: into the new
-        # order before the increments.
-        for m in range(num_members):
-            for l in range(num_configs):
-                _to_current(counts, entry[m, l], count_generation, g, lineage, live, count_scratch)
-                _to_current(column_counts, column[m, l], column_generation, g, lineage, live, count_scratch)
-        for m in range(num_members):
-            for p in range(num_particles):
-                counts[entry[m, chosen[p]], p] += 1
-                column_counts[column[m, chosen[p]], p] += 1
+        g = run.generation[0]
+        _conditionals(cells[t], g, run, urn, work)
+        g = _reweigh(rng, t, g, run, urn, work, trace)
+        _draw_and_add(rng, g, run, work)
 
 
 def _current_rows(table, row_generation, lineage, particles):
@@ -338,6 +379,10 @@ if HAVE_NUMBA:
     _multiply = numba.njit(inline="always", cache=True)(_multiply)
     _permute = numba.njit(cache=True)(_permute)
     _reindex = numba.njit(cache=True)(_reindex)
+    _token_work = numba.njit(inline="always", cache=True)(_token_work)
+    _conditionals = numba.njit(inline="always", cache=True)(_conditionals)
+    _reweigh = numba.njit(inline="always", cache=True)(_reweigh)
+    _draw_and_add = numba.njit(inline="always", cache=True)(_draw_and_add)
     _run_tokens = numba.njit(nogil=True, cache=True, fastmath=_FASTMATH)(_run_tokens)
     _current_rows = numba.njit(nogil=True, cache=True)(_current_rows)
 
