@@ -62,8 +62,8 @@ def auto_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, max_config
     """The exact value or the tempered SMC from a mixture of references (see :func:`choose_method`).
 
     ``effort`` (> 0, default 1) scales the engine's work (particles, scouts, chains, VB restarts:
-    :class:`~bam_ppl.infer.smc.mixture.EngineConfig`; the particles grow as effort², the time between effort and
-    effort² times the default's); ``options`` go to the engine (``num_chains``,
+    :class:`~bam_ppl.infer.smc.mixture.EngineConfig`; the particles and the temperatures each grow about as effort,
+    the time between effort and effort² times the default's); ``options`` go to the engine (``num_chains``,
     ``num_particles``, ``num_scouts``, ``rho``, ``reference_sweeps``, ``vb_restarts``,
     ``progress_bar``) or to enumeration (``max_tensors``), and are checked whichever runs.
     """

@@ -499,18 +499,22 @@ ENGINE = EngineConfig()
 
 
 def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOptions:
-    """The sizes of a call at ``effort`` under ``config`` (default :data:`ENGINE`): particles, scouts,
-    the chains' least sweeps and budgets and the VB restarts grow with it (never below one, 16 particles
-    and 10 sweeps)."""
+    """The sizes of a call at ``effort`` under ``config`` (default :data:`ENGINE`): the starts (scouts and VB
+    restarts), so the particles, and the chains' least sweeps and budgets grow with it (never below one, 16
+    particles and 10 sweeps), and each step's conditional χ² (1/rho − 1) shrinks as 1/effort², so that the
+    temperatures grow about as effort: the annealing's work, particles times temperatures, grows as effort²,
+    half of it on a finer path, which the moves can follow where more particles alone would not
+    (benchmarks/README.md, the cost knob)."""
     config = config or ENGINE
 
     def grow(size, least=1):
         return max(least, int(round(size * effort)))
 
-    return MixtureOptions(None, grow(config.particles_per_reference), grow(config.min_particles, 16),
+    return MixtureOptions(None, config.particles_per_reference, grow(config.min_particles, 16),
                           grow(config.num_scouts), grow(config.search_draws), config.scout_particles,
                           grow(config.reference_sweeps, 10), config.sweeps_per_token, grow(config.chain_token_moves),
-                          config.rho, grow(config.vb_restarts))
+                          config.rho if effort == 1.0 else 1.0 / (1.0 + (1.0 / config.rho - 1.0) / effort ** 2),
+                          grow(config.vb_restarts))
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts) -> MixtureOptions:
@@ -527,6 +531,8 @@ def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restar
         sizes = sizes._replace(reference_sweeps=sweeps, sweeps_per_token=0.0, chain_token_moves=np.iinfo(np.int64).max)
     if vb_restarts is not None:
         sizes = sizes._replace(vb_restarts=check_int(vb_restarts, "vb_restarts", minimum=0))
+    if rho is None:
+        return sizes
     check_positive(rho, "rho", upper=1.0)
     if rho >= 1.0:
         raise ValueError(f"rho must be in (0, 1), got {rho}")
@@ -537,7 +543,7 @@ def check_options(options: dict) -> None:
     """The engine's options in ``options`` (those given, by name) checked as :func:`mixture_log_evidence`
     checks them, before any work: for ``method="auto"``, which may enumerate instead."""
     _options(options.get("effort", 1.0), options.get("num_particles"), options.get("num_scouts"),
-             options.get("rho", ENGINE.rho), options.get("reference_sweeps"), options.get("vb_restarts"))
+             options.get("rho"), options.get("reference_sweeps"), options.get("vb_restarts"))
     if "num_chains" in options:
         check_int(options["num_chains"], "num_chains", minimum=1)
     if "max_configs" in options:
@@ -580,7 +586,7 @@ def defended_start(found: list[Scouted], tp: TemperedProblem, more: tuple = ()) 
 
 @register_evidence("mixture", models=(AllocationModel,))
 def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_chains: int = ENGINE.num_chains,
-                         num_particles: int | None = None, num_scouts: int | None = None, rho: float = ENGINE.rho,
+                         num_particles: int | None = None, num_scouts: int | None = None, rho: float | None = None,
                          reference_sweeps: int | None = None, vb_restarts: int | None = None,
                          progress_bar: bool | None = None, max_configs: int = DEFAULT_MAX_CONFIGS) -> EvidenceEstimate:
     """Tempered SMC estimate of log p(X) from a mixture of references (module docstring).
@@ -593,12 +599,13 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     Parameters
     ----------
     effort : float > 0
-        Scales the particles (4 · effort per start of the call's searches, at least 64 · effort), the call's
-        starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their chains would
-        draw more than 3.3 billion · effort random numbers), each
-        chain's least sweeps (200 · effort; 0.8 T where more, at most 205 million · effort token moves)
-        and the VB restarts (100 · effort) unless given one by one (:class:`EngineConfig`): the particles grow
-        as effort², a call's time between effort and effort² times the default's (benchmarks/README.md).
+        Scales the call's starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their
+        chains would draw more than 3.3 billion · effort random numbers), so the particles (4 per start of the
+        call's searches, at least 64 · effort), each chain's least sweeps (200 · effort; 0.8 T where more, at
+        most 205 million · effort token moves), the VB restarts (100 · effort) and the temperatures (each
+        step's conditional χ², 1/rho − 1, divided by effort²; ``rho`` 0.97 at effort 1), unless given one by
+        one (:class:`EngineConfig`): the annealing's work grows as effort², a call's time between effort and
+        effort² times the default's (benchmarks/README.md).
     num_particles : int, optional
         Particles of each run.
     num_scouts : int, optional
@@ -606,8 +613,9 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
         shared out among the runs (rounded up: at least one scout of each kind per run).
     num_chains : int
         Runs, each with a search of its own (≥ 2 for a standard error).
-    rho : float in (0, 1)
-        Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016).
+    rho : float in (0, 1), optional
+        Conditional-ESS fraction kept between consecutive temperatures (Zhou, Johansen & Aston 2016); by
+        default that of ``effort``.
     reference_sweeps : int, optional
         Posterior sweeps of each reference's chain (the last half average into its reference; a
         data-augmentation chain, ``info.chain == "augmented"``, runs ``EngineConfig.augmented_sweeps`` times as many).
