@@ -397,6 +397,18 @@ def test_search_sizes_follow_the_tokens_within_the_budgets():
     assert mixture.scouts_per_kind(mixture.effort_sizes(2.0), 16_000) == 10  # effort widens the search
 
 
+def test_effort_spreads_the_annealing_between_particles_and_temperatures():
+    # The particles grow as the starts (four each, at least 64 · effort); each step's conditional χ² shrinks as
+    # 1/effort²; at effort 1 the engine's own rho, to the bit; a rho given is used as it is.
+    for effort in (0.25, 0.5, 1.0, 2.0, 4.0):
+        options = mixture.effort_sizes(effort)
+        assert options.particles_per_reference == 4 and options.min_particles == max(16, round(64 * effort))
+        assert 1.0 / options.rho - 1.0 == pytest.approx((1.0 / mixture.ENGINE.rho - 1.0) / effort ** 2)
+    assert mixture.effort_sizes(1.0).rho == mixture.ENGINE.rho
+    assert mixture._options(4.0, None, None, 0.9, None, None).rho == 0.9
+    assert mixture._options(4.0, None, None, None, None, None).rho == mixture.effort_sizes(4.0).rho
+
+
 @pytest.mark.parametrize("model", [bam.models.nmf(2, a=2.0), bam.models.cp(3, a=0.5), bam.models.symmetric_nmf(2, a=0.5)],
                          ids=["nmf", "cp", "symmetric_nmf"])
 def test_the_chains_factorised_sweep_draws_as_the_general_kernel(model):
