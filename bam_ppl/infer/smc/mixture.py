@@ -457,7 +457,7 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
 @dataclass(frozen=True)
 class EngineConfig:
     """The numbers of the engine (one line of why each); ``effort`` scales the scouts (so the particles), the
-    chains' least sweeps and budgets, the VB restarts and the temperatures (:func:`effort_sizes`)."""
+    chains' least sweeps and budgets, the VB restarts and the temperatures (``effort_sizes``)."""
 
     # Particles of each run per start of the call (all runs' searches), so that each run carries as many
     # particles as a run from all of them would: with fewer, a run falls short more often than its spread shows ...
