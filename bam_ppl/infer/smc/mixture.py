@@ -513,8 +513,8 @@ def effort_sizes(effort: float, config: EngineConfig | None = None) -> MixtureOp
     return MixtureOptions(None, config.particles_per_reference, grow(config.min_particles, 16),
                           grow(config.num_scouts), grow(config.search_draws), config.scout_particles,
                           grow(config.reference_sweeps, 10), config.sweeps_per_token, grow(config.chain_token_moves),
-                          config.rho if effort == 1.0 else 1.0 / (1.0 + (1.0 / config.rho - 1.0) / effort ** 2),
-                          grow(config.vb_restarts))
+                          # ρ / (ρ + (1 − ρ) / effort²) = 1 / (1 + (1/ρ − 1) / effort²), and ρ itself at effort 1
+                          config.rho / (config.rho + (1.0 - config.rho) / effort ** 2), grow(config.vb_restarts))
 
 
 def _options(effort, num_particles, num_scouts, rho, reference_sweeps, vb_restarts) -> MixtureOptions:
