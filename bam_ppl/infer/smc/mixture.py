@@ -459,9 +459,9 @@ class EngineConfig:
     """The numbers of the engine (one line of why each); ``effort`` scales the scouts (so the particles), the
     chains' least sweeps and budgets, the VB restarts and the temperatures (``effort_sizes``)."""
 
-    # Particles of each run per start of the call (all runs' searches), so that each run carries as many
-    # particles as a run from all of them would: with fewer, a run falls short more often than its spread shows ...
-    particles_per_reference: int = 4
+    # Particles of each run per start of the call (all runs' searches), a pair for each component of the start:
+    # the rest of the annealing's work goes into temperatures (rho), which the moves can follow ...
+    particles_per_reference: int = 2
     # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
     min_particles: int = 64
     # Starts of each kind per call (VB fits, annealed and drawn scouts), shared out among the runs: how many basins
@@ -489,10 +489,11 @@ class EngineConfig:
     scout_particles: int = 4
     # Runs, each with a search of its own: the searches' spread is the stated error (estimate.pool_searches).
     num_chains: int = 4
-    # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016): steps
-    # fine enough that the moves carry the particles of each component between temperatures, finer where a
-    # move leaves them correlated with where the last reweighting put them (tempered.following_moves).
-    rho: float = 0.97
+    # Conditional-ESS fraction kept from one temperature to the next (Zhou, Johansen & Aston 2016), a step's χ²
+    # 1/rho − 1 ≈ 1/130: where the moves mix, particles and temperatures buy the same variance for their cost, and
+    # where the particles lag behind π_β only finer steps help (benchmarks/README.md); finer still where a move
+    # leaves them correlated with where the last reweighting put them (tempered.following_moves).
+    rho: float = 0.9923
 
 
 ENGINE = EngineConfig()
@@ -600,10 +601,10 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     ----------
     effort : float > 0
         Scales the call's starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their
-        chains would draw more than 3.3 billion · effort random numbers), so the particles (4 per start of the
+        chains would draw more than 3.3 billion · effort random numbers), so the particles (2 per start of the
         call's searches, at least 64 · effort), each chain's least sweeps (200 · effort; 0.8 T where more, at
         most 205 million · effort token moves), the VB restarts (100 · effort) and the temperatures (each
-        step's conditional χ², 1/rho − 1, divided by effort²; ``rho`` 0.97 at effort 1), unless given one by
+        step's conditional χ², 1/rho − 1, divided by effort²; ``rho`` 0.9923 at effort 1), unless given one by
         one (:class:`EngineConfig`): the annealing's work grows as effort², a call's time between effort and
         effort² times the default's (benchmarks/README.md).
     num_particles : int, optional
