@@ -384,14 +384,14 @@ def test_fewer_particles_than_references_keep_a_mixture_of_some():
 
 def test_search_sizes_follow_the_tokens_within_the_budgets():
     # Chains of 0.8 T sweeps (at least 200, at most the budget); fewer scouts where their chains exceed the
-    # search's budget, never none; two particles per reference, at least 64; a number given is used as it is.
+    # search's budget, never none; two particles per reference, at least 32; a number given is used as it is.
     options = mixture.effort_sizes(1.0)
     assert [mixture.chain_sweeps(options, T) for T in (100, 1000, 16_000, 64_000)] == [200, 800, 12_800, 3200]
     scouts = [mixture.scouts_per_kind(options, T) for T in (1000, 4000, 8000, 16_000, 64_000)]
     assert scouts == [20, 20, 20, 5, 5]  # from 16 000 tokens on, chains of the budget (three kinds share it)
     # A data-augmentation chain is charged the draws of its sweeps, not one per token.
     assert mixture.scouts_per_kind(options, 16_000, draws_per_sweep=1600) == 20
-    assert [mixture.particles_for(options, B) for B in (4, 68)] == [64, 136]
+    assert [mixture.particles_for(options, B) for B in (4, 68)] == [32, 136]
     given = mixture._options(1.0, 100, 8, 0.9, 50, None)
     assert (mixture.scouts_per_kind(given, 64_000), mixture.chain_sweeps(given, 64_000),
             mixture.particles_for(given, 68)) == (8, 50, 100)
@@ -399,11 +399,12 @@ def test_search_sizes_follow_the_tokens_within_the_budgets():
 
 
 def test_effort_spreads_the_annealing_between_particles_and_temperatures():
-    # The particles grow as the starts (two each, at least 64 · effort); each step's conditional χ² shrinks as
+    # The particles grow as the starts (two each, at least 32 · effort); each step's conditional χ² shrinks as
     # 1/effort²; at effort 1 the engine's own rho, to the bit; a rho given is used as it is.
     for effort in (0.25, 0.5, 1.0, 2.0, 4.0):
         options = mixture.effort_sizes(effort)
-        assert options.particles_per_reference == mixture.ENGINE.particles_per_reference and options.min_particles == max(16, round(64 * effort))
+        assert options.particles_per_reference == mixture.ENGINE.particles_per_reference
+        assert options.min_particles == max(16, round(32 * effort))
         assert 1.0 / options.rho - 1.0 == pytest.approx((1.0 / mixture.ENGINE.rho - 1.0) / effort ** 2)
     assert mixture.effort_sizes(1.0).rho == mixture.ENGINE.rho
     assert mixture._options(4.0, None, None, 0.9, None, None).rho == 0.9

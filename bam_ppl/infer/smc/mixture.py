@@ -462,8 +462,9 @@ class EngineConfig:
     # Particles of each run per start of the call (all runs' searches), a pair for each component of the start:
     # the rest of the annealing's work goes into temperatures (rho), which the moves can follow ...
     particles_per_reference: int = 2
-    # ... and at least this many: the runs' spread is the stated error, and a few particles spread wider.
-    min_particles: int = 64
+    # ... and at least this many where the search's budget allows few starts (16 000 tokens and more): half of what
+    # four per start needed, the same split; the runs' spread is the stated error, and a few particles spread wider.
+    min_particles: int = 32
     # Starts of each kind per call (VB fits, annealed and drawn scouts), shared out among the runs: how many basins
     # the searches can find. The kinds reach different basins (on ICEWS the VB fits reach the best one most often),
     # so each gets a third of about the chains that two kinds of 32 had ...
@@ -602,7 +603,7 @@ def mixture_log_evidence(model, data, *, rng_key=0, effort: float = 1.0, num_cha
     effort : float > 0
         Scales the call's starts of each kind (20 · effort VB fits, annealed and drawn scouts; fewer where their
         chains would draw more than 3.3 billion · effort random numbers), so the particles (2 per start of the
-        call's searches, at least 64 · effort), each chain's least sweeps (200 · effort; 0.8 T where more, at
+        call's searches, at least 32 · effort), each chain's least sweeps (200 · effort; 0.8 T where more, at
         most 205 million · effort token moves), the VB restarts (100 · effort) and the temperatures (each
         step's conditional χ², 1/rho − 1, divided by effort²; ``rho`` 0.9923 at effort 1), unless given one by
         one (:class:`EngineConfig`): the annealing's work grows as effort², a call's time between effort and
