@@ -462,8 +462,8 @@ class EngineConfig:
     # Particles of each run per start of the call (all runs' searches), a pair for each component of the start:
     # the rest of the annealing's work goes into temperatures (rho), which the moves can follow ...
     particles_per_reference: int = 2
-    # ... and at least this many where the search's budget allows few starts (16 000 tokens and more): half of what
-    # four per start needed, the same split; the runs' spread is the stated error, and a few particles spread wider.
+    # ... and at least this many where the search's budget allows few starts (16 000 tokens and more), on the same
+    # split: the runs' spread is the stated error, and a few particles spread wider.
     min_particles: int = 32
     # Starts of each kind per call (VB fits, annealed and drawn scouts), shared out among the runs: how many basins
     # the searches can find. The kinds reach different basins (on ICEWS the VB fits reach the best one most often),
