@@ -31,6 +31,7 @@ import numpy as np
 from ..kernels import FASTMATH as _FASTMATH
 from ..kernels import HAVE_NUMBA, numba
 from ..kernels import inverse_cdf as _inverse_cdf
+from ..kernels import log_urn_weights as _log_urn_weights
 from ..kernels import row_kinds as _row_kinds
 from ..kernels import seeded_generator as _seeded
 from ..kernels import shuffle as _shuffle
@@ -106,6 +107,8 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
                     shifted[base[m] + row_offset[m, old]] -= 1.0
             if mode == UNIFORM:
                 weight[:] = 1.0
+            elif logs:
+                _log_urn_weights(weight, values, shifted, base, rows)
             else:
                 total = _urn_weights(weight, denominator, values, shifted, base, rows, kinds)
             if rows.has_valid or logs or mode == UNIFORM:
