@@ -112,7 +112,7 @@ def row_values(values, shifted, base, row_offset, row, tie_rows, tie_earlier):
 
 
 def log_urn_weights(weight, values, shifted, base, rows):
-    """weight[c] = log of the unnormalised urn weight of configuration c (:func:`urn_weights`): Σ log (α + S)
+    """weight[c] = log of the unnormalised urn weight of configuration c (:func:`multiply_rows`): Σ log (α + S)
     over the numerator rows of ``rows`` minus the same over its denominator rows, for products that could
     leave the float64 range."""
     weight[:] = 0.0
@@ -141,8 +141,13 @@ def row_kinds(rows):
     return tied, consecutive
 
 
-def _multiply_rows(out, values, shifted, base, rows, kinds, which):
-    """out[c] *= Π over the rows ``which`` of (α + S) at configuration c (``kinds``: :func:`row_kinds`)."""
+def multiply_rows(out, values, shifted, base, rows, kinds, which):
+    """out[c] *= Π over the rows ``which`` of (α + S) at configuration c (``kinds``: :func:`row_kinds`): the
+    numerator rows of ``rows`` (an ``UrnRows``) into the weights, the denominator rows into their divisors, so
+    that the caller's quotient is the unnormalised urn weight (Cemgil et al. 2019 eq. 4.1; its log where
+    ``rows.log_space``: :func:`log_urn_weights`). The callers divide themselves: inlined into another inlined
+    helper this ran the collapsed sweep on Tucker rows 12 % slower, with the log branch there too at half
+    speed (``benchmarks/chain_cost.py``)."""
     tied, consecutive = kinds
     for r in which:
         if tied[r]:
@@ -157,24 +162,7 @@ def _multiply_rows(out, values, shifted, base, rows, kinds, which):
             for c in range(out.shape[0]):
                 out[c] *= shifted[base[r] + rows.row_offset[r, c]]
 
-
-def urn_weights(weight, denominator, values, shifted, base, rows, kinds):
-    """weight[c] = the unnormalised urn weight of configuration c (Cemgil et al. 2019 eq. 4.1) at the
-    rows' bases ``base``: the product of (α + S) over the numerator rows of ``rows`` (an ``UrnRows``)
-    over that over the denominator rows; returns their sum. Where ``rows.log_space`` the caller takes
-    :func:`log_urn_weights` instead: with that branch inside this inlined helper the collapsed sweep
-    ran at half its speed on Tucker rows (``benchmarks/chain_cost.py``)."""
-    weight[:] = 1.0
-    denominator[:] = 1.0
-    _multiply_rows(weight, values, shifted, base, rows, kinds, rows.numerator_rows)
-    _multiply_rows(denominator, values, shifted, base, rows, kinds, rows.denominator_rows)
-    total = 0.0
-    for c in range(weight.shape[0]):
-        weight[c] /= denominator[c]
-        total += weight[c]
-    return total
-
 if HAVE_NUMBA:
     # nogil: chains run in threads, each with its own Generator and arrays.
-    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights", "_multiply_rows", "urn_weights"),
+    compile_numba(globals(), inline=("inverse_cdf", "row_values", "log_urn_weights", "multiply_rows"),
                   nogil=("shuffle", "row_kinds"))

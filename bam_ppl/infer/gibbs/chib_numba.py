@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, row_kinds, shuffle, urn_weights
+from ..kernels import HAVE_NUMBA, compile_numba, log_urn_weights, multiply_rows, row_kinds, shuffle
 
 MAX_ICM_PASSES = 100
 # What one pass of the kernel does with each token. NumPy integers, not Python ones: numba
@@ -62,13 +62,20 @@ def _conditional(scratch, shifted, rows, cell, beta):
     """The urn conditional of one token at ``cell`` (eq. 4.1) over the free configurations, with
     ``scratch.base`` set to the cell's row bases; ``rows`` an
     :class:`~bam_ppl.infer.gibbs.collapsed_numba.UrnRows`. ``scratch.weight`` gets the unnormalised
-    conditional (:func:`~bam_ppl.infer.kernels.urn_weights`; its log when ``rows.log_space``:
-    :func:`~bam_ppl.infer.kernels.log_urn_weights`), ``scratch.prob`` the normalised conditional raised to the power ``beta``."""
+    conditional (:func:`~bam_ppl.infer.kernels.multiply_rows`; its log when ``rows.log_space``:
+    :func:`~bam_ppl.infer.kernels.log_urn_weights`), ``scratch.prob`` the normalised conditional raised to
+    the power ``beta``."""
     weight, prob = scratch.weight, scratch.prob
     if rows.log_space:
         log_urn_weights(weight, scratch.values, shifted, scratch.base, rows)
     else:
-        urn_weights(weight, scratch.denominator, scratch.values, shifted, scratch.base, rows, scratch.kinds)
+        weight[:] = 1.0
+        scratch.denominator[:] = 1.0
+        multiply_rows(weight, scratch.values, shifted, scratch.base, rows, scratch.kinds, rows.numerator_rows)
+        multiply_rows(scratch.denominator, scratch.values, shifted, scratch.base, rows, scratch.kinds,
+                      rows.denominator_rows)
+        for c in range(weight.shape[0]):
+            weight[c] /= scratch.denominator[c]
     if rows.has_valid:
         for c in range(weight.shape[0]):
             if not rows.valid[cell, c]:

@@ -32,11 +32,11 @@ from ..kernels import FASTMATH as _FASTMATH
 from ..kernels import HAVE_NUMBA, numba
 from ..kernels import inverse_cdf as _inverse_cdf
 from ..kernels import log_urn_weights as _log_urn_weights
+from ..kernels import multiply_rows as _multiply_rows
 from ..kernels import row_kinds as _row_kinds
 from ..kernels import seeded_generator as _seeded
 from ..kernels import shuffle as _shuffle
 from ..kernels import unrolled as _unrolled
-from ..kernels import urn_weights as _urn_weights
 
 # What a call of the kernel does with each token.
 SWEEP = 0  # remove the token's increments, redraw its configuration, add them back
@@ -110,7 +110,14 @@ def _place_tokens(rng, mode, num_sweeps, shuffle, shifted, config, order, rows):
             elif logs:
                 _log_urn_weights(weight, values, shifted, base, rows)
             else:
-                total = _urn_weights(weight, denominator, values, shifted, base, rows, kinds)
+                weight[:] = 1.0
+                denominator[:] = 1.0
+                _multiply_rows(weight, values, shifted, base, rows, kinds, rows.numerator_rows)
+                _multiply_rows(denominator, values, shifted, base, rows, kinds, rows.denominator_rows)
+                total = 0.0
+                for c in range(num_configs):
+                    weight[c] /= denominator[c]
+                    total += weight[c]
             if rows.has_valid or logs or mode == UNIFORM:
                 if rows.has_valid:
                     for c in range(num_configs):
