@@ -28,7 +28,7 @@ from .infer.registry import infer, methods, register  # noqa: E402
 from .infer.smc.reverse import evidence_upper_bound  # noqa: E402
 from .models.allocation import AllocationModel  # noqa: E402
 from .plots import plot_compare, plot_evidence, plot_trace, plot_var_names  # noqa: E402
-from .predictive import posterior_predictive, relabel  # noqa: E402
+from .predictive import LabelSwitchingWarning, posterior_predictive, relabel, switched_chains  # noqa: E402
 from .selection import plot_rank_selection, select_ranks  # noqa: E402
 
 __all__ = [
@@ -53,6 +53,8 @@ __all__ = [
     "posterior_predictive",
     "read_evidence",
     "relabel",
+    "switched_chains",
+    "LabelSwitchingWarning",
     "models",
     "register",
     "register_evidence",

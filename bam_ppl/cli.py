@@ -21,6 +21,7 @@ import math
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 # The demo's latent-class models: R = 1 would be the independence model again.
@@ -106,7 +107,9 @@ def demo(out=sys.stdout) -> None:
 
     latent = next(name for name in table.index if "latent" in name)
     start = time.perf_counter()
-    idata = bam.relabel(bam.infer(models[latent], X, method="gibbs", rng_key=0, progress_bar=False, **DEMO_GIBBS))
+    with warnings.catch_warnings():  # the classes are aligned on the next line
+        warnings.simplefilter("ignore", bam.LabelSwitchingWarning)
+        idata = bam.relabel(bam.infer(models[latent], X, method="gibbs", rng_key=0, progress_bar=False, **DEMO_GIBBS))
     seconds = time.perf_counter() - start
     _, r_hat = _latent_r_hat(idata, models[latent])
     verdict = "the chains agree" if r_hat <= R_HAT_AGREES else "the chains still disagree, so read the classes as a sketch"

@@ -177,11 +177,9 @@ def relabel(idata, dims: Sequence[str] | str | None = None, *, num_iters: int = 
             raise ValueError(f"dims {unknown} are not dims of the posterior {sorted(map(str, post.dims))}")
     dims = tuple(d for d in dims if d in post.dims and post.sizes[d] > 1)
     for d in dims:
-        others = set(dims) - {d}
-        keys = [v for v in post.data_vars if d in post[v].dims and not others & set(post[v].dims)]
-        if not keys:
+        stacked = _component_tables(post, d, dims)
+        if stacked is None:
             continue
-        stacked = np.concatenate([_components(post[v], d) for v in keys], axis=2)  # (C, D, F, K)
         reference = stacked[0].mean(0)
         perm = None
         for _ in range(max(1, num_iters)):
@@ -193,6 +191,51 @@ def relabel(idata, dims: Sequence[str] | str | None = None, *, num_iters: int = 
                 post[v] = _permute(post[v], d, perm)
     post.attrs = {**post.attrs, "relabelled": ",".join(dims)}
     return with_groups(idata, {"posterior": post})
+
+
+def _component_tables(post: xr.Dataset, d: str, dims: Sequence[str]) -> np.ndarray | None:
+    """``(chain, draw, features, K)``: every posterior variable with latent dim ``d`` and no other latent dim
+    of ``dims``, side by side; None where there is none."""
+    others = set(dims) - {d}
+    keys = [v for v in post.data_vars if d in post[v].dims and not others & set(post[v].dims)]
+    return np.concatenate([_components(post[v], d) for v in keys], axis=2) if keys else None
+
+
+class LabelSwitchingWarning(UserWarning):
+    """The chains of a result settled in different labellings of a latent node (:func:`switched_chains`)."""
+
+
+# A permutation of the labels must bring a chain's mean tables this many times closer to chain 0's (in squared
+# distance) to count as a switch: chains in one labelling differ by Monte Carlo noise, whichever way they are matched.
+SWITCH_RATIO = 4.0
+
+
+def switched_chains(idata) -> dict[str, list[int]]:
+    """For each latent dim (:func:`latent_dims`), the chains whose labels are a permutation of chain 0's: their
+    posterior mean component tables lie ``SWITCH_RATIO`` times closer to chain 0's, in squared distance, once the
+    labels are matched (Hungarian matching, as :func:`relabel`) than as they are. Such chains make
+    ``az.summary``/``az.rhat`` of the latent tables report R̂ far above 1 that says nothing of convergence;
+    :func:`relabel` aligns them. Empty where the result has one chain or no latent dim."""
+    try:
+        post = group(idata, "posterior")
+    except (AttributeError, KeyError):
+        return {}
+    if post.sizes.get("chain", 1) < 2:
+        return {}
+    dims = tuple(d for d in latent_dims(idata) if d in post.dims and post.sizes[d] > 1)
+    found = {}
+    for d in dims:
+        stacked = _component_tables(post, d, dims)
+        if stacked is None or not np.all(np.isfinite(stacked)):
+            continue
+        means = stacked.mean(1)  # (C, F, K)
+        perm = _match(means[:, None], means[0])[:, 0]  # (C, K)
+        matched = np.take_along_axis(means, perm[:, None, :], axis=-1)
+        as_is, aligned = ((means - means[:1]) ** 2).sum((1, 2)), ((matched - means[:1]) ** 2).sum((1, 2))
+        chains = [c for c in range(1, means.shape[0]) if as_is[c] > SWITCH_RATIO * aligned[c]]
+        if chains:
+            found[str(d)] = chains
+    return found
 
 
 def _components(var: xr.DataArray, d: str) -> np.ndarray:

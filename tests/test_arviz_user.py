@@ -15,7 +15,7 @@ from scipy.stats import multinomial, poisson
 
 import bam_ppl as bam
 from bam_ppl import pointwise
-from bam_ppl.convert import attrs_of, group, import_arviz
+from bam_ppl.convert import attrs_of, group, import_arviz, with_groups
 
 matplotlib.use("Agg")
 az = import_arviz()
@@ -268,9 +268,11 @@ def _planted_nmf(seed=0, K=3, size=(12, 9), total=900):
 def test_relabel_aligns_gibbs_chains():
     X = _planted_nmf()
     model = bam.models.nmf(3)
-    idata = bam.infer(model, X, method="gibbs", rng_key=3, num_warmup=100, num_samples=200,
-                      num_chains=4, progress_bar=False)
+    with pytest.warns(bam.LabelSwitchingWarning, match="bam.relabel"):
+        idata = bam.infer(model, X, method="gibbs", rng_key=3, num_warmup=100, num_samples=200,
+                          num_chains=4, progress_bar=False)
     names = ["theta_k", "theta_i", "theta_j"]
+    assert bam.switched_chains(idata)["k"]
 
     def max_rhat(data):
         r = az.rhat(group(data, "posterior")[names])
@@ -290,6 +292,32 @@ def test_relabel_aligns_gibbs_chains():
     np.testing.assert_array_equal(group(aligned, "posterior")["total_rate"].values,
                                   group(idata, "posterior")["total_rate"].values)
     assert group(aligned, "posterior").attrs["relabelled"] == "k"
+    assert bam.switched_chains(aligned) == {}
+
+
+def _with_chains(idata, tables):
+    """``idata`` whose posterior ``theta_k`` is ``tables`` (chain, draw, k) and has no other latent variable."""
+    post = group(idata, "posterior")[["theta_k"]].isel(chain=[0] * tables.shape[0], draw=slice(0, tables.shape[1]))
+    post = post.assign_coords(chain=np.arange(tables.shape[0]))
+    post["theta_k"] = post["theta_k"].copy(data=tables)
+    return with_groups(idata, {"posterior": post})
+
+
+def test_switched_chains_tells_permuted_labels_from_noise():
+    """A chain whose classes are chain 0's permuted is found; chains that differ by noise, with classes of nearly
+    equal weight, or a single chain are not."""
+    idata = fit("gibbs")
+    rng = np.random.default_rng(0)
+    K = group(idata, "posterior").sizes["k"]
+    weights = np.sort(rng.dirichlet(np.ones(K) * 5))
+    noisy = weights + 0.01 * rng.standard_normal((3, 50, K))
+    assert bam.switched_chains(_with_chains(idata, noisy)) == {}
+    switched = noisy.copy()
+    switched[2] = switched[2][:, ::-1]
+    assert bam.switched_chains(_with_chains(idata, switched)) == {"k": [2]}
+    even = 1.0 / K + 0.01 * rng.standard_normal((3, 50, K))  # any matching is as close as any other
+    assert bam.switched_chains(_with_chains(idata, even)) == {}
+    assert bam.switched_chains(_with_chains(idata, switched[2:])) == {}
 
 
 def test_relabel_rejects_unknown_dims_and_leaves_latent_free_fits_alone():

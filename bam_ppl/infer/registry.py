@@ -177,7 +177,21 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
         raise TypeError(
             f"backend {method!r} for {type(model).__name__} returned {type(result).__name__}, not "
             "InferenceData; a backend must return InferenceData (e.g. via bam_ppl.convert.to_inference_data)")
+    _warn_of_switched_labels(result, method)
     return result
+
+
+def _warn_of_switched_labels(result, method: str) -> None:
+    """A :class:`~bam_ppl.predictive.LabelSwitchingWarning` where the chains of ``result`` settled in different
+    labellings of a latent node (:func:`~bam_ppl.predictive.switched_chains`)."""
+    from ..predictive import LabelSwitchingWarning, switched_chains
+
+    switched = switched_chains(result)
+    if switched:
+        where = "; ".join(f"{dim!r}: chains {chains}" for dim, chains in switched.items())
+        warnings.warn(f"bam.infer(method={method!r}): chains settled in labellings of the latent classes other than "
+                      f"chain 0's ({where}), so R-hat and ESS of their tables say nothing of convergence; "
+                      "bam.relabel(idata) aligns the labels", LabelSwitchingWarning, stacklevel=3)
 
 
 def option_names(fn) -> set[str]:
