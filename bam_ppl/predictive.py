@@ -211,7 +211,7 @@ SWITCH_RATIO = 4.0
 
 
 def switched_chains(idata) -> dict[str, list[int]]:
-    """For each latent dim (:func:`latent_dims`), the chains whose labels are a permutation of chain 0's: their
+    """For each latent dim (as :func:`relabel` finds them), the chains whose labels are a permutation of chain 0's: their
     posterior mean component tables lie ``SWITCH_RATIO`` times closer to chain 0's, in squared distance, once the
     labels are matched (Hungarian matching, as :func:`relabel`) than as they are. Such chains make
     ``az.summary``/``az.rhat`` of the latent tables report R̂ far above 1 that says nothing of convergence;
