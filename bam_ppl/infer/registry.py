@@ -156,6 +156,12 @@ def infer(model, data, method: str | None = None, rng_key: KeyLike = 0, *, execu
     **options
         Backend options (``num_particles``, ``num_chains``, ``num_samples``, ``num_iters`` ...);
         the same name means the same thing in every backend (module docstring).
+
+    Warns
+    -----
+    LabelSwitchingWarning
+        Where the chains settled in different labellings of the latent classes
+        (:func:`bam_ppl.switched_chains`): :func:`bam_ppl.relabel` aligns them before ``az.summary``.
     """
     if method is None:
         method = getattr(model, "default_method", None)
