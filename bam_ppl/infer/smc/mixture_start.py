@@ -124,7 +124,8 @@ class MixtureParticles(NumbaParticles):
     :func:`~bam_ppl.infer.smc.references.augmented_chain_is_cheaper`), every other move, the first included,
     is instead as many pairs of moves of whole cells' splits (:mod:`~bam_ppl.infer.smc.split_moves`) as draw
     the random numbers of a Gibbs sweep: the sweeps mix the tokens of cells that hold few, the cell moves
-    the splits of cells that hold many, at the same cost."""
+    the splits of cells that hold many. Binomials and Gammas cost several uniforms each, so the cell moves take
+    about twice to five times a sweep's time (benchmarks/README.md, where the time goes)."""
 
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart,
                  cells: HostProblem | None = None):
