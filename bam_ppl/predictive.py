@@ -223,13 +223,14 @@ def switched_chains(idata) -> dict[str, list[int]]:
     if post.sizes.get("chain", 1) < 2:
         return {}
     dims = tuple(d for d in latent_dims(idata) if d in post.dims and post.sizes[d] > 1)
+    chain_means = post.mean("draw").expand_dims("draw", axis=1)  # the draws averaged first: no copy of them all
     found = {}
     for d in dims:
-        stacked = _component_tables(post, d, dims)
+        stacked = _component_tables(chain_means, d, dims)
         if stacked is None or not np.all(np.isfinite(stacked)):
             continue
-        means = stacked.mean(1)  # (C, F, K)
-        perm = _match(means[:, None], means[0])[:, 0]  # (C, K)
+        means = stacked[:, 0]  # (C, F, K)
+        perm = _match(stacked, means[0])[:, 0]  # (C, K)
         matched = np.take_along_axis(means, perm[:, None, :], axis=-1)
         as_is, aligned = ((means - means[:1]) ** 2).sum((1, 2)), ((matched - means[:1]) ** 2).sum((1, 2))
         chains = [c for c in range(1, means.shape[0]) if as_is[c] > SWITCH_RATIO * aligned[c]]
