@@ -144,7 +144,7 @@ class MixtureParticles(NumbaParticles):
         self.split_problem = None if cells is None else split_problem(cells, tp)
         self.split_pairs = 0 if cells is None else max(1, tp.token_cell.shape[0] // split_move_draws(cells))
         self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
-        self.num_moves = 0
+        self.num_moves, self.num_cell_moves = 0, 0
         self.move_kept = [np.inf, np.inf]  # the last c of a sweep and of the cell moves (none yet: no verdict)
         self.cells_moved = False  # whether the last move was the cell moves
         self.moved_share = 0.0  # the share of particles the last cell moves moved
@@ -166,6 +166,7 @@ class MixtureParticles(NumbaParticles):
         if not self.cells_moved:
             super().move(beta, num_sweeps)
             return
+        self.num_cell_moves += 1
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
         pairs = self.split_pairs * num_sweeps
 
