@@ -104,27 +104,3 @@ def test_a_cell_move_and_a_sweep_each_leave_the_tempered_target_over_the_tokens_
             found = np.bincount([index[z.tobytes()] for z in particles.config], minlength=len(zs))
             statistic = ((found - num * target) ** 2 / (num * target)).sum()
             assert statistic < chi2.ppf(0.999, len(zs) - 1), (kind, statistic, len(zs))
-
-
-def test_cell_moves_give_their_slots_to_sweeps_while_they_move_fewer_particles_than_a_sweep_decorrelates():
-    # Every other move is a slot of cell moves. A slot that moves a share a of the particles counts as keeping
-    # 1 − a; where that is more than the c of the sweep before it, the next 1, 2, 4, … slots go to sweeps.
-    tp, cells, _, _, _ = _posterior_splits(*CASES["nmf"])
-    seeds = np.arange(2 * NUM_BLOCKS, dtype=np.uint32).reshape(NUM_BLOCKS, 2)
-    with ThreadPoolExecutor(2) as pool:
-        particles = MixtureParticles(tp, 64, seeds, pool, uniform_start([_reference(cells, 5)]), cells)
-        particles.set_configs(np.zeros((64, tp.token_cell.shape[0]), np.int32))
-
-        def cell_slots(moves: int, moved_share: float) -> list:
-            slots = []
-            for _ in range(moves):
-                particles.move(0.5, 1)
-                if particles.cells_moved:
-                    slots.append(particles.num_moves)
-                    particles.moved_share = moved_share  # what the slot moved, as the test wants it
-                particles.note_kept(0.5)  # the sweeps' c
-            return slots
-
-        # The first slot has no sweep to lose to; then each keeps 0.9 > 0.5: 1, 2, then 4 slots to sweeps.
-        assert cell_slots(22, 0.1) == [1, 3, 7, 13]
-        assert cell_slots(8, 0.9) == [23, 25, 27, 29]  # keeping 0.1 < 0.5: every other slot again

@@ -146,9 +146,6 @@ class MixtureInfo(NamedTuple):
     #: Accepted share of the moves of whole cells' splits in the annealing, the data-augmentation proposals and the
     #: reference's draws (nan, nan where none ran: with collapsed chains).
     split_move_acceptance: tuple = (float("nan"), float("nan"))
-    #: The share of the annealing's moves that were moves of whole cells' splits: at most one half, less where
-    #: they moved fewer particles than a sweep decorrelates (``MixtureParticles``); 0 with collapsed chains.
-    split_move_share: float = 0.0
     #: For each run, the references its search built (one per basin region its starts reached; the other starts
     #: stopped where one of them covers).
     num_references: list = ()

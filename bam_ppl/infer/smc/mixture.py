@@ -105,7 +105,6 @@ class MixtureRun(NamedTuple):
     split_moves: np.ndarray
     component_shares: np.ndarray
     search_log_shares: np.ndarray = np.zeros((0, 0))  # (R, P) log (q_s / R q̄) at each particle (module docstring)
-    cell_moves: int = 0  # how many of the annealing's moves were cell moves (MixtureParticles.move)
 
     def alone(self, search: int) -> float:
         """log Ẑ_r reweighted by the start of search ``search`` alone (its own: what that search gives by itself)."""
@@ -450,8 +449,9 @@ def run_mixture(problem: MixtureProblem, options: MixtureOptions, seeds: np.ndar
         shares[:] = 0.0
         shares[particles.kept] = np.bincount(particles.component, np.exp(run.final_log_w), particles.sizes.size)
     value = run.log_evidence + run.log_relabelled
-    return MixtureRun(value, run, particles.split_moves, shares, changes[0] if changes else np.zeros((0, 0)),
-                      particles.num_cell_moves)
+    if not changes:
+        return MixtureRun(value, run, particles.split_moves, shares)
+    return MixtureRun(value, run, particles.split_moves, shares, changes[0])
 
 
 @dataclass(frozen=True)
@@ -752,8 +752,6 @@ def _estimate(runs, found: list[list[Scouted]], vb_bound: float, problem: Mixtur
                          num_scouts=options.num_scouts * len(runs), num_runs=len(runs), effort=float(effort),
                          chain="collapsed" if problem.cells is None else "augmented",
                          split_move_acceptance=_acceptance(sum(run.split_moves for run in runs)),
-                         split_move_share=sum(run.cell_moves for run in runs)
-                         / max(1, sum(run.run.schedule.size for run in runs)),
                          num_references=[sum(f.log_q is not None for f in own) for own in found],
                          component_shares=[np.round(run.component_shares, 6).tolist() for run in runs],
                          final_ess=[float("nan") if run.run.final_log_w is None

@@ -125,15 +125,7 @@ class MixtureParticles(NumbaParticles):
     is instead as many pairs of moves of whole cells' splits (:mod:`~bam_ppl.infer.smc.split_moves`) as draw
     the random numbers of a Gibbs sweep: the sweeps mix the tokens of cells that hold few, the cell moves
     the splits of cells that hold many. Binomials and Gammas cost several uniforms each, so the cell moves take
-    about twice to five times a sweep's time (benchmarks/README.md, where the time goes).
-
-    Each kind is judged by how much of the last push it keeps (:meth:`note_kept`; the length of the path grows
-    with it, :func:`~bam_ppl.infer.smc.tempered.following_moves`): a sweep by c, a slot of cell moves by 1 − the
-    share of particles it moved (a moved particle's whole table redrawn, counted as kept by none). Where the cell
-    moves keep more than the sweep before them (their whole-table proposals rejected nearly everywhere, as on
-    tables of thousands of cells), the next 1, 2, 4, … of their slots go to sweeps, so that they are tried again
-    at nearby temperatures at a cost that shrinks geometrically; once they keep less, every other slot again.
-    Either kind keeps π_β, so the choice changes the path's cost, not its target."""
+    about twice to five times a sweep's time (benchmarks/README.md, where the time goes)."""
 
     def __init__(self, tp: TemperedProblem, num_particles: int, keys, pool, start: MixtureStart,
                  cells: HostProblem | None = None):
@@ -144,29 +136,13 @@ class MixtureParticles(NumbaParticles):
         self.split_problem = None if cells is None else split_problem(cells, tp)
         self.split_pairs = 0 if cells is None else max(1, tp.token_cell.shape[0] // split_move_draws(cells))
         self.split_moves = np.zeros((2, 2), np.int64)  # (data augmentation, reference draws): proposed, accepted
-        self.num_moves, self.num_cell_moves = 0, 0
-        self.move_kept = [np.inf, np.inf]  # the last c of a sweep and of the cell moves (none yet: no verdict)
-        self.cells_moved = False  # whether the last move was the cell moves
-        self.moved_share = 0.0  # the share of particles the last cell moves moved
-        self.skipped, self.to_skip = 0, 0  # cell-move slots given to sweeps since they last kept more; how many
-
-    def note_kept(self, kept: float) -> None:
-        """Takes c, the correlation of the log weights before and after the last move (``following_moves``)."""
-        if self.cells_moved:
-            kept = 1.0 - self.moved_share
-            self.to_skip = 0 if kept <= self.move_kept[0] else max(1, 2 * self.to_skip)
-        self.move_kept[int(self.cells_moved)] = kept
+        self.num_moves = 0
 
     def move(self, beta: float, num_sweeps: int) -> None:
         self.num_moves += 1
-        slot = self.split_problem is not None and self.num_moves % 2 == 1  # a slot of cell moves
-        self.cells_moved = slot and self.skipped >= self.to_skip
-        if slot:
-            self.skipped = 0 if self.cells_moved else self.skipped + 1
-        if not self.cells_moved:
+        if self.split_problem is None or self.num_moves % 2 == 0:
             super().move(beta, num_sweeps)
             return
-        self.num_cell_moves += 1
         particles = ParticleArrays(self.shifted, self.config, self.log_prior, self.log_like, self.log_start)
         pairs = self.split_pairs * num_sweeps
 
@@ -178,10 +154,8 @@ class MixtureParticles(NumbaParticles):
                                   structure.log_reference, work)
             return work.accepted
 
-        before = self.log_like.copy()
         self.split_moves[:, 0] += pairs * self.num_particles
         self.split_moves[:, 1] += np.sum(list(self.pool.map(one, self.blocks)), axis=0)
-        self.moved_share = float(np.mean(self.log_like != before))  # an accepted proposal changes log p
 
     def segments(self, first: int, stop: int) -> list:
         edges = np.searchsorted(self.component[first:stop], np.arange(self.sizes.size + 1)) + first

@@ -115,7 +115,7 @@ class MixtureRuns(MixtureParticles):
         NumbaParticles.__init__(self, tp, num_runs, keys, pool)
         self.start, self.kept = start, np.ones(start.log_weights.size, bool)
         self.structures = [kernel_tables(with_reference(tp, log_q), True) for log_q in start.log_q]
-        self.split_problem, self.split_pairs, self.num_moves, self.num_cell_moves = None, 0, 0, 0
+        self.split_problem, self.split_pairs, self.num_moves = None, 0, 0
         self.split_moves = np.zeros((2, 2), np.int64)
         self.component = np.zeros(num_runs, np.int64)
         self.sizes = np.bincount(self.component, minlength=start.log_weights.size)

@@ -279,10 +279,7 @@ def following_moves(path: PathOptions, log_ratio):
         particles.move(beta, path.num_sweeps)
         after = _centred(log_ratio(particles), groups)
         spread = float(np.std(before) * np.std(after))
-        correlation = float(np.mean(before * after) / spread) if spread > 0.0 else 0.0
-        kept[0] = min(max(correlation, 0.0), MAX_KEPT)
-        if hasattr(particles, "note_kept"):  # particles that choose among kinds of moves
-            particles.note_kept(correlation)
+        kept[0] = float(np.clip(np.mean(before * after) / spread, 0.0, MAX_KEPT)) if spread > 0.0 else 0.0
 
     return solve, move
 
