@@ -32,8 +32,10 @@ def _cases():
 
     X = np.array([[2, 1, 1, 0], [0, 0, 1, 2], [0, 0, 1, 1]])
     missing = CountTensor.from_samples(np.array([[0, 1, 0], [1, -1, 0], [1, 1, 1], [0, 0, -1]]), shape=(2, 2, 2))
+    # a complete three-way table: the factorised sweeps unroll over one latent row and three visible ones
+    complete = np.array([[[1, 0], [2, 1]], [[0, 3], [1, 1]]])
     return [(bam.models.nmf(2), X), (bam.models.cp(2), missing), (bam.models.lda(2), X),
-            (bam.models.symmetric_nmf(2), np.array([[2, 1], [1, 0]]))]
+            (bam.models.symmetric_nmf(2), np.array([[2, 1], [1, 0]])), (bam.models.cp(2), complete)]
 
 
 #: Chib's estimate runs on the first case only: its kernels take the same argument types on all.
@@ -50,6 +52,20 @@ def _permanents() -> None:
 
     symmetry._log_permanents(np.zeros((1, 2, 2)), np.ones(2, bool), symmetry.PERMANENT_DROP_NATS,
                              symmetry.PERMANENT_MAX_NODES, symmetry.PERMANENT_SUBSET_MAX)
+
+
+def _upper_bound() -> None:
+    """The reverse annealing of ``bam.evidence_upper_bound`` from a given reference allocation: its chain
+    sweeps the latent and visible rows in another order than the searches' chains."""
+    import jax
+
+    import bam_ppl as bam
+
+    model = bam.models.nmf(2)
+    S, X = model.sample(jax.random.key(3), shape=(3, 4), total=12)
+    S = np.asarray(S)
+    cells = np.argwhere(S > 0)  # the allocation as (cells, counts), the form a forward estimate reports
+    bam.evidence_upper_bound(model, X, S, num_chains=2, num_temperatures=4, reference=(cells, S[tuple(cells.T)]))
 
 
 def _compile_family(name: str) -> float:
@@ -75,6 +91,7 @@ def _compile_family(name: str) -> float:
         bam.log_evidence(bam.models.nmf(2), LARGE_TABLE, method="smc", num_particles=4)
     elif name == "mixture":
         _permanents()
+        _upper_bound()
         # a table whose references come from data-augmentation chains (many tokens per cell)
         bam.log_evidence(bam.models.nmf(2), np.array([[60, 8], [6, 50]]), method="mixture", num_particles=4,
                          num_scouts=1, reference_sweeps=4, vb_restarts=2)

@@ -83,7 +83,8 @@ def conditional_ess(log_w_normalised: np.ndarray, log_like: np.ndarray, step: fl
 
 def next_temperature(beta: float, log_w_normalised: np.ndarray, log_like: np.ndarray, rho: float) -> float:
     """The largest β' ≤ 1 (by bisection) whose conditional ESS fraction (``conditional_ess``) stays ≥ ``rho``."""
-    return _next_temperature(float(beta), np.asarray(log_w_normalised, np.float64), np.asarray(log_like, np.float64),
+    # copies: a read-only array (the JAX kernel's) would be another type, so another compilation
+    return _next_temperature(float(beta), np.array(log_w_normalised, np.float64), np.array(log_like, np.float64),
                              float(rho))
 
 
