@@ -61,11 +61,12 @@ def _upper_bound() -> None:
 
     import bam_ppl as bam
 
+    from .infer.smc.reverse import _allocation_cells
+
     model = bam.models.nmf(2)
     S, X = model.sample(jax.random.key(3), shape=(3, 4), total=12)
-    S = np.asarray(S)
-    cells = np.argwhere(S > 0)  # the allocation as (cells, counts), the form a forward estimate reports
-    bam.evidence_upper_bound(model, X, S, num_chains=2, num_temperatures=4, reference=(cells, S[tuple(cells.T)]))
+    bam.evidence_upper_bound(model, X, S, num_chains=2, num_temperatures=4,
+                             reference=_allocation_cells(model.bind(X), S))  # (cells, counts), as a forward estimate
 
 
 def _compile_family(name: str) -> float:
