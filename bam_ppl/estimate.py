@@ -260,6 +260,22 @@ def with_warnings(estimate: EvidenceEstimate, messages) -> EvidenceEstimate:
     return replace(estimate, warnings=estimate.warnings + added) if added else estimate
 
 
+def _is_info(value) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def _info_fields(info) -> dict:
+    """An info's fields as ``details`` shows them: an info nested in it (``AutoInfo.kept_info``) by its own
+    fields, the outer ones winning, so that ``details`` stays one flat dict of diagnostics."""
+    fields = {}
+    for key, value in info._asdict().items():
+        if _is_info(value):
+            fields = {**_info_fields(value), **fields}
+        else:
+            fields[key] = value
+    return fields
+
+
 @dataclass(frozen=True)
 class EvidenceEstimate:
     """A log-evidence value with its provenance.
@@ -300,7 +316,8 @@ class EvidenceEstimate:
         The estimator's own diagnostics, typed: :class:`~bam_ppl.infer.info.TemperedInfo` for
         ``"tempered"``, :class:`~bam_ppl.infer.info.AutoInfo` for ``"auto"`` and so on
         (:mod:`bam_ppl.infer.info`); None for an estimate made without one. Its fields are also
-        in ``details``, and they win there: to change one, ``replace`` the info.
+        in ``details`` (those of an info nested in it, as ``AutoInfo.kept_info``, one by one), and
+        they win there: to change one, ``replace`` the info.
     """
 
     value: float
@@ -324,11 +341,12 @@ class EvidenceEstimate:
         if not isinstance(self.details, Mapping):
             raise TypeError(f"details must be a dict, got {type(self.details).__name__}")
         if self.info is not None:
-            if not (isinstance(self.info, tuple) and hasattr(self.info, "_fields")):
+            if not _is_info(self.info):
                 raise TypeError(f"info must be an estimator's info NamedTuple, got {type(self.info).__name__}")
             # The info's own fields win: details built from the typed result, whatever ``replace`` passed.
-            merged = {key: value for key, value in self.details.items() if key not in self.info._fields}
-            object.__setattr__(self, "details", {**merged, **self.info._asdict()})
+            fields = _info_fields(self.info)
+            merged = {key: value for key, value in self.details.items() if key not in fields}
+            object.__setattr__(self, "details", {**merged, **fields})
         details = self.details
         # Estimators that fill only ``details`` (as before the typed fields) still give typed results.
         runs = self.run_values if self.run_values is not None else details.get("run_log_evidence", ())
@@ -368,7 +386,7 @@ class EvidenceEstimate:
         ``details`` with arrays as (nested) lists and numpy scalars as Python numbers. Non-finite
         numbers (a nan stderr, say) become None. :meth:`from_dict` reads it back."""
         out = {name: _jsonable(getattr(self, name)) for name in FIELDS}
-        own = () if self.info is None else self.info._fields
+        own = () if self.info is None else _info_fields(self.info)
         out["details"] = _jsonable({key: value for key, value in self.details.items() if key not in own})
         out["info"] = None if self.info is None else _info_json(self.info)
         return out

@@ -95,6 +95,9 @@ def test_auto_reports_method_auto_and_what_ran_in_its_pipeline(x1, auto_estimate
     est = auto_estimate
     assert (est.method, est.pipeline, est.kind) == ("auto", "mixture", "estimate") and est.num_runs == 2
     assert isinstance(est.info.kept_info, info.MixtureInfo) and est.details["num_scouts"] == 2
+    # details: one flat dict, the engine's fields one by one beside auto's own
+    assert "kept_info" not in est.details and est.details["reason"] == est.info.reason
+    assert all(est.details[key] is value for key, value in est.info.kept_info._asdict().items() if key != "effort")
 
 
 def test_estimates_built_from_details_alone_get_typed_fields():
