@@ -25,8 +25,9 @@ BELOW_BOUND_STDERRS = 3.0
 
 
 ADVICE = {
-    "smc": "The token-by-token Pólya-urn SMC collapses on larger data: use more particles, "
-           "method='tempered' (or 'auto'), and cross-check with method='chib'.",
+    "smc": "The token-by-token Pólya-urn SMC collapses on larger data, and a very small concentration makes "
+           "the allocations that hold the mass too rare for it to find: use method='auto' (or more particles), "
+           "and cross-check with method='chib'.",
     "tempered": "Raise the effort (num_sweeps=3, rho=0.99, num_particles=1024) until the estimate stops "
                 "rising, and cross-check with method='chib' (and method='smc' on tables with few "
                 "distinct cells and many tokens per cell, where single-token moves mix slowly).",

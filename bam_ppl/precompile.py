@@ -79,8 +79,8 @@ def _compile_family(name: str) -> float:
     for case, (model, data) in enumerate(_cases()):
         if name == "tempered":
             bam.log_evidence(model, data, method="tempered", num_particles=4)
-        elif name == "smc":
-            bam.log_evidence(model, data, method="smc", num_particles=4)
+        elif name == "smc":  # its VB bound's kernel is the mixture's, compiled in the other group
+            bam.log_evidence(model, data, method="smc", num_particles=4, vb_restarts=0)
         elif name == "gibbs":
             bam.infer(model, data, method="gibbs", num_warmup=1, num_samples=1, progress_bar=False)
         elif name == "mixture":
@@ -89,7 +89,7 @@ def _compile_family(name: str) -> float:
         elif name == "chib" and case < CHIB_CASES:
             bam.log_evidence(model, data, method="chib")
     if name == "smc":
-        bam.log_evidence(bam.models.nmf(2), LARGE_TABLE, method="smc", num_particles=4)
+        bam.log_evidence(bam.models.nmf(2), LARGE_TABLE, method="smc", num_particles=4, vb_restarts=0)
     elif name == "mixture":
         _permanents()
         _upper_bound()

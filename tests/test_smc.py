@@ -369,3 +369,19 @@ def test_numba_counts_beyond_16_bits():
     assert estimate.value == pytest.approx(exact_log_evidence(model, X), abs=1e-6)
     result = smc_module.run_smc(model, X, 0, num_particles=4, num_chains=1, engine="numba")
     assert result.best_counts.max() == 40_000
+
+
+def test_a_filter_that_misses_the_mass_of_a_sparse_prior_is_caught_by_the_vb_bound():
+    # Two clusters under the Dirichlet(1e-6) prior on the mixing weights of pmf_tensor: the urn opens the
+    # second component with vanishing probability, so every run agrees on a value far below the exact one.
+    X = np.array([[0, 0, 0]] * 30 + [[1, 1, 1]] * 30)
+    model = bam.models.pmf_tensor(2)
+    exact = exact_log_evidence(model, X)
+    with pytest.warns(bam.EvidenceWarning, match=r"below the sure lower bound .*\(the VB bound"):
+        est = bam.log_evidence(model, X, method="smc", num_particles=200)
+    assert est.value < exact - 10 and est.info.vb_bound <= exact  # the bound stays below the exact value
+    assert est.details["vb_bound"] == est.info.vb_bound
+    blind = bam.log_evidence(model, X, method="smc", num_particles=200, vb_restarts=0)
+    assert blind.info.vb_bound == -np.inf and blind.value == est.value  # the restarts draw from a stream of their own
+    with pytest.raises(ValueError, match="vb_restarts"):
+        bam.log_evidence(model, X, method="smc", vb_restarts=-1)

@@ -38,6 +38,8 @@ class PolyaUrnInfo(NamedTuple):
     resampling: str
     #: Fraction of token steps that resampled.
     resampling_rate: float
+    #: The best ELBO of the call's VB restarts, a second sure lower bound (-inf without restarts).
+    vb_bound: float = float("-inf")
 
 
 class TemperedInfo(NamedTuple):

@@ -333,7 +333,7 @@ def _one_run(particles, tp: TemperedProblem, rng: np.random.Generator, path: Pat
         visit()
         if len(betas) >= MAX_TEMPERATURES:
             raise RuntimeError(f"tempered SMC: more than {MAX_TEMPERATURES} temperatures (rho={path.rho}); lower rho, or use "
-                               "method='smc' for models with very small concentrations")
+                               "method='auto' for models with very small concentrations")
     log_w, log_z = state.log_w, state.log_z
     log_relabelled, final_log_w = 0.0, log_w
     if final_log_weights is not None or (symmetry is not None and symmetry.log_order > 0):
@@ -548,7 +548,8 @@ def _warn_of_degenerate_starts(runs) -> None:
             "allocations the posterior favours are rare at the start and single-token Gibbs moves "
             "find them slowly: the estimate can be too low and its runs spread. Start from a "
             "flatter urn (start_a=1 or larger), raise the effort (rho=0.99, num_sweeps=5, more "
-            "particles) until the estimate stops rising, or use method='smc' or 'exact'.",
+            "particles) until the estimate stops rising, or use method='auto' (a start around the "
+            "basins a search finds) or 'exact'.",
             EvidenceWarning, stacklevel=3)
 
 
