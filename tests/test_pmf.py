@@ -403,3 +403,21 @@ def test_old_pmf_method_names_are_deprecated_aliases():
     with pytest.warns(FutureWarning, match="use method='svb'"):
         with pytest.raises(TypeError, match=r"method='svi' -> 'svb'.*unknown option"):
             bam.infer(pmf_tensor(2), samples, method="svi", num_iterz=3)
+
+
+def test_prediction_frames_are_read_by_column_name_and_fitted_labels():
+    frame = pd.DataFrame({"colour": ["red", "blue", "red", "green", "blue", "red"] * 5,
+                          "size": ["S", "M", "L", "S", None, "L"] * 5,
+                          "shape": ["round", "square", "round", "square", "round", "square"] * 5})
+    model = pmf_tensor(2)
+    idata = _vi(model, frame)
+    both = model.predict_conditional(idata, frame.head(2), target="colour")
+    # one row alone, its columns in another order and the target's left out: the same row's prediction
+    alone = frame.iloc[[1]][["shape", "size"]]
+    np.testing.assert_allclose(model.predict_conditional(idata, alone, target="colour"), both[[1]])
+    np.testing.assert_allclose(model.log_likelihood(idata, frame.head(2)[["size", "shape", "colour"]]),
+                               model.log_likelihood(idata, frame.head(2)))
+    with pytest.raises(ValueError, match="not categories of the fitted data"):
+        model.predict_conditional(idata, frame.head(1).assign(shape="oval"), target="colour")
+    with pytest.raises(ValueError, match="that the fitted data do not"):
+        model.predict_conditional(idata, frame.head(1).assign(weight=1.0), target="colour")

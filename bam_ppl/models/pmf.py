@@ -332,7 +332,9 @@ class PMFTensorModel(AllocationModel):
         ----------
         idata : InferenceData from a backend run on this model
         samples : (T', N) array-like or DataFrame
-            Codes with -1 for missing; the target entry is ignored (treated as hidden).
+            Codes with -1 for missing; the target entry is ignored (treated as hidden). A DataFrame
+            whose columns name variables of the fitted data is read by name, its labels against the
+            fitted categories (columns in any order; a left-out column, the target's say, is missing).
         target : int, str or array of int (T',)
             The variable to predict: an index, a node name (``"x3"``), a data dim name, or one
             index per row. Per-row targets must share one alphabet size.
@@ -342,7 +344,7 @@ class PMFTensorModel(AllocationModel):
         numpy.ndarray, shape (T', I_target)
         """
         weights, factors, dims = point_estimate(idata)
-        codes = _prediction_codes(samples, factors, dims)
+        codes = _prediction_codes(samples, factors, dims, _category_labels(idata))
         rows = np.arange(codes.shape[0])
         targets = _target_indices(target, dims, codes.shape[0])
         present, which = np.unique(targets, return_inverse=True)
@@ -370,7 +372,7 @@ class PMFTensorModel(AllocationModel):
     def log_likelihood(self, idata, samples) -> np.ndarray:
         """log Pr(observed entries of each sample) under the posterior-mean PMF, shape (T',)."""
         weights, factors, dims = point_estimate(idata)
-        codes = _prediction_codes(samples, factors, dims)
+        codes = _prediction_codes(samples, factors, dims, _category_labels(idata))
         return logsumexp(_log_component_likelihood(weights, factors, codes), axis=1)
 
     def mean_nll(self, idata, samples) -> float:
@@ -378,13 +380,47 @@ class PMFTensorModel(AllocationModel):
         return float(-self.log_likelihood(idata, samples).mean())
 
 
-def _prediction_codes(samples, factors, dims) -> np.ndarray:
+def _prediction_codes(samples, factors, dims, labels) -> np.ndarray:
     sizes = [f.shape[1] for f in factors]
+    if hasattr(samples, "columns") and hasattr(samples, "iloc"):  # a DataFrame
+        named = [column in dims for column in samples.columns]
+        if all(named):
+            return _frame_codes(samples, dims, labels)
+        if any(named):  # none named: the columns by position, as an array's
+            raise ValueError(f"samples has columns {[c for c, n in zip(samples.columns, named) if not n]} that the "
+                             f"fitted data do not; expected columns among {list(dims)}")
     codes = sample_codes(samples, num_categories=sizes if _width(samples) == len(sizes) else None,
                          allow_empty_rows=True)[0]
     if codes.shape[1] != len(sizes):
         raise ValueError(f"samples have {codes.shape[1]} variables, the fitted model has {len(sizes)}")
     return codes.copy()
+
+
+def _frame_codes(frame, dims, labels) -> np.ndarray:
+    """The codes of a DataFrame's columns taken by name, each label read against the categories of the fitted
+    data (a subset of them, or another order, codes alike); a variable without a column is missing."""
+    import pandas as pd
+
+    codes = np.full((len(frame), len(dims)), MISSING, dtype=np.int64)
+    for n, (name, categories) in enumerate(zip(dims, labels)):
+        if name not in frame.columns:
+            continue
+        column = frame[name]
+        found = np.asarray(pd.Categorical(np.asarray(column, dtype=object), categories=categories).codes, np.int64)
+        unknown = (found < 0) & column.notna().to_numpy()
+        if unknown.any():
+            raise ValueError(f"samples[{name!r}] holds {sorted(map(str, set(column[unknown])))}, not categories of "
+                             f"the fitted data {list(categories)}")
+        codes[:, n] = found
+    return codes
+
+
+def _category_labels(idata) -> list:
+    """The categories of every variable, as the fit's posterior labels them (its coordinates)."""
+    from ..convert.read import attrs_of, group
+
+    posterior = group(idata, "posterior")
+    return [list(posterior[f"theta_{n}"].coords[n].values) for n in str(attrs_of(idata).get("observed", "")).split(",")]
 
 
 def _width(samples) -> int | None:
