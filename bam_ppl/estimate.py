@@ -440,7 +440,7 @@ def _info_json(info) -> dict:
 
 def _jsonable(x):
     """``x`` in JSON types: dicts with str keys, lists, str, int, float (finite) and None."""
-    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a nested info
+    if _is_info(x):  # a nested info
         return _info_json(x)
     if isinstance(x, Mapping):
         return {str(key): _jsonable(value) for key, value in x.items()}

@@ -385,8 +385,8 @@ def _prediction_codes(samples, factors, dims, labels) -> np.ndarray:
     if hasattr(samples, "columns") and hasattr(samples, "iloc"):  # a DataFrame
         named = [column in dims for column in samples.columns]
         if all(named):
-            return _frame_codes(samples, dims, labels)
-        if any(named):  # none named: the columns by position, as an array's
+            samples = _aligned_frame(samples, dims, labels)
+        elif any(named):  # none named: the columns by position, as an array's
             raise ValueError(f"samples has columns {[c for c, n in zip(samples.columns, named) if not n]} that the "
                              f"fitted data do not; expected columns among {list(dims)}")
     codes = sample_codes(samples, num_categories=sizes if _width(samples) == len(sizes) else None,
@@ -396,23 +396,21 @@ def _prediction_codes(samples, factors, dims, labels) -> np.ndarray:
     return codes.copy()
 
 
-def _frame_codes(frame, dims, labels) -> np.ndarray:
-    """The codes of a DataFrame's columns taken by name, each label read against the categories of the fitted
-    data (a subset of them, or another order, codes alike); a variable without a column is missing."""
+def _aligned_frame(frame, dims, labels):
+    """``frame``'s columns by name in the fitted data's order, each a categorical of the fitted categories (a
+    variable without a column all missing), so that :func:`sample_codes` codes every label as the fit did."""
     import pandas as pd
 
-    codes = np.full((len(frame), len(dims)), MISSING, dtype=np.int64)
-    for n, (name, categories) in enumerate(zip(dims, labels)):
-        if name not in frame.columns:
-            continue
-        column = frame[name]
-        found = np.asarray(pd.Categorical(np.asarray(column, dtype=object), categories=categories).codes, np.int64)
-        unknown = (found < 0) & column.notna().to_numpy()
+    columns = {}
+    for name, categories in zip(dims, labels):
+        values = frame[name] if name in frame.columns else pd.Series(np.nan, index=frame.index)
+        coded = pd.Categorical(values, categories=categories)
+        unknown = np.asarray(pd.isna(coded)) & values.notna().to_numpy()
         if unknown.any():
-            raise ValueError(f"samples[{name!r}] holds {sorted(map(str, set(column[unknown])))}, not categories of "
+            raise ValueError(f"samples[{name!r}] holds {sorted(map(str, set(values[unknown])))}, not categories of "
                              f"the fitted data {list(categories)}")
-        codes[:, n] = found
-    return codes
+        columns[name] = coded
+    return pd.DataFrame(columns, index=frame.index)
 
 
 def _category_labels(idata) -> list:
