@@ -126,6 +126,17 @@ def test_zoo_structures():
     assert bam.models.symmetric_nmf(2).tie == (("i", "j"),)
 
 
+@pytest.mark.parametrize("build, error, match", [
+    (lambda: bam.models.cp(2, order="3"), TypeError, "order must be an int"),
+    (lambda: bam.models.cp(2, order=0), ValueError, "order must be >= 1"),
+    (lambda: bam.models.tucker(3), TypeError, "ranks must be a tuple of ints"),
+    (lambda: bam.models.tucker(()), ValueError, "ranks must name at least one rank"),
+])
+def test_zoo_constructors_name_the_bad_argument(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
 def test_lda_evidence_is_conditional_on_document_lengths():
     # LDA = BAM conditioned on the document totals (papers/000 §3.5): the joint evidence of the
     # unconditioned model factorises into p(document totals) x p(X | totals) for d -> k -> w.

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ..validation import check_int
 from .allocation import AllocationModel
 
 
 def _names(order: int) -> list[str]:
-    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-        raise ValueError(f"order must be a positive int, got {order!r}")
+    order = check_int(order, "order")
     return list("ijk")[:order] if order <= 3 else [f"i{n + 1}" for n in range(order)]
 
 
@@ -30,7 +30,11 @@ def cp(rank: int, order: int = 3, a: float = 1.0, b: float | None = None) -> All
 
 def tucker(ranks, a: float = 1.0, b: float | None = None) -> AllocationModel:
     """Tucker with a joint core over latents r1..rN, visible i_n a child of r_n (Fig. 7f)."""
+    if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+        raise TypeError(f"ranks must be a tuple of ints, one per visible axis (e.g. (3, 2, 2)), got {ranks!r}")
     ranks = tuple(ranks)
+    if not ranks:
+        raise ValueError("ranks must name at least one rank, got ()")
     names = _names(len(ranks))
     latents = [f"r{n + 1}" for n in range(len(ranks))]
     # The core p(r1..rN) as a complete DAG over the latents, rN first (Cemgil et al. 2019 Fig. 7f).
