@@ -390,10 +390,7 @@ def evidence_upper_bound(model, X, allocation, rng_key=0, *, num_chains: int = 1
         Anneal back to a start found from X alone instead, on the tempered SMC's short path from it:
         ``"search"``, the mixture of the references of a default call's searches (numba;
         :func:`searched_start`), whose components and labels the runs move among
-        (:func:`component_move`): tight wherever ``allocation`` lies if a search reached its basin (on flat
-        posteriors, such as Tucker's or NMF's with large concentrations, the references cover S's neighbourhood
-        poorly, and the latent urn, ``reference=None``, over 16–48 T temperatures gives the tighter bound:
-        benchmarks/README.md, "Sandwich"). Or one
+        (:func:`component_move`): tight where a search reached S's basin (flat posteriors: None, 16–48 T temperatures). Or one
         product reference q, covering one basin, from an allocation found *without* ``allocation`` (a forward
         estimate's ``details["best_cells"], details["best_counts"]``; one built from S bounds only S's basin)
         or a ``Reference``; :func:`relabel_move` carries the runs to its labels (up to 8! symmetries; ``RELABEL_GROWTH``).
